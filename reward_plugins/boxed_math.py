@@ -1,0 +1,200 @@
+"""``boxed_math``: 1.0 when the final boxed answer equals the gold (checked by math-verify), else 0.0.
+
+The answer is the LAST ``\\boxed{...}`` (or ``\\fbox{...}``) of the answer part: the text after the last
+``</think>`` when the completion has one (reasoning opened with ``<think>`` and never closed gives no
+answer), the whole completion otherwise. The gold (dataset column ``answer``, else ``solution``; see
+``gold_column``) may be a bare answer (``\\frac{1}{2}``, ``3,\\!250``, ``x \\in [0,1)``) or a whole reference
+solution, whose last box is then the gold.
+
+Against reward hacking:
+
+* hedging scores 0: every box of the answer part must hold an answer equal to the gold, so boxing several
+  different candidates gets nothing, while the same answer boxed twice (in any form) and layout boxes
+  (empty, spacing only, ``\\phantom{..}``) do not count against a right answer;
+* a boxed list that merely contains the gold (``\\boxed{1, 2, 3}`` for gold ``2``) scores 0 (math-verify
+  compares the set with the number);
+* no boxed answer scores 0, unless ``answer_line=True`` and the last line reads ``The answer is: X``;
+* untrusted output never crashes or hangs training: every check runs in a worker process with a hard
+  deadline (``timeout``) that works in any thread; a box longer than ``max_answer_chars``, an unbalanced
+  box, a check that times out or raises all score 0 and are counted in the metrics
+  ``boxed_math/{timeouts,errors,rejected}`` (through TRL's ``log_metric`` when the trainer provides it),
+  with ``no_box``, ``hedged`` and ``unparsed``.
+
+A gold that math-verify cannot parse gives ``None`` (TRL then ignores this reward for that row), counted as
+``boxed_math/bad_gold``.
+
+Speed: identical (gold, answer) checks within a batch are done once; a group's answers go to the same
+worker, which parses their gold once; the batch runs across ``num_workers`` long-lived processes (default:
+the usable cores, at most 8) that import and warm up math-verify once, when first used.
+
+Combining with ``think_format``: ``reward_funcs=["think_format", "boxed_math"]`` rewards the format and the
+answer separately; boxed_math reads only the part after ``</think>``, so a box written while thinking never
+counts as the answer (use the same ``think_tag`` for both).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from reward_plugins._text import (
+    answer_line,
+    answer_part,
+    column,
+    completion_text,
+    find_boxes,
+    is_layout,
+    log_counts,
+    normalize_candidate,
+)
+
+_MAX_DISTINCT_BOXES = 8  # more distinct boxes than this is hedging, whatever they hold
+_PRELOAD = ("reward_plugins._math_preload",)
+
+
+class BoxedMathReward:
+    """The reward function built by :func:`boxed_math` (picklable: holds only its options)."""
+
+    def __init__(
+        self,
+        gold_column: str | None = None,
+        timeout: float = 5.0,
+        batch_timeout: float | None = None,
+        answer_line: bool = False,
+        think_tag: str = "think",
+        max_answer_chars: int = 2000,
+        num_workers: int | None = None,
+    ):
+        if not timeout > 0:
+            raise ValueError(f"boxed_math: timeout must be > 0 seconds, got {timeout!r}")
+        if batch_timeout is not None and not batch_timeout > 0:
+            raise ValueError(f"boxed_math: batch_timeout must be > 0 seconds or None, got {batch_timeout!r}")
+        if not isinstance(max_answer_chars, int) or max_answer_chars <= 0:
+            raise ValueError(f"boxed_math: max_answer_chars must be a positive integer, got {max_answer_chars!r}")
+        if num_workers is not None and (not isinstance(num_workers, int) or num_workers <= 0):
+            raise ValueError(f"boxed_math: num_workers must be a positive integer or None, got {num_workers!r}")
+        if not think_tag or not isinstance(think_tag, str):
+            raise ValueError(f"boxed_math: think_tag must be a non-empty tag name, got {think_tag!r}")
+        self.gold_column = gold_column
+        self.timeout = float(timeout)
+        self.batch_timeout = batch_timeout
+        self.answer_line = bool(answer_line)
+        self.think_tag = think_tag
+        self.max_answer_chars = max_answer_chars
+        self.num_workers = num_workers
+        self.__name__ = "boxed_math"
+
+    def __repr__(self) -> str:
+        return f"boxed_math(gold_column={self.gold_column!r}, timeout={self.timeout}, answer_line={self.answer_line})"
+
+    # -- one answer -> the candidates to check (pure text, in this process) --------------------------------
+    def candidates(self, text: str) -> tuple[str, ...] | str:
+        """The distinct boxed answers of ``text`` (final last), or the reason it scores 0 without a check."""
+        part = answer_part(text, f"</{self.think_tag}>", f"<{self.think_tag}>")
+        if part is None:
+            return "no_box"
+        boxes = find_boxes(part, self.max_answer_chars)
+        if any(b.content is None for b in boxes):
+            return "rejected"
+        contents = [b.content.strip() for b in boxes if not is_layout(b.content)]
+        if not contents and self.answer_line:
+            line = answer_line(part, self.max_answer_chars)
+            contents = [line] if line else []
+        if not contents:
+            return "no_box"
+        seen: dict[str, str] = {}
+        for c in contents:
+            seen.setdefault(normalize_candidate(c), c)
+        final_key = normalize_candidate(contents[-1])
+        others = [c for k, c in seen.items() if k != final_key]
+        if len(others) >= _MAX_DISTINCT_BOXES:
+            return "hedged"
+        return (*others, contents[-1])
+
+    def __call__(self, prompts=None, completions=None, **kwargs) -> list[float | None]:
+        if completions is None:
+            raise TypeError("boxed_math: called without completions")
+        n = len(completions)
+        names = [self.gold_column] if self.gold_column else ["answer", "solution"]
+        golds = column(kwargs, names, n)
+        if golds is None:
+            raise ValueError(
+                f"boxed_math: no gold column {' or '.join(map(repr, names))} among the reward kwargs "
+                f"({sorted(k for k in kwargs if k not in ('trainer_state', 'log_extra', 'log_metric'))}); "
+                "set the option gold_column"
+            )
+        counts: Counter[str] = Counter()
+        rewards: list[float | None] = [0.0] * n
+        jobs: dict[tuple, list[int]] = {}
+        for i, (completion, gold) in enumerate(zip(completions, golds)):
+            if gold is None or not str(gold).strip():
+                rewards[i] = None
+                counts["bad_gold"] += 1
+                continue
+            try:
+                cands = self.candidates(completion_text(completion))
+            except Exception:  # noqa: BLE001 - untrusted text never crashes the reward
+                cands = "errors"
+            if isinstance(cands, str):
+                counts[cands] += 1
+                continue
+            jobs.setdefault((str(gold), cands), []).append(i)
+
+        if jobs:
+            tasks = [(gold, (gold, cands)) for gold, cands in jobs]
+            for (status, value), rows in zip(self._run(tasks), jobs.values()):
+                key = {"ok": value, "timeout": "timeouts", "skipped": "timeouts"}.get(status, "errors")
+                counts[key] += len(rows)
+                for i in rows:
+                    rewards[i] = 1.0 if key == "correct" else None if key == "bad_gold" else 0.0
+
+        log_counts(
+            kwargs,
+            self.__name__,
+            {k: counts.get(k, 0) for k in ("timeouts", "errors", "rejected", "no_box", "hedged", "unparsed", "bad_gold")},
+        )
+        return rewards
+
+    def _run(self, tasks):
+        from reward_plugins._pool import get_pool
+
+        pool = get_pool("reward_plugins._math_check:check", self.num_workers, preload=_PRELOAD)
+        return pool.map(tasks, self.timeout, self.batch_timeout)
+
+    # pickling: only the options travel; the worker pool is per process and created on first use
+    def __getstate__(self):
+        return dict(self.__dict__)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+
+def boxed_math(
+    gold_column: str | None = None,
+    timeout: float = 5.0,
+    batch_timeout: float | None = None,
+    answer_line: bool = False,
+    think_tag: str = "think",
+    max_answer_chars: int = 2000,
+    num_workers: int | None = None,
+) -> BoxedMathReward:
+    """Math answer correctness: the last \\boxed{} after the reasoning, checked against the gold by math-verify.
+
+    Args:
+        gold_column: dataset column holding the gold answer or reference solution
+            (default: ``answer``, else ``solution``).
+        timeout: hard deadline in seconds for checking one answer (the worker is killed past it; scores 0).
+        batch_timeout: optional deadline in seconds for a whole call; answers not checked by then score 0.
+        answer_line: also accept a final ``The answer is: X`` line when the answer part has no box.
+        think_tag: name of the reasoning tag; the answer is read after ``</think_tag>``.
+        max_answer_chars: a box longer than this scores 0 without a check.
+        num_workers: worker processes (default: usable cores, at most 8).
+    """
+    return BoxedMathReward(
+        gold_column=gold_column,
+        timeout=timeout,
+        batch_timeout=batch_timeout,
+        answer_line=answer_line,
+        think_tag=think_tag,
+        max_answer_chars=max_answer_chars,
+        num_workers=num_workers,
+    )

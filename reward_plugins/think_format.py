@@ -1,0 +1,77 @@
+"""``think_format``: the DeepSeek-R1-Zero output format, 1.0 or 0.0.
+
+The completion must start (after leading whitespace) with exactly one ``<think>...</think>`` block, followed
+by a non-empty answer. A second opening or closing think tag anywhere, an unclosed tag or an empty answer
+scores 0. With ``answer_tag`` (e.g. ``"answer"``, as in open-r1), the answer must be exactly one
+``<answer>...</answer>`` block with non-empty content and nothing but whitespace after it. When the assistant
+turn is pre-filled with ``<think>`` (as DeepSeek-R1 does), set ``prefilled=True``: the completion then
+starts inside the reasoning and must not open it again.
+
+Combining with ``boxed_math``: use both, ``reward_funcs=["think_format", "boxed_math"]`` (TRL sums them,
+weighted by ``reward_weights``). ``think_format`` rewards only the shape; ``boxed_math`` reads only the answer
+part after ``</think>``, so the box written while thinking never counts, and a well-formed answer without
+the right box scores 1 + 0. Keep the same tag name in both (``think_tag``).
+"""
+
+from __future__ import annotations
+
+from reward_plugins._text import completion_text
+
+
+class ThinkFormatReward:
+    """The reward function built by :func:`think_format` (picklable: holds only its options)."""
+
+    def __init__(self, think_tag: str = "think", answer_tag: str | None = None, prefilled: bool = False):
+        for label, tag in (("think_tag", think_tag), ("answer_tag", answer_tag)):
+            if tag is not None and (not isinstance(tag, str) or not tag or any(c in tag for c in "<>/ ")):
+                raise ValueError(f"think_format: {label} must be a bare tag name like 'think', got {tag!r}")
+        self.think_tag = think_tag
+        self.answer_tag = answer_tag
+        self.prefilled = bool(prefilled)
+        self.__name__ = "think_format"
+
+    def __repr__(self) -> str:
+        return f"think_format(think_tag={self.think_tag!r}, answer_tag={self.answer_tag!r}, prefilled={self.prefilled})"
+
+    def score(self, text: str) -> float:
+        open_t, close_t = f"<{self.think_tag}>", f"</{self.think_tag}>"
+        body = text if self.prefilled else text.lstrip()
+        if not self.prefilled:
+            if not body.startswith(open_t):
+                return 0.0
+            body = body[len(open_t) :]
+        if open_t in body or body.count(close_t) != 1:
+            return 0.0
+        answer = body.split(close_t, 1)[1]
+        if not self.answer_tag:
+            return 1.0 if answer.strip() else 0.0
+        a_open, a_close = f"<{self.answer_tag}>", f"</{self.answer_tag}>"
+        answer = answer.strip()
+        if not answer.startswith(a_open) or not answer.endswith(a_close):
+            return 0.0
+        inner = answer[len(a_open) : -len(a_close)]
+        if a_open in inner or a_close in inner or not inner.strip():
+            return 0.0
+        return 1.0
+
+    def __call__(self, prompts=None, completions=None, **kwargs) -> list[float]:
+        if completions is None:
+            raise TypeError("think_format: called without completions")
+        out = []
+        for c in completions:
+            try:
+                out.append(self.score(completion_text(c)))
+            except Exception:  # noqa: BLE001 - odd input scores 0
+                out.append(0.0)
+        return out
+
+
+def think_format(think_tag: str = "think", answer_tag: str | None = None, prefilled: bool = False) -> ThinkFormatReward:
+    """R1-Zero format: exactly one <think>...</think> block first, then a non-empty answer (1.0 or 0.0).
+
+    Args:
+        think_tag: name of the reasoning tag (``<think>``).
+        answer_tag: if set (e.g. ``"answer"``), the answer must be one ``<answer>...</answer>`` block.
+        prefilled: the prompt already ends with ``<think>``, so the completion starts inside the reasoning.
+    """
+    return ThinkFormatReward(think_tag=think_tag, answer_tag=answer_tag, prefilled=prefilled)

@@ -1,0 +1,158 @@
+"""boxed_math: correctness, hardening against gaming, hostile answers under a hard deadline, pickling."""
+
+import pickle
+import threading
+import time
+
+import pytest
+
+from reward_plugins.boxed_math import boxed_math
+
+HALF = r"\frac{1}{2}"
+
+
+@pytest.fixture(scope="module")
+def reward():
+    return boxed_math(timeout=2.0)
+
+
+def score(reward, completion, gold=HALF, **kwargs):
+    return reward(prompts=None, completions=[completion], answer=[gold], **kwargs)[0]
+
+
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        (r"So the answer is $\boxed{\frac12}$.", 1.0),
+        (r"$\boxed{0.5}$", 1.0),
+        (r"\boxed{1/2}", 1.0),
+        (r"\fbox{\dfrac{1}{2}}", 1.0),
+        (r"\boxed{\frac{1}{3}}", 0.0),
+        # the answer is the LAST box
+        (r"First \boxed{\frac{1}{2}} hmm no, \boxed{3}", 0.0),
+        # hedging: several different candidate answers
+        (r"\boxed{3} or \boxed{\frac{1}{2}}", 0.0),
+        (r"It is \boxed{\frac{1}{2}} or \boxed{\frac{1}{3}}", 0.0),
+        # a boxed list that merely contains the gold
+        (r"\boxed{\frac{1}{2}, 1, 2}", 0.0),
+        (r"\boxed{\frac{1}{2} \text{ or } 3}", 0.0),
+        # layout boxes and the same answer boxed twice do not count against a right answer
+        (r"\boxed{} \boxed{\phantom{0}} \boxed{\frac{1}{2}}", 1.0),
+        (r"\boxed{\frac{1}{2}} so again \boxed{0.5}", 1.0),
+        (r"\boxed{\frac{1}{2}} \boxed{\frac{1}{2}}", 1.0),
+        # no box, empty box only
+        (r"The answer is 1/2.", 0.0),
+        (r"\boxed{}", 0.0),
+        (r"\boxed{\frac{1}{2}", 0.0),  # unbalanced
+        ("", 0.0),
+    ],
+)
+def test_boxed_answers(reward, completion, expected):
+    assert score(reward, completion) == expected
+
+
+def test_gold_forms(reward):
+    assert score(reward, r"\boxed{3250}", gold=r"3,\!250") == 1.0
+    assert score(reward, r"\boxed{[0, 1)}", gold=r"x \in [0,1)") == 1.0
+    assert score(reward, r"\boxed{[0, 1]}", gold=r"x \in [0,1)") == 0.0
+    solution = r"We compute $2+2$. Hence the total is $\boxed{4}$."
+    assert reward(None, [r"\boxed{4}", r"\boxed{5}"], solution=[solution, solution]) == [1.0, 0.0]
+    # multi-part gold boxed part by part; the boxes together must match exactly
+    assert score(reward, r"\boxed{1} and \boxed{-2}", gold=r"\(\boxed{1}\) and \(\boxed{-2}\)") == 1.0
+    assert score(reward, r"\boxed{1}, \boxed{-2}, \boxed{3}", gold=r"\boxed{1}, \boxed{-2}") == 0.0
+    assert score(reward, r"\boxed{2}", gold=r"\boxed{1}, \boxed{2}") == 0.0
+
+
+def test_think_part_only(reward):
+    assert score(reward, r"<think>maybe \boxed{7}</think> so \boxed{1/2}") == 1.0
+    assert score(reward, r"<think>\boxed{1/2}</think> I think it is \boxed{7}") == 0.0
+    assert score(reward, r"<think>it is \boxed{1/2}") == 0.0  # reasoning never closed: no answer
+    assert score(reward, r"the prompt pre-filled <think>; here \boxed{3} ... </think> \boxed{0.5}") == 1.0
+
+
+def test_answer_line_option(reward):
+    text = "Some work.\nThe answer is: $\\frac{1}{2}$."
+    assert score(reward, text) == 0.0
+    line = boxed_math(answer_line=True, timeout=2.0)
+    assert score(line, text) == 1.0
+    assert score(line, "Some work.\nFinal answer: 0.5") == 1.0
+    assert score(line, "The answer is: 1/3") == 0.0
+    assert score(line, "The answer is 1/2, then more text") == 0.0  # not the last line... it is: but wrong form
+    assert score(line, r"\boxed{3}" + "\nThe answer is: 1/2") == 0.0  # a box takes precedence
+
+
+def test_conversational_and_columns(reward):
+    conv = [
+        [{"role": "assistant", "content": r"\boxed{1/2}"}],
+        [{"role": "assistant", "content": [{"type": "text", "text": r"\boxed{0.5}"}]}],
+        [{"role": "assistant", "content": None}],
+        [{"role": "assistant", "content": r"\boxed{2}"}],
+    ]
+    assert reward([[{"role": "user", "content": "q"}]] * 4, conv, answer=[HALF, HALF, HALF, "2"]) == [1.0, 1.0, 0.0, 1.0]
+    custom = boxed_math(gold_column="target", timeout=2.0)
+    assert custom(None, [r"\boxed{2}"], target=["2"]) == [1.0]
+    with pytest.raises(ValueError, match="gold_column"):
+        custom(None, [r"\boxed{2}"], answer=["2"])
+    # missing / empty gold: None (TRL ignores the row for this reward)
+    assert reward(None, [r"\boxed{2}", r"\boxed{2}"], answer=[None, "  "]) == [None, None]
+
+
+def test_hostile_answers_score_zero_within_deadline(reward):
+    metrics = {}
+    hostile = [
+        "x" * 1_000_000 + r"\boxed{1/2}" + "y" * 1000 + r"\boxed{\frac{1}{2}" + "z" * 1_000_000,  # 2 MB, unbalanced
+        r"\boxed{" + "9" * 1_000_000 + "}",  # 1 MB inside a box
+        r"\boxed{10^{10^{10^{10}}}}",
+        r"\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}",
+        r"\boxed{" + "(" * 10_000 + "1" + ")" * 10_000 + "}",
+        r"\boxed{\frac{1}{2}}",  # a right answer in the same batch still scores
+    ]
+    t = time.monotonic()
+    out = reward(None, hostile, answer=[HALF] * len(hostile), log_metric=lambda k, v: metrics.__setitem__(k, v))
+    elapsed = time.monotonic() - t
+    assert out == [0.0] * 5 + [1.0]
+    assert elapsed < 2.0 * 3 + 3  # at most a few deadlines (2 workers), never a hang
+    assert metrics["boxed_math/rejected"] >= 2
+    assert metrics["boxed_math/timeouts"] + metrics["boxed_math/errors"] + metrics["boxed_math/unparsed"] >= 1
+
+
+def test_deadline_in_a_thread():
+    """TRL calls reward functions off the main thread in some modes: the deadline must still hold."""
+    reward = boxed_math(timeout=1.0)
+    out, metrics = [], {}
+
+    def run():
+        out.append(
+            reward(None, [r"\boxed{10^{10^{10^{10}}}}", r"\boxed{2}"], answer=["1", "2"],
+                   log_metric=lambda k, v: metrics.__setitem__(k, v))
+        )
+
+    th = threading.Thread(target=run)
+    t = time.monotonic()
+    th.start()
+    th.join(30)
+    assert not th.is_alive()
+    assert out == [[0.0, 1.0]]
+    assert time.monotonic() - t < 10
+    assert metrics["boxed_math/timeouts"] == 1.0
+    # the pool recovered: the next call is served normally
+    assert reward(None, [r"\boxed{3}"], answer=["3"]) == [1.0]
+
+
+def test_pickle_and_name(reward):
+    clone = pickle.loads(pickle.dumps(reward))
+    assert clone.__name__ == "boxed_math"
+    assert clone(None, [r"\boxed{0.5}"], answer=[HALF]) == [1.0]
+
+
+def test_grpo_shaped_batch_groups(reward):
+    golds = [str(g) for g in range(8) for _ in range(4)]
+    completions = [rf"\boxed{{{g if k % 2 == 0 else int(g) + 1}}}" for g in range(8) for k in range(4)]
+    assert reward(None, completions, answer=golds) == [1.0, 0.0] * 16
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="timeout"):
+        boxed_math(timeout=0)
+    with pytest.raises(ValueError, match="max_answer_chars"):
+        boxed_math(max_answer_chars=-1)
