@@ -1,0 +1,12 @@
+"""``code_sandbox``: run model-written code against tests in a sandbox, as a TRL reward function.
+
+Modules: ``plugin`` (the reward function face), ``pool`` (sandboxed fork-server workers),
+``isolation`` (bubblewrap, uid drop, rlimits, Landlock, seccomp), ``protocol`` (the verdict
+channels and the data-only codec), ``worker`` (the fork server that runs inside the sandbox).
+Imports neither torch nor trl.
+"""
+
+from .isolation import IsolationUnavailable
+from .plugin import CodeSandboxReward, code_sandbox, extract_program
+
+__all__ = ["code_sandbox", "CodeSandboxReward", "IsolationUnavailable", "extract_program"]

@@ -1,0 +1,287 @@
+"""Isolation layers. Stdlib only: the worker imports this file by path inside the sandbox.
+
+Outer layer, once per worker (host side, ``worker_command``): an ordinary uid per worker slot
+(never root), bubblewrap with every namespace (user, pid, net, ipc, uts, cgroup, mount) and no
+nested user namespaces, an empty environment, read-only /usr, no /proc, a size-capped tmpfs.
+
+Inner layers, once per execution (worker side, ``lock_down``), in the forked child that runs
+untrusted or test code: new session, rlimits (address space, CPU, file size, open files,
+processes, core 0), Landlock (read-only system dirs, read-write own scratch dir only, no TCP,
+no signals or abstract sockets outside its domain), then a seccomp filter that denies sockets,
+fork/exec, signals to others, ptrace, process_vm_*, namespaces/mount, bpf, keyrings, io_uring,
+perf and System V IPC / POSIX message queues.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import resource
+import shutil
+import struct
+import sys
+
+# ---------------------------------------------------------------- host side
+INSTALL_HINT = (
+    "code_sandbox needs bubblewrap and unprivileged user namespaces for its default isolation. "
+    "Install it with `apt-get install bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`; "
+    "if user namespaces are disabled, enable them (sysctl kernel.unprivileged_userns_clone=1 / "
+    "user.max_user_namespaces>0). To run with rlimits only (much weaker: no namespaces), pass "
+    "isolation='rlimits' explicitly."
+)
+
+
+class IsolationUnavailable(RuntimeError):
+    """The requested isolation cannot be provided on this machine."""
+
+
+def find_bwrap() -> str:
+    path = shutil.which("bwrap") or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
+    if path is None:
+        raise IsolationUnavailable("bubblewrap (`bwrap`) was not found on PATH. " + INSTALL_HINT)
+    return path
+
+
+def _world_readable_chain(path: str) -> bool:
+    """Can an unrelated uid reach and read ``path``?"""
+    path = os.path.realpath(path)
+    parts = path.split(os.sep)
+    for k in range(2, len(parts) + 1):
+        p = os.sep.join(parts[:k]) or os.sep
+        try:
+            st = os.stat(p)
+        except OSError:
+            return False
+        if not st.st_mode & 0o001 and os.path.isdir(p):
+            return False
+    return bool(os.stat(path).st_mode & 0o004)
+
+
+def sandbox_python() -> str:
+    """An interpreter an ordinary uid can run inside the sandbox: this one when its install is
+    world-readable under /usr, else the distribution's python3.X of the same version."""
+    exe = os.path.realpath(sys.executable)
+    if exe.startswith("/usr/") and _world_readable_chain(exe):
+        return exe
+    ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    for cand in (f"/usr/bin/python{ver}", f"/usr/local/bin/python{ver}", "/usr/bin/python3"):
+        if os.path.exists(cand) and _world_readable_chain(cand):
+            return cand
+    raise IsolationUnavailable(
+        f"no Python interpreter under /usr readable by an unprivileged uid (this one is {exe}); "
+        f"install the distribution's python3 (e.g. `apt-get install python3`)."
+    )
+
+
+def slot_uid(slot: int) -> int | None:
+    """An ordinary uid for a worker slot, distinct per host process, or None when we are not
+    root (then the code runs as our own, already unprivileged, uid)."""
+    if os.geteuid() != 0:
+        return None
+    return 1_000_000 + (os.getpid() % 1_000_000) * 16 + (slot % 16)
+
+
+SCRATCH_MB = 64
+
+
+def worker_command(isolation: str, python: str, code_dir: str, ctrl_fd: int) -> list[str]:
+    """argv that starts one fork-server worker (``code_dir`` holds worker.py & co, world-readable)."""
+    worker = ["-I", "-S", "-B"]
+    if isolation == "rlimits":
+        return [python, *worker, os.path.join(code_dir, "worker.py"), str(ctrl_fd), code_dir, isolation]
+    argv = [
+        find_bwrap(),
+        "--unshare-all", "--unshare-user", "--disable-userns", "--new-session", "--clearenv",
+        "--ro-bind", "/usr", "/usr",
+        "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
+        "--ro-bind", code_dir, "/sbx",
+        "--dev", "/dev",
+        "--size", str(SCRATCH_MB << 20), "--tmpfs", "/tmp",
+        "--chdir", "/tmp",
+    ]  # fmt: skip
+    return argv + [python, *worker, "/sbx/worker.py", str(ctrl_fd), "/sbx", isolation]
+
+
+# ---------------------------------------------------------------- worker side: rlimits
+def set_rlimits(mem_bytes: int, cpu_s: int, fsize: int, nproc: int, nofile: int = 64):
+    def lim(res, v):
+        try:
+            resource.setrlimit(res, (v, v))
+        except (ValueError, OSError):
+            soft, hard = resource.getrlimit(res)
+            v = min(v, hard) if hard != resource.RLIM_INFINITY else v
+            resource.setrlimit(res, (v, v))
+
+    lim(resource.RLIMIT_AS, mem_bytes)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    lim(resource.RLIMIT_FSIZE, fsize)
+    lim(resource.RLIMIT_NOFILE, nofile)
+    lim(resource.RLIMIT_NPROC, nproc)
+    lim(resource.RLIMIT_CORE, 0)
+    lim(resource.RLIMIT_MEMLOCK, 0)
+    lim(resource.RLIMIT_MSGQUEUE, 0)
+
+
+# ---------------------------------------------------------------- worker side: Landlock (ctypes)
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+_X86_64 = platform.machine() == "x86_64"
+_NR = {  # x86_64 syscall numbers (landlock 444-446 are the same on every architecture)
+    "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446,
+}  # fmt: skip
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+
+_FS_RO = (1 << 0) | (1 << 2) | (1 << 3)  # execute, read_file, read_dir
+
+
+def _fs_all(abi: int) -> int:
+    bits = (1 << 13) - 1  # ABI 1: execute .. make_sym
+    if abi >= 2:
+        bits |= 1 << 13  # refer
+    if abi >= 3:
+        bits |= 1 << 14  # truncate
+    if abi >= 5:
+        bits |= 1 << 15  # ioctl_dev
+    return bits
+
+
+def landlock_abi() -> int:
+    r = _libc.syscall(ctypes.c_long(_NR["landlock_create_ruleset"]), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return int(r) if r > 0 else 0
+
+
+def apply_landlock(ro_paths, rw_paths) -> int:
+    """Restrict this process: read/execute under ``ro_paths``, everything under ``rw_paths``,
+    nothing else; no TCP bind/connect (ABI >= 4); no signals / abstract unix sockets outside the
+    domain (ABI >= 6). Returns the ABI used (0 = unavailable, nothing applied)."""
+    abi = landlock_abi()
+    if abi <= 0:
+        return 0
+    fs_all = _fs_all(abi)
+    net = 0b11 if abi >= 4 else 0
+    scoped = 0b11 if abi >= 6 else 0
+    attr = struct.pack("=QQQ", fs_all, net, scoped)
+    size = 8 if abi < 4 else (16 if abi < 6 else 24)
+    buf = ctypes.create_string_buffer(attr[:size], size)
+    fd = _libc.syscall(ctypes.c_long(_NR["landlock_create_ruleset"]), buf, ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        for paths, access in ((ro_paths, _FS_RO), (rw_paths, fs_all)):
+            for p in paths:
+                try:
+                    pfd = os.open(p, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    allowed = access if os.path.isdir(p) else access & ((1 << 0) | (1 << 1) | (1 << 2) | (1 << 14))
+                    rule = ctypes.create_string_buffer(struct.pack("=Qi", allowed, pfd), 12)
+                    r = _libc.syscall(ctypes.c_long(_NR["landlock_add_rule"]), ctypes.c_int(fd), ctypes.c_int(1), rule, ctypes.c_uint32(0))
+                    if r < 0:
+                        raise OSError(ctypes.get_errno(), f"landlock_add_rule({p}) failed")
+                finally:
+                    os.close(pfd)
+        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+        if _libc.syscall(ctypes.c_long(_NR["landlock_restrict_self"]), ctypes.c_int(fd), ctypes.c_uint32(0)) < 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(fd)
+    return abi
+
+
+# ---------------------------------------------------------------- worker side: seccomp (classic BPF)
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_RET_ALLOW = 0x7FFF0000
+_RET_KILL_PROCESS = 0x80000000
+_RET_ERRNO = 0x00050000
+_EPERM, _ENOSYS = 1, 38
+_CLONE_THREAD = 0x00010000
+
+_DENY_X86_64 = {
+    # network
+    "socket": 41, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "socketpair": 53, "accept4": 288,
+    # new processes / programs (threads stay allowed: see clone below)
+    "fork": 57, "vfork": 58, "execve": 59, "execveat": 322,
+    # signals to anything, other processes' memory and fds
+    "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
+    "pidfd_open": 434, "pidfd_send_signal": 424, "pidfd_getfd": 438,
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
+    # System V IPC and POSIX message queues (they outlive the process)
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+    "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+    "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
+    "mq_getsetattr": 245,
+    # namespaces, mounts, kernel surfaces
+    "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+    "bpf": 321, "keyctl": 250, "add_key": 248, "request_key": 249, "perf_event_open": 298,
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": 323,
+    "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+    "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168, "personality": 135,
+    "setpriority": 141, "sched_setscheduler": 144, "sched_setattr": 314, "ioprio_set": 251,
+    "name_to_handle_at": 303, "open_by_handle_at": 304, "quotactl": 179, "acct": 163,
+}  # fmt: skip
+_NR_CLONE, _NR_CLONE3 = 56, 435
+
+
+def _bpf(code, jt, jf, k):
+    return struct.pack("=HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def seccomp_filter_bytes() -> bytes:
+    LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+    prog = [
+        _bpf(LD_W_ABS, 0, 0, 4),  # arch
+        _bpf(JEQ_K, 1, 0, _AUDIT_ARCH_X86_64),
+        _bpf(RET_K, 0, 0, _RET_KILL_PROCESS),
+        _bpf(LD_W_ABS, 0, 0, 0),  # syscall nr
+        _bpf(JGE_K, 0, 1, 0x40000000),  # x32 ABI: nothing
+        _bpf(RET_K, 0, 0, _RET_ERRNO | _ENOSYS),
+        _bpf(JEQ_K, 0, 1, _NR_CLONE3),  # clone3 -> ENOSYS, so libc falls back to clone (threads work)
+        _bpf(RET_K, 0, 0, _RET_ERRNO | _ENOSYS),
+        _bpf(JEQ_K, 0, 4, _NR_CLONE),  # clone: only with CLONE_THREAD
+        _bpf(LD_W_ABS, 0, 0, 16),  # args[0] low word (little endian)
+        _bpf(JSET_K, 0, 1, _CLONE_THREAD),
+        _bpf(RET_K, 0, 0, _RET_ALLOW),
+        _bpf(RET_K, 0, 0, _RET_ERRNO | _EPERM),
+    ]
+    for nr in sorted(set(_DENY_X86_64.values())):
+        prog.append(_bpf(JEQ_K, 0, 1, nr))
+        prog.append(_bpf(RET_K, 0, 0, _RET_ERRNO | _EPERM))
+    prog.append(_bpf(RET_K, 0, 0, _RET_ALLOW))
+    return b"".join(prog)
+
+
+def apply_seccomp() -> bool:
+    """Install the deny-list filter on this process (and its threads). False where unsupported."""
+    if not _X86_64:
+        return False
+    raw = seccomp_filter_bytes()
+    n = len(raw) // 8
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(n, ctypes.cast(buf, ctypes.c_void_p))
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp filter refused")
+    return True
+
+
+def lock_down(*, scratch: str, ro_paths, mem_bytes: int, cpu_s: int, fsize: int, nproc: int) -> dict:
+    """All inner layers, in order, for the current (freshly forked) process."""
+    os.setsid()
+    set_rlimits(mem_bytes, cpu_s, fsize, nproc)
+    ll = apply_landlock(ro_paths, [scratch])
+    sc = apply_seccomp()
+    return {"landlock": ll, "seccomp": sc}

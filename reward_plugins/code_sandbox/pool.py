@@ -1,0 +1,311 @@
+"""Worker pool (host side): long-lived sandboxed fork servers, one request at a time each.
+
+A request is a header with counts and limits plus file descriptors (memfds with the program, the
+tests or stdin; the result pipe; stdout memfds): the worker never holds sample data itself. A
+worker that dies, hangs past its deadline or answers nonsense is killed and replaced; the sample
+it was running scores 0 and counts as an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import queue
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import isolation, protocol
+
+log = logging.getLogger("reward_plugins.code_sandbox")
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_WORKER_FILES = ("worker.py", "isolation.py", "protocol.py")
+MAX_RESULT_BYTES = 1 << 20
+MAX_IO_CASES_PER_RUN = 100  # fds per message stay well under SCM_MAX_FD (253)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    timeout: float = 5.0  # wall seconds per execution (an io case, or a whole assert/check run)
+    memory_mb: int = 1024  # address space per sandboxed process
+    max_output_bytes: int = 8 << 20  # stdout and any file a program writes
+    max_processes: int = 64  # RLIMIT_NPROC of the sandbox uid (threads count; fork is denied anyway)
+
+
+@dataclasses.dataclass
+class Job:
+    mode: str  # "call" (asserts / check(candidate)) or "io"
+    code: str
+    n: int  # number of tests
+    spec: dict | None = None  # call: tests for the tester process
+    inputs: list | None = None  # io: stdin per case
+    expected: list | None = None  # io: expected stdout per case (never leaves the host)
+
+
+@dataclasses.dataclass
+class Outcome:
+    passed: list
+    timeout: bool = False
+    error: str | None = None  # "program" (did not load / crashed), "internal", "void"
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+class _Worker:
+    def __init__(self, slot: int, isolation_mode: str, python: str, code_dir: str):
+        self.slot, self.mode = slot, isolation_mode
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = host
+        argv = isolation.worker_command(isolation_mode, python, code_dir, child.fileno())
+        uid = isolation.slot_uid(slot)
+        ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
+        self.err = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                pass_fds=(child.fileno(),),
+                env={},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self.err,
+                start_new_session=True,
+                **ids,
+            )
+        finally:
+            child.close()
+        ready, _, _ = select.select([self.sock], [], [], 30)
+        hello = self.sock.recv(4096) if ready else b""
+        if not hello:
+            self.kill()
+            self.err.seek(0)
+            why = self.err.read().decode(errors="replace").strip()[-2000:]
+            raise isolation.IsolationUnavailable(
+                f"the sandbox worker did not start ({' '.join(argv[:1])} exited with "
+                f"{self.proc.returncode}): {why or 'no message'}. " + isolation.INSTALL_HINT
+            )
+        caps = protocol.loads(hello)
+        if caps.get("uid") == 0:
+            self.kill()
+            raise isolation.IsolationUnavailable("the sandbox worker runs as root; refusing")
+        if isolation_mode == "bwrap" and not (caps.get("landlock") and caps.get("seccomp")):
+            self.kill()
+            raise isolation.IsolationUnavailable(
+                f"Landlock (abi={caps.get('landlock')}) or seccomp (x86_64 only: {caps.get('seccomp')}) is not "
+                "available in this kernel; the default isolation needs both. Use isolation='rlimits' to run weaker."
+            )
+        self.caps = caps
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        self.proc.wait()
+        self.sock.close()
+        self.err.close()
+
+    def run(self, job: Job, limits: Limits) -> Outcome:
+        hdr = {
+            "mode": job.mode,
+            "n": job.n,
+            "timeout": limits.timeout,
+            "cpu": int(limits.timeout) + 1,
+            "mem": limits.memory_mb << 20,
+            "fsize": limits.max_output_bytes,
+            "nproc": limits.max_processes,
+        }
+        code_fd = _memfd("program", job.code.encode("utf-8", errors="replace"))
+        if job.mode == "call":
+            tests_fd = _memfd("tests", protocol.dumps(job.spec))
+            res_r, res_w = os.pipe2(os.O_CLOEXEC)
+            send, keep = [code_fd, tests_fd, res_w], [res_r]
+            budget = limits.timeout + 10
+        else:
+            ins = [_memfd("stdin", (x or "").encode("utf-8", errors="replace")) for x in job.inputs]
+            outs = [os.memfd_create("stdout", os.MFD_CLOEXEC) for _ in job.inputs]
+            send, keep = [code_fd, *ins, *outs], outs
+            budget = limits.timeout * job.n + 10
+        deadline = time.monotonic() + budget
+        try:
+            socket.send_fds(self.sock, [protocol.dumps(hdr)], send)
+        finally:
+            for fd in send:
+                if fd not in keep:
+                    os.close(fd)
+        try:
+            raw = b""
+            if job.mode == "call":
+                raw = self._drain(res_r, deadline)
+            reply = self._reply(deadline)
+            if job.mode == "call":
+                passed, status, flags = protocol.parse_records(raw, job.n)
+                err = "void" if status != "ok" else ("program" if "load_error" in flags else None)
+                return Outcome(passed, timeout=bool(reply.get("timeout")), error=err)
+            cases = reply.get("cases")
+            if type(cases) is not list or len(cases) != job.n:
+                raise RuntimeError("bad io reply")
+            passed, crashed = [], False
+            for (code, timed_out), fd, want in zip(cases, outs, job.expected):
+                os.lseek(fd, 0, os.SEEK_SET)
+                got = os.read(fd, limits.max_output_bytes + 1)
+                ok = code == 0 and not timed_out and len(got) <= limits.max_output_bytes
+                crashed |= code != 0 and not timed_out
+                passed.append(ok and protocol.same_output(got, want))
+            return Outcome(passed, timeout=bool(reply.get("timeout")), error="program" if crashed else None)
+        finally:
+            for fd in keep:
+                os.close(fd)
+
+    def _drain(self, fd, deadline) -> bytes:
+        chunks, total = [], 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("result pipe stayed open past the deadline")
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            b = os.read(fd, 65536)
+            if not b:
+                return b"".join(chunks)
+            total += len(b)
+            if total <= MAX_RESULT_BYTES:
+                chunks.append(b)
+
+    def _reply(self, deadline) -> dict:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([self.sock], [], [], max(left, 0))
+        if not ready:
+            raise TimeoutError("worker did not answer in time")
+        msg = self.sock.recv(1 << 16)
+        if not msg:
+            raise EOFError("worker closed its channel")
+        reply = protocol.loads(msg)
+        if type(reply) is not dict or "internal" in reply:
+            raise RuntimeError(f"worker error: {reply}")
+        return reply
+
+
+class SandboxPool:
+    """``num_workers`` sandboxed fork servers; ``run(jobs)`` spreads a batch over them."""
+
+    def __init__(self, isolation_mode: str = "bwrap", num_workers: int | None = None, limits: Limits = Limits()):
+        if isolation_mode not in ("bwrap", "rlimits"):
+            raise ValueError(f"isolation must be 'bwrap' or 'rlimits', not {isolation_mode!r}")
+        if isolation_mode == "bwrap":
+            isolation.find_bwrap()
+        self.mode, self.limits = isolation_mode, limits
+        self.n = max(1, min(16, num_workers or len(os.sched_getaffinity(0))))
+        self.python = isolation.sandbox_python()
+        self.pid = os.getpid()
+        self._dir = tempfile.mkdtemp(prefix="code_sandbox-")
+        os.chmod(self._dir, 0o755)
+        for f in _WORKER_FILES:
+            shutil.copyfile(os.path.join(_HERE, f), os.path.join(self._dir, f))
+            os.chmod(os.path.join(self._dir, f), 0o644)
+        self._idle: queue.Queue = queue.Queue()
+        for slot in range(self.n):
+            self._idle.put([slot, None])
+        self._exec = ThreadPoolExecutor(self.n, thread_name_prefix="code_sandbox")
+        self._lock = threading.Lock()
+        self.closed = False
+        self.restarts = 0
+
+    def start(self):
+        """Start every worker now (in parallel); raises IsolationUnavailable when it cannot."""
+        slots = [self._idle.get() for _ in range(self.n)]
+        try:
+            list(self._exec.map(self._ensure, slots))
+        finally:
+            for s in slots:
+                self._idle.put(s)
+
+    def _ensure(self, slot):
+        if slot[1] is None or not slot[1].alive():
+            if slot[1] is not None:
+                slot[1].kill()
+                self.restarts += 1
+            slot[1] = None
+            slot[1] = _Worker(slot[0], self.mode, self.python, self._dir)
+        return slot[1]
+
+    def _one(self, job: Job) -> Outcome:
+        slot = self._idle.get()
+        try:
+            worker = self._ensure(slot)
+            try:
+                return worker.run(job, self.limits)
+            except isolation.IsolationUnavailable:
+                raise
+            except Exception as e:  # noqa: BLE001 - never crash training: replace the worker, score 0
+                log.warning("code_sandbox worker %d failed (%s); replacing it", slot[0], e)
+                worker.kill()
+                slot[1] = None
+                self.restarts += 1
+                return Outcome([False] * job.n, error="internal")
+        finally:
+            self._idle.put(slot)
+
+    def run(self, jobs: list[Job]) -> list[Outcome]:
+        out = []
+        for job in jobs:  # split huge io test lists (fd-passing limit), keep order
+            if job.mode == "io" and job.n > MAX_IO_CASES_PER_RUN:
+                parts = []
+                for k in range(0, job.n, MAX_IO_CASES_PER_RUN):
+                    sl = slice(k, k + MAX_IO_CASES_PER_RUN)
+                    parts.append(Job("io", job.code, len(job.inputs[sl]), inputs=job.inputs[sl], expected=job.expected[sl]))
+                out.append(parts)
+            else:
+                out.append([job])
+        flat = [j for parts in out for j in parts]
+        results = iter(list(self._exec.map(self._one, flat)))
+        merged = []
+        for parts in out:
+            rs = [next(results) for _ in parts]
+            passed = [p for r in rs for p in r.passed]
+            errs = [r.error for r in rs if r.error]
+            merged.append(Outcome(passed, any(r.timeout for r in rs), errs[0] if errs else None))
+        return merged
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        if os.getpid() == self.pid:
+            while True:
+                try:
+                    slot = self._idle.get_nowait()
+                except queue.Empty:
+                    break
+                if slot[1] is not None:
+                    slot[1].kill()
+            self._exec.shutdown(wait=False)
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,251 @@
+"""Verdict protocol: the only bytes that cross a trust boundary, and how they are read.
+
+Stdlib only: this file also runs inside the sandbox (the worker imports it by path).
+
+Three channels, each with one writer:
+
+* candidate -> tester (``Frame``): the untrusted program's *return values*, as typed, data-only
+  JSON. The decoder (``decode``) builds nothing but builtin containers and scalars, plus opaque
+  ``Remote`` handles whose equality is identity, so a forged ``__eq__``/``__bool__`` cannot cross.
+* tester -> host (result pipe): one JSON line per test, ``{"i": k, "ok": bool}``. Only the tester
+  (trusted test code in its own sandboxed process) holds this pipe; ``parse_records`` accepts a
+  record only when its line arrived complete, and a duplicate or malformed record voids the sample.
+* program stdout -> host (memfd): compared by the host, which alone knows the expected output
+  (``same_output``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+MAX_FRAME = 32 << 20  # bytes, one value crossing candidate -> tester
+_LEN = struct.Struct(">I")
+
+
+class ProtocolError(Exception):
+    """Malformed bytes from the other side; the test that needed them fails."""
+
+
+# ---------------------------------------------------------------- typed, data-only codec
+class Remote:
+    """An opaque reference to an object that lives in the candidate process (a function, a class,
+    an instance it returned). Calling it, or reading an attribute, is a round trip; it has no
+    truthiness, and equality is identity of the reference, so it cannot vouch for a result."""
+
+    __slots__ = ("_ref", "_conn")
+
+    def __init__(self, ref, conn):
+        self._ref = ref
+        self._conn = conn
+
+    def __call__(self, *args, **kwargs):
+        return self._conn.call(self._ref, args, kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._conn.getattr(self._ref, name)
+
+    def __eq__(self, other):
+        return type(other) is Remote and other._ref == self._ref
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __hash__(self):
+        return hash(("Remote", json.dumps(self._ref)))
+
+    def __bool__(self):
+        raise TypeError("the truth value of an opaque candidate object is undefined")
+
+    def __repr__(self):
+        return f"<Remote {self._ref!r}>"
+
+
+def encode(obj, handle=None, _depth=0):
+    """Plain data -> JSON-able structure. Containers are tagged so tuple/list/set/dict/bytes keep
+    their type; ints and floats stay distinct. ``handle(obj)`` is called for anything else (the
+    candidate side turns it into a reference); without it, such objects are an error."""
+    if _depth > 200:
+        raise ValueError("value nested too deeply")
+    d = _depth + 1
+    if obj is None or obj is True or obj is False:
+        return obj
+    if isinstance(obj, str):
+        return str.__str__(obj)
+    if isinstance(obj, bool):
+        return bool(obj)
+    if isinstance(obj, int):
+        return int.__index__(obj) if type(obj) is not int else obj
+    if isinstance(obj, float):
+        v = float.__float__(obj)
+        return v if math.isfinite(v) else {"F": repr(v)}
+    if isinstance(obj, Remote):
+        return {"h": obj._ref}
+    if isinstance(obj, list):
+        return [encode(x, handle, d) for x in list.__iter__(obj)]
+    if isinstance(obj, tuple):
+        return {"t": [encode(x, handle, d) for x in tuple.__iter__(obj)]}
+    if isinstance(obj, dict):
+        return {"d": [[encode(k, handle, d), encode(v, handle, d)] for k, v in dict.items(obj)]}
+    if isinstance(obj, frozenset):
+        return {"z": [encode(x, handle, d) for x in frozenset.__iter__(obj)]}
+    if isinstance(obj, set):
+        return {"s": [encode(x, handle, d) for x in set.__iter__(obj)]}
+    if isinstance(obj, bytes):
+        return {"b": bytes(obj).hex()}
+    if isinstance(obj, bytearray):
+        return {"y": bytes(obj).hex()}
+    if isinstance(obj, complex):
+        return {"c": [encode(obj.real, None, d), encode(obj.imag, None, d)]}
+    if handle is not None:
+        return {"h": handle(obj)}
+    raise TypeError(f"cannot send a {type(obj).__name__} across the sandbox boundary")
+
+
+def decode(data, conn=None, _depth=0):
+    """The strict inverse of ``encode``: builds only builtin types (and ``Remote`` for handles when
+    ``conn`` is given). Anything unexpected raises ProtocolError."""
+    if _depth > 200:
+        raise ProtocolError("value nested too deeply")
+    d = _depth + 1
+    t = type(data)
+    if data is None or t is bool or t is int or t is str:
+        return data
+    if t is float:
+        return data
+    if t is list:
+        return [decode(x, conn, d) for x in data]
+    if t is dict and len(data) == 1:
+        (tag, v), = data.items()
+        if tag == "t" and type(v) is list:
+            return tuple(decode(x, conn, d) for x in v)
+        if tag == "s" and type(v) is list:
+            return {decode(x, conn, d) for x in v}
+        if tag == "z" and type(v) is list:
+            return frozenset(decode(x, conn, d) for x in v)
+        if tag == "d" and type(v) is list:
+            out = {}
+            for kv in v:
+                if type(kv) is not list or len(kv) != 2:
+                    raise ProtocolError("bad dict item")
+                out[decode(kv[0], conn, d)] = decode(kv[1], conn, d)
+            return out
+        if tag == "b" and type(v) is str:
+            return bytes.fromhex(v)
+        if tag == "y" and type(v) is str:
+            return bytearray.fromhex(v)
+        if tag == "F" and v in ("nan", "inf", "-inf"):
+            return float(v)
+        if tag == "c" and type(v) is list and len(v) == 2:
+            re_, im = (decode(x, None, d) for x in v)
+            if type(re_) is not float or type(im) is not float:
+                raise ProtocolError("bad complex")
+            return complex(re_, im)
+        if tag == "h" and conn is not None and (type(v) is int or type(v) is str):
+            return Remote(v, conn)
+    raise ProtocolError(f"unexpected value of type {t.__name__}")
+
+
+def _no_constant(name):
+    raise ProtocolError(f"non-standard JSON constant {name}")
+
+
+def loads(raw: bytes):
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError(str(e)) from None
+
+
+def dumps(obj) -> bytes:
+    return json.dumps(obj, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
+# ---------------------------------------------------------------- length-prefixed frames on pipes
+def _write_all(fd, data):
+    import os
+
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def send_frame(fd, obj):
+    raw = dumps(obj)
+    if len(raw) > MAX_FRAME:
+        raise ValueError("frame too large")
+    _write_all(fd, _LEN.pack(len(raw)) + raw)
+
+
+def _read_exact(fd, n):
+    import os
+
+    chunks, got = [], 0
+    while got < n:
+        b = os.read(fd, min(n - got, 1 << 20))
+        if not b:
+            raise EOFError("peer closed the channel")
+        chunks.append(b)
+        got += len(b)
+    return b"".join(chunks)
+
+
+def recv_frame(fd):
+    (n,) = _LEN.unpack(_read_exact(fd, 4))
+    if n > MAX_FRAME:
+        raise ProtocolError("frame too large")
+    return loads(_read_exact(fd, n))
+
+
+# ---------------------------------------------------------------- verdict records (tester -> host)
+def record(i: int, ok: bool) -> bytes:
+    return dumps({"i": i, "ok": bool(ok)}) + b"\n"
+
+
+def parse_records(raw: bytes, n_tests: int):
+    """-> (passed: list[bool] of length n_tests, status: "ok" | "void", flags: set[str]).
+
+    Only complete lines count (a record cut off by a kill is dropped); a test without a record
+    failed; a duplicate, out-of-range or malformed record voids the whole sample."""
+    passed = [False] * n_tests
+    seen = set()
+    flags = set()
+    lines = raw.split(b"\n")
+    for line in lines[:-1]:  # the last element is incomplete (or empty)
+        try:
+            rec = loads(line)
+        except ProtocolError:
+            return [False] * n_tests, "void", flags
+        if type(rec) is not dict:
+            return [False] * n_tests, "void", flags
+        if set(rec) == {"flag"} and rec["flag"] in ("load_error", "end"):
+            flags.add(rec["flag"])
+            continue
+        i, ok = rec.get("i"), rec.get("ok")
+        if set(rec) != {"i", "ok"} or type(i) is not int or type(ok) is not bool:
+            return [False] * n_tests, "void", flags
+        if not 0 <= i < n_tests or i in seen:
+            return [False] * n_tests, "void", flags
+        seen.add(i)
+        passed[i] = ok
+    return passed, "ok", flags
+
+
+# ---------------------------------------------------------------- stdout comparison (host side)
+def _lines(text: str):
+    lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").split("\n")]
+    while lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def same_output(actual: bytes, expected) -> bool:
+    """Exact comparison modulo trailing whitespace on each line (and trailing blank lines).
+    Every line counts: a missing or extra line fails. A non-string expectation never passes."""
+    if not isinstance(expected, str):
+        return False
+    return _lines(actual.decode("utf-8", errors="replace")) == _lines(expected)

@@ -1,0 +1,364 @@
+"""Fork server: runs inside the sandbox as ``python -I -S -B worker.py CTRL_FD CODE_DIR ISOLATION``.
+
+It never reads sample data: each request arrives as a small header (counts and limits) plus file
+descriptors (memfds with the program / the tests / stdin, the result pipe, stdout memfds). Only
+the forked children read them, after they have locked themselves down, so nothing a sample leaves
+in memory can reach the next one (each child is a fresh fork of this clean process).
+
+Roles of a child:
+* candidate (A): executes the untrusted program, then serves calls to its functions as data.
+* tester (B): runs the trusted test code against ``Remote`` proxies of A's names and writes one
+  record per test to the result pipe, which only B holds.
+* program (io): the untrusted program with stdin/stdout bound to memfds the host reads.
+"""
+
+import fcntl
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+sys.path.insert(0, sys.argv[2])
+import isolation  # noqa: E402
+import protocol  # noqa: E402
+
+# stdlib that solutions commonly use, imported once here so that each fork is cheap
+import bisect, builtins, collections, copy, dataclasses, datetime, decimal, fractions, functools, hashlib  # noqa: E401,E402,F401
+import heapq, io, itertools, json, math, operator, random, re, statistics, string, typing  # noqa: E401,E402,F401
+
+os.environ.clear()
+CTRL_FD = int(sys.argv[1])
+MODE = sys.argv[3]
+SCRATCH_ROOT = "/tmp" if MODE == "bwrap" else None
+RO_PATHS = sorted({"/usr", sys.argv[2], sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
+RO_PATHS += ["/dev/null", "/dev/urandom", "/dev/zero"]
+_seq = 0
+
+
+def _close_except(keep):
+    """Move ``keep`` (a list of fds) to 3, 4, ... and close every other fd above 2."""
+    high = [fcntl.fcntl(f, fcntl.F_DUPFD_CLOEXEC, 200) for f in keep]  # out of the target range first
+    for i, f in enumerate(high):
+        os.dup2(f, 3 + i, inheritable=True)
+    os.closerange(3 + len(keep), 1 << 16)
+
+
+def _std(stdin=None, stdout=None):
+    null = os.open("/dev/null", os.O_RDWR)
+    os.dup2(stdin if stdin is not None else null, 0)
+    os.dup2(stdout if stdout is not None else null, 1)
+    os.dup2(null, 2)
+
+
+def _child(keep, hdr, scratch, stdin=None, stdout=None):
+    """Common start of every child: own session, own scratch dir, few fds, all inner layers."""
+    _std(stdin, stdout)
+    _close_except(keep)
+    os.mkdir(scratch, 0o700)
+    os.chdir(scratch)
+    isolation.lock_down(
+        scratch=scratch,
+        ro_paths=RO_PATHS,
+        mem_bytes=hdr["mem"],
+        cpu_s=hdr["cpu"],
+        fsize=hdr["fsize"],
+        nproc=hdr["nproc"],
+    )
+
+
+def _read_fd(fd):
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+# ---------------------------------------------------------------- candidate (untrusted)
+def candidate_main(code_fd, req_fd, rep_fd):
+    code = _read_fd(code_fd).decode("utf-8", errors="replace")
+    ns = {"__name__": "__sandbox__", "__builtins__": builtins}
+    table, ids = {}, {}
+
+    def handle(obj):
+        k = id(obj)
+        if k not in ids:
+            ids[k] = len(table)
+            table[len(table)] = obj
+        return ids[k]
+
+    def resolve(ref):
+        if type(ref) is str:
+            return ns[ref]
+        return table[ref]
+
+    try:
+        exec(compile(code, "<program>", "exec"), ns)
+    except BaseException as e:  # noqa: BLE001 - anything the program does is its own failure
+        protocol.send_frame(rep_fd, {"load_error": type(e).__name__})
+        os._exit(0)
+    manifest = {}
+    for name, val in list(ns.items()):
+        if name.startswith("__") or type(name) is not str:
+            continue
+        if isinstance(val, type(os)):
+            manifest[name] = {"m": getattr(val, "__name__", "")}
+        elif callable(val):
+            manifest[name] = {"f": 1}
+        else:
+            try:
+                manifest[name] = {"v": protocol.encode(val)}
+            except Exception:  # noqa: BLE001
+                pass
+    protocol.send_frame(rep_fd, {"names": manifest})
+    while True:
+        try:
+            req = protocol.recv_frame(req_fd)
+        except EOFError:
+            os._exit(0)
+        try:
+            target = resolve(req["r"])
+            if "g" in req:
+                out = getattr(target, req["g"])
+            else:
+                args = protocol.decode(req["a"])
+                kwargs = protocol.decode(req["k"])
+                out = target(*args, **kwargs)
+            reply = {"v": protocol.encode(out, handle)}
+        except BaseException as e:  # noqa: BLE001
+            reply = {"e": [type(e).__name__, str(e)[:200]]}
+        protocol.send_frame(rep_fd, reply)
+
+
+# ---------------------------------------------------------------- tester (trusted test code)
+_EXC = {n: getattr(builtins, n) for n in dir(builtins) if isinstance(getattr(builtins, n), type)
+        and issubclass(getattr(builtins, n), Exception)}  # fmt: skip
+
+
+class CandidateGone(Exception):
+    pass
+
+
+class Conn:
+    def __init__(self, req_fd, rep_fd):
+        self.req_fd, self.rep_fd, self.dead = req_fd, rep_fd, False
+
+    def _round(self, msg):
+        if self.dead:
+            raise CandidateGone("candidate process is gone")
+        try:
+            protocol.send_frame(self.req_fd, msg)
+            rep = protocol.recv_frame(self.rep_fd)
+        except (EOFError, OSError, protocol.ProtocolError):
+            self.dead = True
+            raise CandidateGone("candidate process is gone") from None
+        if type(rep) is not dict:
+            raise protocol.ProtocolError("bad reply")
+        if "v" in rep:
+            return protocol.decode(rep["v"], self)
+        err = rep.get("e")
+        if type(err) is list and len(err) == 2 and type(err[0]) is str:
+            raise _EXC.get(err[0], RuntimeError)(str(err[1]))
+        raise protocol.ProtocolError("bad reply")
+
+    def call(self, ref, args, kwargs):
+        return self._round({"r": ref, "a": protocol.encode(list(args)), "k": protocol.encode(dict(kwargs))})
+
+    def getattr(self, ref, name):
+        return self._round({"r": ref, "g": name})
+
+
+def tester_main(tests_fd, result_fd, req_fd, rep_fd):
+    spec = protocol.loads(_read_fd(tests_fd))
+    conn = Conn(req_fd, rep_fd)
+    g = {"__name__": "__test__", "__builtins__": builtins}
+    try:
+        first = protocol.recv_frame(rep_fd)
+    except (EOFError, protocol.ProtocolError):
+        first = {"load_error": "gone"}
+    if "load_error" in first:
+        os.write(result_fd, protocol.dumps({"flag": "load_error"}) + b"\n")
+        first = {"names": {}}
+    names = first.get("names") if type(first) is dict else None
+    for name, desc in (names if type(names) is dict else {}).items():
+        if type(name) is not str or not name.isidentifier() or hasattr(builtins, name) or type(desc) is not dict:
+            continue  # the candidate may never shadow a builtin the test code relies on
+        try:
+            if "f" in desc:
+                g[name] = protocol.Remote(name, conn)
+            elif "m" in desc and desc["m"] in sys.stdlib_module_names:
+                g[name] = __import__(desc["m"])
+            elif "v" in desc:
+                g[name] = protocol.decode(desc["v"], conn)
+        except Exception:  # noqa: BLE001
+            pass
+    if spec["kind"] == "asserts":
+        try:
+            exec(compile(spec.get("setup") or "", "<setup>", "exec"), g)
+        except BaseException:  # noqa: BLE001
+            os._exit(0)
+        for i, src in enumerate(spec["asserts"]):
+            try:
+                exec(compile(src, f"<test {i}>", "exec"), g)
+                ok = True
+            except BaseException:  # noqa: BLE001
+                ok = False
+            os.write(result_fd, protocol.record(i, ok))
+    else:  # "check": HumanEval-style test code defining check(candidate)
+        try:
+            exec(compile(spec["test"], "<test>", "exec"), g)
+            g["check"](protocol.Remote(spec["entry_point"], conn))
+            ok = True
+        except BaseException:  # noqa: BLE001
+            ok = False
+        os.write(result_fd, protocol.record(0, ok))
+    os.write(result_fd, protocol.dumps({"flag": "end"}) + b"\n")
+    os._exit(0)
+
+
+# ---------------------------------------------------------------- io program (untrusted)
+def program_main(code_fd):
+    code = _read_fd(code_fd).decode("utf-8", errors="replace")
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
+    status = 0
+    try:
+        exec(compile(code, "<program>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+    except SystemExit as e:
+        status = 0 if e.code is None or e.code == 0 else 1
+    except BaseException:  # noqa: BLE001
+        status = 1
+    try:
+        sys.stdout.flush()
+    except BaseException:  # noqa: BLE001
+        status = 1
+    os._exit(status)
+
+
+# ---------------------------------------------------------------- fork server
+def _fork(fn, *args):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fn(*args)
+        except BaseException:  # noqa: BLE001
+            pass
+        os._exit(70)
+    return pid
+
+
+def _scratch():
+    global _seq
+    _seq += 1
+    root = SCRATCH_ROOT or os.environ.get("TMPDIR", "/tmp")
+    return os.path.join(root, f"run-{os.getpid()}-{_seq}")
+
+
+def _wait(pids, deadline, stop_when=None):
+    """Wait for ``pids`` (or only ``stop_when``) to exit or the deadline; kill all the rest.
+    Returns (timed_out, {pid: wait status})."""
+    fds = {os.pidfd_open(p): p for p in pids}
+    status, timed_out = {}, False
+    try:
+        live = dict(fds)
+        while live:
+            if stop_when is not None and stop_when in status:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select(list(live), [], [], left)
+            for fd in ready:
+                pid = live.pop(fd)
+                _, st = os.waitpid(pid, 0)
+                status[pid] = st
+        for fd, pid in live.items():
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        for fd, pid in live.items():
+            _, st = os.waitpid(pid, 0)
+            status[pid] = st
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return timed_out, status
+
+
+def _rm(path):
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run_call(hdr, fds):
+    code_fd, tests_fd, result_fd = fds
+    a_req_r, a_req_w = os.pipe()  # tester -> candidate
+    a_rep_r, a_rep_w = os.pipe()  # candidate -> tester
+    s_a, s_b = _scratch(), _scratch()
+
+    def a():
+        _child([code_fd, a_req_r, a_rep_w], hdr, s_a)
+        candidate_main(3, 4, 5)
+
+    def b():
+        _child([tests_fd, result_fd, a_req_w, a_rep_r], hdr, s_b)
+        tester_main(3, 4, 5, 6)
+
+    pa = _fork(a)
+    pb = _fork(b)
+    for f in (code_fd, tests_fd, result_fd, a_req_r, a_req_w, a_rep_r, a_rep_w):
+        os.close(f)
+    timed_out, _ = _wait([pa, pb], time.monotonic() + hdr["timeout"], stop_when=pb)
+    _rm(s_a)
+    _rm(s_b)
+    return {"timeout": timed_out}
+
+
+def run_io(hdr, fds):
+    n = hdr["n"]
+    code_fd, ins, outs = fds[0], fds[1 : 1 + n], fds[1 + n : 1 + 2 * n]
+    cases = []
+    for i in range(n):
+        s = _scratch()
+
+        def p():
+            _child([code_fd], hdr, s, stdin=ins[i], stdout=outs[i])
+            program_main(3)
+
+        pid = _fork(p)
+        timed_out, st = _wait([pid], time.monotonic() + hdr["timeout"])
+        _rm(s)
+        code = os.waitstatus_to_exitcode(st[pid])
+        cases.append([code, timed_out])
+    for f in fds:
+        os.close(f)
+    return {"cases": cases, "timeout": any(t for _, t in cases)}
+
+
+def main():
+    sock = socket.socket(fileno=CTRL_FD)
+    caps = {"ready": True, "uid": os.getuid(), "landlock": isolation.landlock_abi(), "seccomp": isolation._X86_64}
+    sock.send(protocol.dumps(caps))
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 256)
+        except OSError:
+            return
+        if not msg:
+            return
+        try:
+            hdr = protocol.loads(msg)
+            reply = run_call(hdr, fds) if hdr["mode"] == "call" else run_io(hdr, fds)
+        except Exception as e:  # noqa: BLE001
+            reply = {"internal": f"{type(e).__name__}: {e}"}
+        sock.send(protocol.dumps(reply))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Hostile suite for the code_sandbox reward (issue 4).
+
+Every program below is a WRONG solution of ``add(a, b)`` that tries a trick; many are written
+"correct only if the attack worked", so a score of 0 proves the attack failed. Each runs in a
+batch beside a correct solution that must still score 1.0, and the host must be left unchanged.
+Nothing here talks to any address off this machine.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+
+import pytest
+
+pytest.importorskip("reward_plugins.code_sandbox")
+from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
+from reward_plugins.code_sandbox import isolation  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not (sys.platform == "linux"), reason="Linux sandbox")
+
+CORRECT = "```python\ndef add(a, b):\n    return a + b\n```"
+TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]
+CORRECT_IF_OK = "\ndef add(a, b):\n    return a + b if ok else a - b\n"
+
+
+def _attempt(body: str) -> str:
+    """A program whose ``add`` is right only if ``body`` ran without raising (the attack worked)."""
+    return "ok = False\ntry:\n" + textwrap.indent(textwrap.dedent(body), "    ") + "\n    ok = True\nexcept BaseException:\n    pass\n" + CORRECT_IF_OK
+
+
+@pytest.fixture(scope="module")
+def reward():
+    f = code_sandbox(num_workers=2, timeout=2.0, memory_mb=512, max_output_bytes=1 << 20)
+    f.pool.start()
+    yield f
+    f.close()
+
+
+def _uids(pool):
+    return {isolation.slot_uid(s) for s in range(pool.n)}
+
+
+def _procs_of(uids):
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if os.stat(f"/proc/{pid}").st_uid in uids:
+                    out.append(pid)
+            except FileNotFoundError:
+                pass
+    return sorted(out)
+
+
+def _score(reward, hostile):
+    before = _procs_of(_uids(reward.pool))
+    restarts = reward.pool.restarts
+    r = reward(prompts=["", ""], completions=[hostile, CORRECT], tests=[TESTS, TESTS])
+    assert r == [0.0, 1.0]
+    assert reward.pool.restarts == restarts, "a sandbox worker was killed from inside"
+    assert _procs_of(_uids(reward.pool)) == before, "a process was left running"
+    return r
+
+
+HOSTILE = {
+    "fork_bomb": "import os\nfor _ in range(2000):\n    try:\n        os.fork()\n    except OSError:\n        pass\ndef add(a, b):\n    return a - b\n",
+    "fork_bomb_in_call": "import os\ndef add(a, b):\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n",
+    "thread_bomb": "import threading, time\nts = []\nfor _ in range(5000):\n    try:\n        t = threading.Thread(target=time.sleep, args=(100,)); t.start(); ts.append(t)\n    except BaseException:\n        break\ndef add(a, b):\n    return a - b\n",
+    "infinite_loop": "def add(a, b):\n    while True:\n        pass\n",
+    "sleep": "import time\ndef add(a, b):\n    time.sleep(100)\n    return a + b\n",
+    "alloc_10GB": _attempt("x = bytearray(10 * 1024**3)"),
+    "huge_file": _attempt("with open('big', 'wb') as f:\n    for _ in range(1 << 14):\n        f.write(b'x' * (1 << 16))"),
+    "output_flood": "import sys\ndef add(a, b):\n    while True:\n        sys.stdout.write('x' * 65536)\n        sys.stderr.write('y' * 65536)\n",
+    "read_shadow": _attempt("assert open('/etc/shadow').read()"),
+    "read_environ": _attempt("import os\nassert os.environ and any(os.environ.values())"),
+    "read_proc": _attempt("import os\nassert os.listdir('/proc/self/fd')"),
+    "write_usr": _attempt("open('/usr/pwned-code-sandbox', 'w').write('x')"),
+    "write_worker_code": _attempt("import sys\nopen(sys.argv[2] + '/worker.py', 'a').write('x')"),
+    "kill_parent": _attempt("import os\nos.kill(os.getppid(), 9)"),
+    "kill_all": _attempt("import os\nos.kill(-1, 9)"),
+    "kill_all_libc": _attempt("import ctypes\nassert ctypes.CDLL(None).kill(-1, 9) == 0"),
+    "sys_exit_before_tests": "import sys\nsys.exit(0)\ndef add(a, b):\n    return a - b\n",
+    "os_exit_before_tests": "import os\nos._exit(0)\ndef add(a, b):\n    return a - b\n",
+    "fake_success_marker": (
+        "import os, sys\nrec = b''.join(b'{\"i\":%d,\"ok\":true}\\n' % i for i in range(3)) + b'{\"flag\":\"end\"}\\n'\n"
+        "print(rec.decode()); sys.stderr.write(rec.decode())\n"
+        "for fd in range(0, 256):\n    try:\n        os.write(fd, rec)\n    except OSError:\n        pass\n"
+        "def add(a, b):\n    return a - b\n"
+    ),
+    "eq_always_true": "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\ndef add(a, b):\n    return Yes()\n",
+    "int_subclass_eq": "class I(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\ndef add(a, b):\n    return I(a - b)\n",
+    "monkeypatch_builtins_unittest": (
+        "import builtins, unittest\nunittest.TestCase.assertEqual = lambda *a, **k: None\n"
+        "builtins.AssertionError = type('X', (Exception,), {})\nbuiltins.isinstance = lambda *a: True\n"
+        "import sys\nsys.modules['builtins'].__dict__['abs'] = lambda x: 0\n"
+        "def add(a, b):\n    return a - b\n"
+    ),
+    "getframe_walk": (
+        "import sys, gc\ndef add(a, b):\n    f = sys._getframe()\n    while f is not None:\n"
+        "        for k, v in list(f.f_locals.items()):\n            if isinstance(v, list):\n                v[:] = [True] * len(v)\n"
+        "            if isinstance(v, dict):\n                v.update(ok=True, passed=True, result='passed')\n"
+        "        f = f.f_back\n    for o in gc.get_objects():\n        if isinstance(o, list) and o and o[0] is False:\n            o[:] = [True] * len(o)\n"
+        "    return a - b\n"
+    ),
+    "patch_harness_modules": (
+        "import sys\nfor m in list(sys.modules.values()):\n    for name in ('record', 'send_frame', 'encode'):\n"
+        "        if hasattr(m, name):\n            try:\n                setattr(m, name, lambda *a, **k: None)\n            except Exception:\n                pass\n"
+        "def add(a, b):\n    return a - b\n"
+    ),
+    "double_forked_daemon": _attempt(
+        "import os, subprocess\ntry:\n    subprocess.Popen(['/bin/sleep', '1000'])\nexcept OSError:\n    pid = os.fork()\n    if pid == 0:\n        os.setsid()\n        if os.fork():\n            os._exit(0)\n        import time\n        time.sleep(1000)"
+    ),
+    "raise_limits": _attempt("import resource\nresource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))"),
+    "ptrace_neighbours": _attempt(
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nassert any(libc.ptrace(16, p, 0, 0) == 0 for p in range(1, 200))"
+    ),
+    "run_as_root": _attempt("import os\nassert os.getuid() == 0 or os.geteuid() == 0"),
+    "nested_user_namespace": _attempt("import os\nos.unshare(os.CLONE_NEWUSER)"),
+    "huge_return_value": "def add(a, b):\n    return 10 ** 100000\n",
+    "opaque_object_truthy": "def add(a, b):\n    return object()\n",
+    "system_exit_in_call": "def add(a, b):\n    raise SystemExit(0)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_program_scores_zero_beside_correct(reward, name):
+    _score(reward, HOSTILE[name])
+
+
+def test_suite_size():
+    assert len(HOSTILE) + 4 >= 25  # plus the four stateful / host-side tests below
+
+
+def test_socket_to_local_listener_gets_nothing(reward):
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.5)
+    port = srv.getsockname()[1]
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = b"\0code-sandbox-test-" + uuid.uuid4().hex.encode()
+    abstract.bind(name)
+    abstract.listen(1)
+    abstract.settimeout(0.5)
+    hostile = _attempt(
+        f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\ns.sendall(b'leak')"
+    ).replace("ok = False\n", "ok = False\nimport socket\ntry:\n    u = socket.socket(socket.AF_UNIX); u.connect(" + repr(name) + "); u.send(b'leak')\nexcept OSError:\n    pass\n", 1)
+    try:
+        _score(reward, hostile)
+        for s in (srv, abstract):
+            with pytest.raises(socket.timeout):
+                s.accept()
+    finally:
+        srv.close()
+        abstract.close()
+
+
+def test_write_outside_scratch_leaves_host_unchanged(reward, tmp_path):
+    os.chmod(tmp_path, 0o777)  # even a world-writable host dir must stay untouched
+    target = tmp_path / "pwned"
+    _score(reward, _attempt(f"open({str(target)!r}, 'w').write('x')"))
+    _score(reward, _attempt("open('../pwned', 'w').write('x')\nopen('/tmp/pwned', 'w').write('x')"))
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_state_left_for_the_next_sample(reward):
+    """Files in scratch/tmp and System V shared memory left by one sample must not reach the next."""
+    leave = (
+        "import ctypes, os\nfor p in ('answer', '/tmp/answer', '/dev/shm/answer'):\n    try:\n        open(p, 'w').write('1')\n    except OSError:\n        pass\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\nid_ = libc.shmget(0x5EC12E7, 4096, 0o1666)\n"
+        "if id_ >= 0:\n    addr = libc.shmat(id_, None, 0)\n    ctypes.memmove(addr, b'ANSWER', 6)\n"
+        "def add(a, b):\n    return a - b\n"
+    )
+    pick = _attempt(
+        "import ctypes, os\nfound = any(os.path.exists(p) for p in ('answer', '/tmp/answer', '/dev/shm/answer', '../answer'))\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\nid_ = libc.shmget(0x5EC12E7, 4096, 0o666)\n"
+        "if id_ >= 0:\n    found = found or ctypes.string_at(libc.shmat(id_, None, 0), 6) == b'ANSWER'\nassert found"
+    )
+    for _ in range(2):  # both workers see a "leave" sample before a "pick" sample
+        reward(prompts=[""] * 2, completions=[leave, leave], tests=[TESTS, TESTS])
+    _score(reward, pick)
+    _score(reward, pick)
+
+
+def test_previous_sample_data_not_in_memory(reward):
+    """A sample scans its own address space (libc write() to a pipe: EFAULT instead of a crash on
+    unmapped pages) for a value that only the previous sample's tests contained."""
+    secret_tests = ["assert add(7777777, 1234) == 7779011"]
+    scan = _attempt(
+        """
+        import ctypes, gc, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+        r, w = os.pipe()
+        part = bytes([55, 55, 55, 57, 48, 49])  # the first six bytes of the secret; the last is checked as an int
+        found = False
+        bases = {id(o) & ~0xFFF for o in gc.get_objects()[:: max(1, len(gc.get_objects()) // 64)]}
+        seen = set()
+        for base in sorted(bases):
+            for page in range(base - (1 << 22), base + (1 << 22), 4096):
+                if page in seen or page <= 0:
+                    continue
+                seen.add(page)
+                if libc.write(w, page, 4096) != 4096:
+                    continue
+                buf = os.read(r, 4096)
+                k = buf.find(part)
+                while k != -1:
+                    if k + 6 < len(buf) and buf[k + 6] == 49:
+                        found = True
+                    k = buf.find(part, k + 1)
+        assert found
+        """
+    )
+    tests_here = ["assert add(7777777, 1234) == 7779011", "assert add(1, 2) == 3"]
+    for _ in range(2):
+        r = reward(prompts=[""] * 2, completions=[CORRECT, CORRECT], tests=[secret_tests, secret_tests])
+        assert r == [1.0, 1.0]
+    r = reward(prompts=[""] * 2, completions=[scan, CORRECT], tests=[tests_here, tests_here])
+    assert r == [0.0, 1.0]
+
+
+def test_sandbox_has_only_loopback_and_ordinary_uid(reward):
+    """The outer layer as started for a worker, with a probe instead of the fork server."""
+    pool = reward.pool
+    argv = isolation.worker_command("bwrap", pool.python, pool._dir, 0)
+    argv = argv[: argv.index(pool.python)] + [
+        pool.python, "-I", "-S", "-c",
+        "import os, socket; print(socket.if_nameindex(), os.getuid(), sorted(os.listdir('/')), dict(os.environ))",
+    ]  # fmt: skip
+    uid = isolation.slot_uid(0)
+    ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
+    out = subprocess.run(argv, env={"SECRET": "x"}, capture_output=True, text=True, timeout=30, **ids)
+    assert out.returncode == 0, out.stderr
+    ifaces, uid_in, root, env = out.stdout.strip().split(" ", 1)[0], None, None, None
+    assert "[(1, 'lo')]" in out.stdout
+    assert "SECRET" not in out.stdout and "'proc'" not in out.stdout and "'root'" not in out.stdout and "'etc'" not in out.stdout
+    assert f" {uid} " in out.stdout or uid is None
+
+
+def test_many_runs_leave_no_zombies(reward):
+    progs = [CORRECT, HOSTILE["kill_parent"], HOSTILE["fork_bomb"], HOSTILE["sys_exit_before_tests"]] * 25
+    r = reward(prompts=[""] * len(progs), completions=progs, tests=[TESTS] * len(progs))
+    assert r == [1.0, 0.0, 0.0, 0.0] * 25
+    zombies = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                stat = open(f"/proc/{pid}/stat").read()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] == "Z" and int(fields[1]) == os.getpid():
+                zombies.append(pid)
+    assert zombies == []
+    assert threading.active_count() < 50
