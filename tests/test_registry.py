@@ -1,0 +1,146 @@
+"""The reward registry end to end: entry points, errors, options, resolve_reward_funcs, the example third-party
+plugin installed into a temporary directory (no state left behind), and the CLI."""
+
+import os
+import pickle
+import subprocess
+import sys
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import pytest
+
+from trl_rlvr import rewards
+from trl_rlvr.rewards import available_rewards, describe_reward, load_reward, resolve_reward_funcs
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILTINS = {"boxed_math", "think_format", "overlong"}
+
+
+def test_builtins_registered_through_entry_points():
+    names = available_rewards()
+    assert BUILTINS <= set(names)
+    for name in BUILTINS:
+        assert names[name] and not names[name].startswith("[unavailable]")
+    specs = rewards.reward_specs()
+    assert specs["boxed_math"].value == "reward_plugins.boxed_math:boxed_math"
+    assert specs["boxed_math"].package == "trl-rlvr"
+
+
+def test_registry_is_light():
+    code = "import sys, trl_rlvr.rewards, trl_rlvr.cli; print(any(m in sys.modules for m in ('torch', 'trl', 'sympy')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_load_reward_builds_named_picklable_functions():
+    f = load_reward("think_format", answer_tag="answer")
+    assert f.__name__ == "think_format"
+    assert pickle.loads(pickle.dumps(f))(None, ["<think>a</think><answer>1</answer>"]) == [1.0]
+    g = load_reward("overlong", max_completion_length=8, buffer_length=4)
+    assert g(None, ["x"], completion_ids=[[0] * 8]) == [-1.0]
+    assert load_reward("boxed_math").__name__ == "boxed_math"
+
+
+def test_unknown_name_lists_names_and_closest():
+    with pytest.raises(ValueError) as e:
+        load_reward("boxed_maths")
+    msg = str(e.value)
+    assert "Did you mean 'boxed_math'" in msg and "think_format" in msg and "overlong" in msg
+
+
+def test_unknown_and_missing_options():
+    with pytest.raises(ValueError, match=r"'boxed_math'.*'timout'.*did you mean 'timeout'"):
+        load_reward("boxed_math", timout=3)
+    with pytest.raises(ValueError, match=r"'overlong'.*max_completion_length"):
+        load_reward("overlong")
+
+
+def _fake_eps(monkeypatch, extra):
+    real = rewards.entry_points
+
+    def fake(group):
+        return list(real(group=group)) + extra
+
+    monkeypatch.setattr(rewards, "entry_points", fake)
+
+
+def test_broken_plugin_does_not_break_others(monkeypatch):
+    broken = EntryPoint("broken_one", "no_such_package_xyz.mod:factory", rewards.GROUP)
+    _fake_eps(monkeypatch, [broken])
+    names = available_rewards()
+    assert names["broken_one"].startswith("[unavailable]")
+    assert "no_such_package_xyz" in names["broken_one"]
+    assert load_reward("think_format")(None, ["<think>a</think> b"]) == [1.0]
+    with pytest.raises(rewards.RewardPluginError, match="broken_one.*no_such_package_xyz"):
+        load_reward("broken_one")
+
+
+def test_resolve_reward_funcs():
+    def custom(prompts, completions, **kw):
+        return [0.0] * len(completions)
+
+    out = resolve_reward_funcs(
+        ["boxed_math", "think_format", custom, "Qwen/some-reward-model"], {"think_format": {"answer_tag": "answer"}}
+    )
+    assert [getattr(f, "__name__", f) for f in out] == ["boxed_math", "think_format", "custom", "Qwen/some-reward-model"]
+    assert out[1].answer_tag == "answer"
+    assert out[2] is custom
+    assert [f.__name__ for f in resolve_reward_funcs("think_format")] == ["think_format"]
+    assert resolve_reward_funcs(custom) == [custom]
+    with pytest.raises(ValueError, match="reward_options.*boxed_mat"):
+        resolve_reward_funcs(["boxed_math"], {"boxed_mat": {}})
+    with pytest.raises(ValueError, match="no option"):
+        resolve_reward_funcs(["boxed_math"], {"boxed_math": {"nope": 1}})
+
+
+@pytest.fixture(scope="module")
+def example_plugin(tmp_path_factory):
+    """examples/third_party_plugin installed with pip into a temporary target directory."""
+    target = tmp_path_factory.mktemp("site")
+    build = tmp_path_factory.mktemp("build")
+    src = build / "src"
+    import shutil
+
+    shutil.copytree(ROOT / "examples" / "third_party_plugin", src)  # keep build artefacts out of the repo
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+         "--target", str(target), str(src)],
+        check=True, capture_output=True, text=True,
+    )
+    return target
+
+
+def test_third_party_plugin_found_by_name(example_plugin, monkeypatch):
+    monkeypatch.syspath_prepend(str(example_plugin))
+    names = available_rewards()
+    assert "keyword" in names and "example third-party plugin" in names["keyword"]
+    assert rewards.reward_specs()["keyword"].package == "rlvr-example-plugin"
+    f = load_reward("keyword", word="because")
+    assert f(None, ["Because it is.", [{"role": "assistant", "content": "no"}]]) == [1.0, 0.0]
+    assert describe_reward("keyword")["options"]["word"]["default"] == "because"
+    assert [g.__name__ for g in resolve_reward_funcs(["keyword", "think_format"], {"keyword": {"word": "x"}})] == [
+        "keyword_x", "think_format"
+    ]
+    with pytest.raises(ValueError, match=r"'keyword'.*rlvr-example-plugin.*'wrod'"):
+        load_reward("keyword", wrod="x")
+
+
+def _cli(*args, extra_path=None):
+    env = dict(os.environ)
+    if extra_path:
+        env["PYTHONPATH"] = os.pathsep.join([str(extra_path), env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "trl_rlvr.cli", *args], capture_output=True, text=True, cwd=ROOT, env=env)
+
+
+def test_cli_list_and_show(example_plugin):
+    out = _cli("rewards", "list", extra_path=example_plugin)
+    assert out.returncode == 0, out.stderr
+    for name in (*BUILTINS, "keyword"):
+        assert name in out.stdout
+    assert "rlvr-example-plugin" in out.stdout and "trl-rlvr" in out.stdout
+    show = _cli("rewards", "show", "boxed_math")
+    assert show.returncode == 0, show.stderr
+    assert "timeout" in show.stdout and "answer_line" in show.stdout and "= 5.0" in show.stdout
+    bad = _cli("rewards", "show", "boxed_mat")
+    assert bad.returncode == 2 and "Did you mean 'boxed_math'" in bad.stderr
