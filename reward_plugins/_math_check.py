@@ -13,7 +13,7 @@ import logging
 import re
 from collections import OrderedDict
 
-from reward_plugins._text import find_boxes
+from reward_plugins._text import find_boxes, normalize_candidate
 
 _SEPARATOR_RE = re.compile(r"(?:\s|\$|,|;|\\[,;!]|\\q?quad|\\text\{\s*(?:and|,)?\s*\}|\\[()\[\]]|and|&|\\\\)*")
 _GOLD_CACHE: OrderedDict[str, list] = OrderedDict()
@@ -85,13 +85,23 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
     gold_parsed = parse_gold(gold)
     if not gold_parsed:
         return "bad_gold"
-    final = _parse_pred(candidates[-1])
-    status = "unparsed" if not final else "wrong"
-    if final and mv.verify(gold_parsed, final, timeout_seconds=None):
+    gold_key = normalize_candidate(gold_answer(gold))
+
+    def same(candidate: str, parsed) -> bool:  # identical text is equal: no sympy needed (fast path)
+        return normalize_candidate(candidate) == gold_key or bool(
+            parsed and mv.verify(gold_parsed, parsed, timeout_seconds=None)
+        )
+
+    final_text = candidates[-1]
+    final = None if normalize_candidate(final_text) == gold_key else _parse_pred(final_text)
+    status = "unparsed" if final is not None and not final else "wrong"
+    if same(final_text, final):
         status = "correct"
         for other in candidates[:-1]:
+            if normalize_candidate(other) == gold_key:
+                continue
             parsed = _parse_pred(other)
-            if not parsed or not mv.verify(gold_parsed, parsed, timeout_seconds=None):
+            if not same(other, parsed):
                 status = "hedged"
                 break
     if status != "correct" and len(candidates) > 1:
