@@ -1,0 +1,180 @@
+"""Gradient check of RLVRTrainer's loss against a reference written straight from the formulas.
+
+The trainer runs its real `train()` loop (shuffling, splitting into micro-batches, gradient accumulation,
+DDP all-reduce across processes) on a FIXED global batch: `_generate_and_score_completions` is replaced by
+a function returning this process's slice of that batch, laid out as TRL lays it out. The gradient is read
+in `on_pre_optimizer_step` (after accumulation and all-reduce; no clipping, learning rate 0).
+
+The reference below does not use TRL: one forward pass of the same weights over the rows of an optimizer
+step, the PPO-clip token loss, and the normalisation of `RLVRConfig`'s docstring.
+
+Run directly (also under `accelerate launch`) to write the gradients of every optimizer step to a file:
+    python tests/loss_harness.py MODEL_DIR OUT.pt NORMALIZATION[,NORMALIZATION...] [SPG GA]
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+GLOBAL_ROWS = 8  # answers in one generation batch (2 questions x G=4)
+GROUP_SIZE = 4
+PROMPT_LEN = 5
+MAX_COMPLETION = 7
+
+
+def fixed_batch(vocab_size: int, seed: int = 1234) -> dict[str, torch.Tensor]:
+    """A global generation batch: equal-length prompts, completions of varying length, fixed advantages."""
+    g = torch.Generator().manual_seed(seed)
+    prompt_ids = torch.randint(10, vocab_size, (GLOBAL_ROWS, PROMPT_LEN), generator=g)
+    completion_ids = torch.randint(10, vocab_size, (GLOBAL_ROWS, MAX_COMPLETION), generator=g)
+    lengths = torch.tensor([1, 7, 3, 5, 2, 7, 4, 6])
+    completion_mask = (torch.arange(MAX_COMPLETION)[None] < lengths[:, None]).long()
+    completion_ids = completion_ids.masked_fill(completion_mask == 0, 0)  # pad id 0
+    advantages = torch.randn(GLOBAL_ROWS, generator=g)
+    return {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": torch.ones_like(prompt_ids),
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": advantages,
+    }
+
+
+def reference_loss(model, rows: dict[str, torch.Tensor], normalization: str, num_rows_in_step: int,
+                   constant: int = MAX_COMPLETION, epsilon=0.2, epsilon_high=0.28) -> torch.Tensor:
+    """The loss of one optimizer step over ALL its rows (every process, every micro-step), from the formulas."""
+    input_ids = torch.cat([rows["prompt_ids"], rows["completion_ids"]], dim=1)
+    attention_mask = torch.cat([rows["prompt_mask"], rows["completion_mask"]], dim=1)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    completion_logits = logits[:, PROMPT_LEN - 1 : -1]
+    logp = torch.log_softmax(completion_logits.float(), dim=-1).gather(-1, rows["completion_ids"][..., None])[..., 0]
+    old = rows.get("old_per_token_logps", logp.detach())
+    ratio = torch.exp(logp - old)
+    adv = rows["advantages"][:, None]
+    token_loss = -torch.minimum(ratio * adv, ratio.clamp(1 - epsilon, 1 + epsilon_high) * adv)
+    mask = rows["completion_mask"].float()
+    summed = (token_loss * mask).sum(dim=1)
+    if normalization == "per_answer":
+        return (summed / mask.sum(dim=1).clamp(min=1)).sum() / num_rows_in_step
+    if normalization == "per_batch_token":
+        return summed.sum() / mask.sum()
+    if normalization == "constant":
+        return summed.sum() / (num_rows_in_step * constant)
+    raise ValueError(normalization)
+
+
+def reference_grads(model_dir, rows, normalization, **kw) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.train()
+    loss = reference_loss(model, rows, normalization, num_rows_in_step=rows["prompt_ids"].size(0), **kw)
+    loss.backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def make_trainer(model_dir, reward_funcs=None, **overrides):
+    """An RLVRTrainer on the tiny model with CPU settings; `overrides` are RLVRConfig fields."""
+    import tempfile
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+
+    from tiny import load_tokenizer
+    from trl_rlvr import RLVRConfig, RLVRTrainer
+
+    settings = dict(
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=4, num_generations=GROUP_SIZE,
+        max_completion_length=MAX_COMPLETION, epsilon=0.2, epsilon_high=0.28, learning_rate=0.0,
+        max_grad_norm=0.0, max_steps=1, bf16=False, gradient_checkpointing=False, report_to="none",
+        logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
+    )
+    settings.update(overrides)
+    tokenizer = load_tokenizer(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    dataset = Dataset.from_dict({"prompt": [f"q{i}" for i in range(64)]})
+    if reward_funcs is None:
+        reward_funcs = [lambda completions, **_: [0.0] * len(completions)]
+    return RLVRTrainer(model=model, reward_funcs=reward_funcs, args=RLVRConfig(**settings),
+                       train_dataset=dataset, processing_class=tokenizer)
+
+
+def run_trainer(model_dir, normalization: str, steps_per_generation: int = 2, grad_accum: int = 2,
+                num_optimizer_steps: int = 1, loss_constant: int | None = None):
+    """Train on the fixed batch; return (grads per optimizer step, rows of each optimizer step, trainer)."""
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import TrainerControl
+
+    import accelerate
+
+    state = accelerate.PartialState()
+    num_processes, rank = state.num_processes, state.process_index
+    trainer = make_trainer(
+        model_dir,
+        loss_normalization=normalization,
+        loss_constant=loss_constant,
+        per_device_train_batch_size=GLOBAL_ROWS // (num_processes * steps_per_generation),
+        gradient_accumulation_steps=grad_accum,
+        steps_per_generation=steps_per_generation,
+        max_steps=num_optimizer_steps,
+    )
+    batch = fixed_batch(len(trainer.processing_class))
+    local = slice(rank * GLOBAL_ROWS // num_processes, (rank + 1) * GLOBAL_ROWS // num_processes)
+
+    def fake_generate(inputs):
+        out = {k: v[local].clone() for k, v in batch.items()}
+        out["num_items_in_batch"] = batch["completion_mask"].sum()  # global, as TRL computes it
+        return out
+
+    trainer._generate_and_score_completions = fake_generate
+    step_rows: list[list[torch.Tensor]] = [[]]
+    original_compute_loss = trainer.compute_loss
+
+    def recording_compute_loss(model, inputs, *a, **k):
+        step_rows[-1].append(inputs["completion_ids"].clone())
+        return original_compute_loss(model, inputs, *a, **k)
+
+    trainer.compute_loss = recording_compute_loss
+    grads: list[dict[str, torch.Tensor]] = []
+
+    class GradCatcher(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kwargs) -> TrainerControl:
+            grads.append({n: p.grad.detach().clone() for n, p in trainer.model.named_parameters()
+                          if p.grad is not None})
+            step_rows.append([])
+            return control
+
+    trainer.add_callback(GradCatcher())
+    trainer.train()
+    # This process's rows of each step -> global rows (each process logs its own; gather them).
+    rows_per_step = [torch.cat(r) for r in step_rows[:-1]]
+    if num_processes > 1:
+        from accelerate.utils import gather_object
+
+        rows_per_step = [torch.cat(gather_object([r])) for r in rows_per_step]
+    return grads, rows_per_step, trainer
+
+
+def select_rows(batch: dict[str, torch.Tensor], completion_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Rows of `batch` whose completion ids match `completion_ids` (in that order)."""
+    index = [int((batch["completion_ids"] == row).all(dim=1).nonzero()[0]) for row in completion_ids]
+    return {k: v[index] for k, v in batch.items()}
+
+
+def strip_ddp_prefix(grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {n.removeprefix("module."): g for n, g in grads.items()}
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    model_dir, out_path, norms = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+    spg, ga = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else (2, 2)
+    results = {}
+    for norm in norms:
+        grads, rows, trainer = run_trainer(model_dir, norm, spg, ga)
+        results[norm] = {"grads": [strip_ddp_prefix(g) for g in grads], "rows": rows}
+    if trainer.accelerator.is_main_process:
+        results["num_processes"] = trainer.accelerator.num_processes
+        torch.save(results, out_path)

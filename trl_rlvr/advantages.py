@@ -1,0 +1,47 @@
+r"""Group-relative advantages and the zero-signal arithmetic (pure functions on tensors).
+
+GRPO (Shao et al., 2024) samples a group of G answers per question and uses the group as its own
+baseline, with the population standard deviation (dividing by G)::
+
+    A_i = (r_i - mean(r_1..r_G)) / (std(r_1..r_G) + eps)          scale_rewards="group"
+    A_i =  r_i - mean(r_1..r_G)                                     scale_rewards="none" (Dr. GRPO)
+
+Rewards (1, 0, 0, 1) give (+1, -1, -1, +1); (1, 0, 0, 0) gives +1.73 for the right answer and
+-0.58 for each wrong one. A group whose rewards are all equal has zero advantage everywhere and
+teaches nothing; for a question answered right with probability p that happens with probability
+p^G + (1-p)^G (66% at p=0.9, G=4; 19% at G=16).
+
+TRL computes the advantages inside the trainer; these functions state the formula, serve the
+diagnostics and dynamic sampling, and are the independent reference the tests hold TRL to.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
+    """Advantages of a flat reward vector laid out group after group (``len(rewards) % group_size == 0``)."""
+    grouped = rewards.view(-1, group_size)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale:
+        centred = centred / (grouped.std(dim=1, unbiased=False, keepdim=True) + eps)
+    return centred.reshape(-1)
+
+
+def zero_signal_groups(rewards: torch.Tensor, group_size: int, tolerance: float = 0.0) -> torch.Tensor:
+    """Boolean mask, one entry per group: True where max(r) - min(r) <= tolerance (exact equality by default).
+
+    NaN rewards (every reward function returned None) are ignored, as in TRL's nan-aware baseline; a group
+    with fewer than two scored answers has no signal.
+    """
+    grouped = rewards.view(-1, group_size)
+    valid = ~torch.isnan(grouped)
+    high = torch.where(valid, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
+    low = torch.where(valid, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
+    return (valid.sum(dim=1) < 2) | ((high - low) <= tolerance)
+
+
+def expected_zero_signal_frac(p: float, group_size: int) -> float:
+    """p^G + (1-p)^G: the share of groups with no signal if every question were answered right with probability p."""
+    return p**group_size + (1.0 - p) ** group_size

@@ -1,0 +1,177 @@
+"""`RLVRConfig`: TRL's `GRPOConfig` plus the RLVR switches, each validated when the config is built.
+
+Every field added here is documented where it is declared, with the paper it comes from. The
+switches TRL already has (`epsilon`/`epsilon_high` for clip-higher, `scale_rewards`,
+`mask_truncated_completions`, `beta`, ...) are inherited unchanged.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+from .shaping import validate_overlong
+
+#: `loss_normalization` -> the TRL `loss_type` whose aggregation is that normalisation (checked
+#: against an independent reference in tests/test_loss_normalization.py).
+LOSS_TYPE_OF = {"per_answer": "grpo", "per_batch_token": "dapo", "constant": "dr_grpo"}
+NORMALIZATION_OF = {loss_type: name for name, loss_type in LOSS_TYPE_OF.items()}
+
+
+def _choice_error(field_name: str, value: Any, allowed) -> ValueError:
+    return ValueError(f"{field_name}={value!r} is not valid; allowed values: {', '.join(map(repr, allowed))}")
+
+
+@dataclass
+class RLVRConfig(GRPOConfig):
+    r"""Configuration for :class:`trl_rlvr.RLVRTrainer`: everything in `trl.GRPOConfig`, plus the fields below.
+
+    Loss normalisation (how the summed token losses \(\ell_{i,t}\) of answers \(i\) with \(|o_i|\)
+    tokens are turned into one loss per optimizer step):
+
+    - ``per_answer`` (GRPO, Shao et al. 2024): \(\frac{1}{N}\sum_i \frac{1}{|o_i|}\sum_t \ell_{i,t}\)
+    - ``per_batch_token`` (DAPO, Yu et al. 2025): \(\frac{1}{\sum_i |o_i|}\sum_i\sum_t \ell_{i,t}\), the
+      sums running over the GLOBAL batch of the optimizer step (all processes, all accumulation steps)
+    - ``constant`` (Dr. GRPO, Liu et al. 2025): \(\frac{1}{N \cdot C}\sum_i\sum_t \ell_{i,t}\), with
+      \(C\) = ``loss_constant`` (default ``max_completion_length``)
+    """
+
+    loss_normalization: str | None = field(
+        default=None,
+        metadata={
+            "help": "How token losses are normalised: 'per_answer' (GRPO: each answer's loss divided by its own "
+            "length, then averaged over answers; biases length), 'per_batch_token' (DAPO: divided by the number of "
+            "answer tokens in the global batch of the optimizer step, all processes and accumulation steps), "
+            "'constant' (Dr. GRPO: divided by number of answers x loss_constant). Default: 'per_batch_token'; when "
+            "left unset and TRL's `loss_type` is given, the matching normalisation is used.",
+            "choices": list(LOSS_TYPE_OF),
+        },
+    )
+    loss_constant: int | None = field(
+        default=None,
+        metadata={
+            "help": "Dr. GRPO's constant C for loss_normalization='constant' (Liu et al. 2025). Default: "
+            "max_completion_length (the generation budget)."
+        },
+    )
+    overlong_buffer_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "DAPO soft overlong penalty (Yu et al. 2025, eq. 13): answers longer than max_completion_length "
+            "- overlong_buffer_length get a penalty falling linearly to -overlong_penalty_factor at "
+            "max_completion_length, added to the reward before the group baseline. None (default) turns it off. "
+            "DAPO used a 4096-token buffer for a 20480-token budget."
+        },
+    )
+    overlong_penalty_factor: float = field(
+        default=1.0,
+        metadata={"help": "Size of DAPO's soft overlong penalty at max_completion_length (DAPO: 1.0)."},
+    )
+    success_reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "Name of the reward function whose score decides whether an answer is right, for the rlvr/ "
+            "diagnostics (accuracy, length of right and wrong answers). Default: the first reward function."
+        },
+    )
+    success_threshold: float = field(
+        default=1.0,
+        metadata={"help": "An answer is counted right when its success_reward is >= this value."},
+    )
+    reward_options: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Options for reward plugins named in reward_funcs, as a mapping plugin name -> keyword "
+            "arguments, e.g. {\"boxed_math\": {\"allow_answer_line\": true}} (a JSON string on the command line)."
+        },
+    )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO dynamic sampling (Yu et al. 2025): drop groups whose answers all got the same reward (zero "
+            "advantage, no gradient) and sample more prompts until the generation batch is full of informative "
+            "groups."
+        },
+    )
+    max_sampling_rounds: int = field(
+        default=3,
+        metadata={
+            "help": "With dynamic_sampling: generation rounds per batch at most (the first included); 0 means "
+            "unlimited. When they run out, the batch is trained on the informative groups found so far."
+        },
+    )
+    dynamic_sampling_tolerance: float = field(
+        default=0.0,
+        metadata={
+            "help": "With dynamic_sampling: a group counts as zero-signal when max(reward) - min(reward) <= this "
+            "value. 0.0 (default) means exact equality."
+        },
+    )
+
+    def __post_init__(self):
+        self._resolve_loss_normalization()
+        if isinstance(self.reward_options, str):
+            import json
+
+            try:
+                self.reward_options = json.loads(self.reward_options)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"reward_options must be a JSON object mapping plugin name -> options: {err}") from err
+        super().__post_init__()
+        self._validate()
+
+    def _resolve_loss_normalization(self) -> None:
+        if self.loss_normalization is None:
+            # Unset: follow TRL's loss_type when it names one of our normalisations (drop-in behaviour).
+            self.loss_normalization = NORMALIZATION_OF.get(self.loss_type)
+            return
+        if self.loss_normalization not in LOSS_TYPE_OF:
+            raise _choice_error("loss_normalization", self.loss_normalization, LOSS_TYPE_OF)
+        wanted = LOSS_TYPE_OF[self.loss_normalization]
+        if self.loss_type not in (wanted, "dapo"):  # "dapo" is GRPOConfig's default, i.e. not chosen by the user
+            raise ValueError(
+                f"loss_normalization={self.loss_normalization!r} conflicts with loss_type={self.loss_type!r}; set "
+                f"only one of them (loss_normalization={self.loss_normalization!r} means loss_type={wanted!r})"
+            )
+        self.loss_type = wanted
+
+    def _validate(self) -> None:
+        valid_loss_types = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+        if self.loss_type not in valid_loss_types:
+            raise _choice_error("loss_type", self.loss_type, valid_loss_types)
+        if self.scale_rewards not in ("group", "batch", "none"):
+            raise _choice_error("scale_rewards", self.scale_rewards, ("group", "batch", "none", True, False))
+        if not self.epsilon >= 0:
+            raise ValueError(f"epsilon must be >= 0, got {self.epsilon!r}")
+        if self.epsilon_high is not None and not self.epsilon_high >= 0:
+            raise ValueError(f"epsilon_high must be >= 0, got {self.epsilon_high!r}")
+        if self.loss_constant is not None:
+            if self.loss_normalization != "constant":
+                raise ValueError("loss_constant is only used with loss_normalization='constant'")
+            if not self.loss_constant > 0:
+                raise ValueError(f"loss_constant must be a positive number, got {self.loss_constant!r}")
+        if self.overlong_buffer_length is not None:
+            validate_overlong(self.max_completion_length, self.overlong_buffer_length, self.overlong_penalty_factor)
+        if self.max_sampling_rounds < 0:
+            raise ValueError(f"max_sampling_rounds must be >= 0 (0 = unlimited), got {self.max_sampling_rounds!r}")
+        if not self.dynamic_sampling_tolerance >= 0:
+            raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance!r}")
+        if self.reward_options is not None and not isinstance(self.reward_options, dict):
+            raise ValueError(f"reward_options must be a mapping plugin name -> options, got {self.reward_options!r}")
+        if self.loss_normalization == "per_batch_token" and self.steps_per_generation % self.gradient_accumulation_steps:
+            warnings.warn(
+                f"loss_normalization='per_batch_token' is exact when steps_per_generation "
+                f"({self.steps_per_generation}) is a multiple of gradient_accumulation_steps "
+                f"({self.gradient_accumulation_steps}); otherwise one optimizer step spans several generation batches "
+                "and TRL's estimate (generation-batch tokens x gradient_accumulation_steps / steps_per_generation) is "
+                "used instead.",
+                stacklevel=3,
+            )
+
+    @property
+    def effective_loss_constant(self) -> int:
+        """The constant C of loss_normalization='constant'."""
+        return self.loss_constant if self.loss_constant is not None else self.max_completion_length
