@@ -168,12 +168,17 @@ _ANSWER_LINE_RE = re.compile(
 )
 
 
+# the same as the last sentence of a line whose newlines were lost ("... milk.The answer is: 1250"); colon required
+_ANSWER_SENTENCE_RE = re.compile(r"[.!?]\s*(?:the\s+)?(?:final\s+)?answer\s+is\s*:\s*([^:]+?)\s*$", re.IGNORECASE)
+
+
 def answer_line(text: str, max_chars: int = 2000) -> str | None:
-    """The answer of a final ``The answer is: X`` / ``Final answer: X`` line (the last non-empty line)."""
+    """The answer of a final ``The answer is: X`` / ``Final answer: X`` line (the last non-empty line), or of
+    a last sentence ``. The answer is: X`` ending that line."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     if not lines:
         return None
-    m = _ANSWER_LINE_RE.match(lines[-1].strip())
+    m = _ANSWER_LINE_RE.match(lines[-1].strip()) or _ANSWER_SENTENCE_RE.search(lines[-1])
     if m is None:
         return None
     answer = m.group(1).strip()

@@ -77,8 +77,9 @@ def test_answer_line_option(reward):
     assert score(line, text) == 1.0
     assert score(line, "Some work.\nFinal answer: 0.5") == 1.0
     assert score(line, "The answer is: 1/3") == 0.0
-    assert score(line, "The answer is 1/2, then more text") == 0.0  # not the last line... it is: but wrong form
     assert score(line, r"\boxed{3}" + "\nThe answer is: 1/2") == 0.0  # a box takes precedence
+    assert score(line, "so we get one half.The answer is: 1/2") == 1.0  # newlines lost: last sentence
+    assert score(line, "I guess the answer is: 1/2 or 1/3") == 0.0
 
 
 def test_conversational_and_columns(reward):
@@ -156,3 +157,50 @@ def test_bad_options():
         boxed_math(timeout=0)
     with pytest.raises(ValueError, match="max_answer_chars"):
         boxed_math(max_answer_chars=-1)
+
+
+def test_hostile_answers_reaching_the_workers():
+    """With the length cap lifted, deep nesting reaches math-verify: the deadline or an error gives 0."""
+    big = boxed_math(max_answer_chars=100_000, timeout=1.5)
+    hostile = [r"\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}", r"\boxed{" + "\\frac{1}{" * 3000 + "2" + "}" * 3000 + "}"]
+    t = time.monotonic()
+    assert big(None, hostile + [r"\boxed{1}"], answer=["1"] * 3) == [0.0, 0.0, 1.0]
+    assert time.monotonic() - t < 10
+
+
+def test_workers_exit_when_the_parent_dies(tmp_path):
+    """Workers are not leaked: killing the parent (no atexit) closes their pipe and they exit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys, time\n"
+        "from reward_plugins.boxed_math import boxed_math\n"
+        "from reward_plugins._pool import _POOLS\n"
+        "boxed_math()(None, [r'\\boxed{1}'], answer=['1'])\n"
+        "print(' '.join(str(p) for pool in _POOLS.values() for p in pool.pids()), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert pids
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        try:  # a zombie (exited, not yet reaped by init) counts as gone
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(")")[-1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids)
