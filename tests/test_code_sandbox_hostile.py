@@ -41,7 +41,7 @@ def reward():
 
 
 def _uids(pool):
-    return {isolation.slot_uid(s) for s in range(pool.n)}
+    return set(pool.uids)
 
 
 def _procs_of(uids):
@@ -233,7 +233,7 @@ def test_sandbox_has_only_loopback_and_ordinary_uid(reward):
         pool.python, "-I", "-S", "-c",
         "import os, socket; print(socket.if_nameindex(), os.getuid(), sorted(os.listdir('/')), dict(os.environ))",
     ]  # fmt: skip
-    uid = isolation.slot_uid(0)
+    uid = pool.uids[0]
     ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
     out = subprocess.run(argv, env={"SECRET": "x"}, capture_output=True, text=True, timeout=30, **ids)
     assert out.returncode == 0, out.stderr

