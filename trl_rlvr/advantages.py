@@ -11,8 +11,9 @@ Rewards (1, 0, 0, 1) give (+1, -1, -1, +1); (1, 0, 0, 0) gives +1.73 for the rig
 teaches nothing; for a question answered right with probability p that happens with probability
 p^G + (1-p)^G (66% at p=0.9, G=4; 19% at G=16).
 
-TRL computes the advantages inside the trainer; these functions state the formula, serve the
-diagnostics and dynamic sampling, and are the independent reference the tests hold TRL to.
+TRL 1.16 computes the same advantages inside its trainer but with the *sample* standard deviation
+(Bessel's correction, dividing by G-1): for (1, 0, 0, 1) it gives +-0.87, not +-1. RLVRTrainer therefore
+recomputes them with :func:`group_advantages`, the formula above.
 """
 
 from __future__ import annotations
@@ -20,13 +21,29 @@ from __future__ import annotations
 import torch
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
-    """Advantages of a flat reward vector laid out group after group (``len(rewards) % group_size == 0``)."""
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, scale_rewards: str = "group", eps: float = 1e-4
+) -> torch.Tensor:
+    """Advantages of a flat reward vector laid out group after group (``len(rewards) % group_size == 0``).
+
+    ``scale_rewards``: "group" divides by the group's population std, "batch" by the whole batch's, "none"
+    only centres (Dr. GRPO). NaN rewards (unscorable answers) are left out of the statistics and get advantage 0.
+    """
+    if scale_rewards not in ("group", "batch", "none"):
+        raise ValueError(f"scale_rewards={scale_rewards!r} is not valid; allowed values: 'group', 'batch', 'none'")
     grouped = rewards.view(-1, group_size)
-    centred = grouped - grouped.mean(dim=1, keepdim=True)
-    if scale:
-        centred = centred / (grouped.std(dim=1, unbiased=False, keepdim=True) + eps)
-    return centred.reshape(-1)
+    centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+    if scale_rewards == "group":
+        centred = centred / (_population_nanstd(grouped, dim=1) + eps)
+    elif scale_rewards == "batch":
+        centred = centred / (_population_nanstd(rewards.view(1, -1), dim=1) + eps)
+    return torch.nan_to_num(centred.reshape(-1), nan=0.0)
+
+
+def _population_nanstd(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Standard deviation dividing by the count (not count - 1), ignoring NaNs; keeps ``dim``."""
+    centred = x - torch.nanmean(x, dim=dim, keepdim=True)
+    return torch.nanmean(centred**2, dim=dim, keepdim=True).sqrt()
 
 
 def zero_signal_groups(rewards: torch.Tensor, group_size: int, tolerance: float = 0.0) -> torch.Tensor:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
@@ -190,7 +191,9 @@ def resolve_reward_funcs(reward_funcs: Any, reward_options: Mapping[str, Mapping
 
     Each string that is a registered name becomes ``load_reward(name, **reward_options.get(name, {}))``;
     anything else passes through unchanged (callables, ``nn.Module`` reward models, and strings that are not
-    registered names, which TRL loads as reward-model checkpoints). A single entry is accepted too.
+    registered names, which TRL loads as reward-model checkpoints). A string that is neither a registered name
+    nor a reward-model id (``owner/name``) or local path is an error naming the closest registered reward.
+    A single entry is accepted too.
     Options for a name that is not among ``reward_funcs`` are an error (most likely a typo).
     """
     if reward_funcs is None:
@@ -214,6 +217,8 @@ def resolve_reward_funcs(reward_funcs: Any, reward_options: Mapping[str, Mapping
             if not isinstance(opts, Mapping):
                 raise TypeError(f"reward_options[{f!r}] must be a mapping of option -> value, got {type(opts).__name__}")
             out.append(load_reward(f, **opts))
+        elif isinstance(f, str) and "/" not in f and not os.path.exists(f):
+            raise _unknown(f, names)
         else:
             out.append(f)
     return out

@@ -2,8 +2,10 @@
 
 What is TRL's and what is ours:
 
-- the PPO-clip token loss, clip-higher (``epsilon``/``epsilon_high``), the group advantages, ``scale_rewards``
-  and ``mask_truncated_completions`` are TRL's code, used as is (tests hold them to independent references);
+- the PPO-clip token loss, clip-higher (``epsilon``/``epsilon_high``) and ``mask_truncated_completions`` are
+  TRL's code, used as is (tests hold them to independent references);
+- the group advantages are recomputed with the population std of the GRPO paper
+  (:func:`trl_rlvr.advantages.group_advantages`): TRL 1.16 divides by the sample std (Bessel), 0.87x at G=4;
 - ``loss_normalization`` selects TRL's ``loss_type``; for ``per_batch_token`` we give every micro-batch the exact
   token count of its optimizer step (:func:`trl_rlvr.losses.per_step_num_items`); for ``constant`` we let
   ``loss_constant`` replace ``max_completion_length`` as Dr. GRPO's divisor;
@@ -20,6 +22,7 @@ import contextlib
 import torch
 from trl import GRPOTrainer
 
+from .advantages import group_advantages
 from .config import RLVRConfig
 from .losses import per_step_num_items
 from .metrics import rollout_metrics
@@ -89,8 +92,26 @@ class RLVRTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._batch_rewards = self._total_rewards(rewards_per_func)
         self._log_rollout_metrics(rewards_per_func, completion_ids_list)
         return rewards_per_func
+
+    def _total_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """Weighted sum over reward functions, NaN where no function scored the answer (as TRL does)."""
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.multi_objective_aggregation == "sum_then_normalize":  # else TRL's own scheme is kept
+            mode = "train" if self.model.training else "eval"
+            group_size = self.num_generations if mode == "train" else self.num_generations_eval
+            advantages = group_advantages(self._batch_rewards, group_size, self.scale_rewards)
+            rows = len(output["advantages"])
+            start = self.accelerator.process_index * rows
+            output["advantages"] = advantages[start : start + rows].to(output["advantages"].dtype)
+        return output
 
     def _log_rollout_metrics(self, rewards_per_func: torch.Tensor, completion_ids_list) -> None:
         """Gather lengths and truncation flags (the rewards are already global) and log the rlvr/ diagnostics."""
@@ -105,11 +126,9 @@ class RLVRTrainer(GRPOTrainer):
             device=device,
         )
         lengths, truncated = self.accelerator.gather(local).unbind(dim=1)
-        rewards = (rewards_per_func * self.reward_weights.to(device)).nansum(dim=1)
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         metrics = rollout_metrics(
-            rewards,
+            self._batch_rewards,
             rewards_per_func[:, self._success_index],
             lengths,
             truncated.bool(),

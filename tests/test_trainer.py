@@ -1,0 +1,112 @@
+"""RLVRTrainer end to end on a tiny local model: real generation, rewards, advantages, diagnostics, config."""
+
+import pytest
+import torch
+
+from loss_harness import make_trainer
+from trl_rlvr.advantages import group_advantages
+from trl_rlvr.shaping import overlong_penalties
+
+
+def even_length(completions, **kwargs):
+    """1.0 when the completion has an even number of characters: a deterministic, mixed reward."""
+    return [float(len(c) % 2 == 0) for c in completions]
+
+
+def test_real_steps_log_diagnostics_and_use_trl_advantages(tiny_model_dir):
+    trainer = make_trainer(
+        tiny_model_dir, reward_funcs=[even_length, "think_format"], max_steps=2, learning_rate=1e-3,
+        per_device_train_batch_size=8, num_generations=4, max_completion_length=8, overlong_buffer_length=4,
+        overlong_penalty_factor=0.5, scale_rewards="group", temperature=1.0,
+    )
+    assert trainer.reward_func_names == ["even_length", "think_format", "overlong"]
+    seen = []
+    generate = trainer._generate_and_score_completions
+    calculate = trainer._calculate_rewards
+
+    def record_rewards(inputs, prompts, completions, completion_ids_list):
+        rewards = calculate(inputs, prompts, completions, completion_ids_list)
+        seen.append({"rewards": rewards.clone(), "lengths": [len(ids) for ids in completion_ids_list]})
+        return rewards
+
+    def record_output(inputs):
+        out = generate(inputs)
+        seen[-1]["advantages"] = out["advantages"].clone()
+        return out
+
+    trainer._calculate_rewards = record_rewards
+    trainer._generate_and_score_completions = record_output
+    trainer.train()
+
+    for batch in seen:
+        rewards = batch["rewards"]
+        # the overlong column is exactly the shaping formula of each completion's length
+        assert rewards[:, 2].tolist() == pytest.approx(overlong_penalties(batch["lengths"], 8, 4, 0.5))
+        total = rewards.nansum(dim=1)  # weights are all 1
+        torch.testing.assert_close(batch["advantages"], group_advantages(total, 4), atol=1e-5, rtol=1e-5)
+
+    logged = {k for entry in trainer.state.log_history for k in entry}
+    for key in ["rlvr/accuracy", "rlvr/zero_signal_frac", "rlvr/zero_signal_expected", "rlvr/clip_low_frac",
+                "rlvr/clip_high_frac", "rlvr/truncated_frac", "rewards/overlong/mean"]:
+        assert key in logged, key
+    assert {"rlvr/length_right", "rlvr/length_wrong"} & logged
+    first = trainer.state.log_history[0]
+    assert 0.0 <= first["rlvr/accuracy"] <= 1.0
+
+
+def test_success_reward_must_name_a_reward_function(tiny_model_dir):
+    with pytest.raises(ValueError, match="success_reward='boxed'"):
+        make_trainer(tiny_model_dir, reward_funcs=[even_length], success_reward="boxed")
+
+
+def test_unknown_registry_name_is_a_clear_error(tiny_model_dir):
+    with pytest.raises(ValueError, match="boxed_math"):
+        make_trainer(tiny_model_dir, reward_funcs=["boxed_maths"])
+
+
+def test_grpo_config_is_refused_with_a_clear_error(tiny_model_dir):
+    from trl import GRPOConfig
+
+    from trl_rlvr import RLVRTrainer
+
+    with pytest.raises(TypeError, match="RLVRConfig"):
+        RLVRTrainer(model=str(tiny_model_dir), reward_funcs=[even_length], args=GRPOConfig("/tmp/x", bf16=False))
+
+
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        ({"loss_normalization": "mode2"}, "loss_normalization='mode2' is not valid; allowed values: 'per_answer'"),
+        ({"loss_type": "grpoo"}, "loss_type='grpoo'"),
+        ({"loss_normalization": "per_answer", "loss_type": "dr_grpo"}, "conflicts with loss_type"),
+        ({"loss_constant": 10}, "loss_constant is only used with loss_normalization='constant'"),
+        ({"loss_normalization": "constant", "loss_constant": 0}, "loss_constant must be a positive"),
+        ({"overlong_buffer_length": 64, "max_completion_length": 32}, "overlong_buffer_length"),
+        ({"overlong_buffer_length": 8, "overlong_penalty_factor": -1.0}, "overlong_penalty_factor"),
+        ({"epsilon_high": -0.1}, "epsilon_high"),
+        ({"scale_rewards": "std"}, "scale_rewards"),
+        ({"max_sampling_rounds": -1}, "max_sampling_rounds"),
+        ({"reward_options": "{not json"}, "reward_options"),
+    ],
+)
+def test_config_validation_names_the_field(fields, message):
+    from trl_rlvr import RLVRConfig
+
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        RLVRConfig("/tmp/rlvr-test", bf16=False, report_to="none", **fields)
+
+
+def test_config_maps_normalizations_to_trl_loss_types():
+    from trl_rlvr import RLVRConfig
+
+    kw = dict(output_dir="/tmp/rlvr-test", bf16=False, report_to="none", max_completion_length=64)
+    assert RLVRConfig(**kw).loss_normalization == "per_batch_token"
+    assert RLVRConfig(**kw, loss_type="grpo").loss_normalization == "per_answer"
+    assert RLVRConfig(**kw, loss_normalization="constant").loss_type == "dr_grpo"
+    assert RLVRConfig(**kw, loss_normalization="constant").effective_loss_constant == 64
+    assert RLVRConfig(**kw, loss_normalization="constant", loss_constant=100).effective_loss_constant == 100
+    assert RLVRConfig(**kw, reward_options='{"boxed_math": {"gold_column": "solution"}}').reward_options == {
+        "boxed_math": {"gold_column": "solution"}
+    }
+    with pytest.warns(UserWarning, match="per_batch_token"):
+        RLVRConfig(**kw, gradient_accumulation_steps=2, steps_per_generation=3)
