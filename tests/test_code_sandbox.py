@@ -144,10 +144,10 @@ def test_rlimits_mode_only_on_request_with_warning(caplog):
 
 
 def test_codec_is_typed_and_strict():
-    v = [1, 1.0, True, None, "s", (1, [2]), {3}, frozenset({4}), {(1, 2): {"a": b"x"}}, float("inf"), 2j, bytearray(b"z")]
+    v = [1, 1.0, True, None, "s", (1, [2]), {3}, frozenset({4}), {(1, 2): {"a": b"x"}}, float("inf"), 2j, bytearray(b"z"), int]
     back = protocol.decode(protocol.loads(protocol.dumps(protocol.encode(v))))
     assert back == v and [type(x) for x in back] == [type(x) for x in v]
-    for bad in (b'{"x": 1}', b'{"t": 1}', b"NaN", b'{"h": 1}'):
+    for bad in (b'{"x": 1}', b'{"t": 1}', b"NaN", b'{"h": 1}', b'{"T": "object"}'):
         with pytest.raises(protocol.ProtocolError):
             protocol.decode(protocol.loads(bad))
     r = protocol.Remote(0, None)

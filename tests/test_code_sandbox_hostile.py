@@ -259,3 +259,18 @@ def test_many_runs_leave_no_zombies(reward):
                 zombies.append(pid)
     assert zombies == []
     assert threading.active_count() < 50
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/sys/fs/cgroup/pids"), reason="cgroup v1 layer needs root")
+def test_workers_are_capped_by_cgroups_and_never_root(reward):
+    reward.pool.start()
+    for slot in list(reward.pool._idle.queue):
+        w = slot[1]
+        assert len(w.cgroups) == 2, "memory and pids cgroups"
+        mem = [d for d in w.cgroups if "/memory/" in d][0]
+        pids = [d for d in w.cgroups if "/pids/" in d][0]
+        assert int(open(f"{mem}/memory.limit_in_bytes").read()) <= 4 << 30
+        assert int(open(f"{pids}/pids.max").read()) <= 256
+        members = open(f"{pids}/cgroup.procs").read().split()
+        assert str(w.proc.pid) in members and len(members) >= 2
+        assert all(os.stat(f"/proc/{p}").st_uid != 0 for p in members)

@@ -68,11 +68,19 @@ def _memfd(name: str, data: bytes) -> int:
 
 
 class _Worker:
-    def __init__(self, slot: int, uid: int | None, isolation_mode: str, python: str, code_dir: str):
+    def __init__(self, slot: int, uid: int | None, isolation_mode: str, python: str, code_dir: str, limits: Limits):
         self.slot, self.mode = slot, isolation_mode
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = host
         argv = isolation.worker_command(isolation_mode, python, code_dir, child.fileno())
+        self.cgroups = []
+        if uid is not None and shutil.which("setpriv") and os.path.exists("/bin/sh"):
+            name = f"code_sandbox-{os.getpid()}-{uid}"
+            mem = 2 * (limits.memory_mb << 20) + (isolation.SCRATCH_MB << 20) + (256 << 20)
+            self.cgroups = isolation.cgroup_create(name, mem, 2 * limits.max_processes + 16)
+            if self.cgroups:
+                argv = isolation.wrap_in_cgroups(argv, self.cgroups, uid)
+                uid = None  # setpriv drops it, after joining the cgroups
         ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
         self.err = tempfile.TemporaryFile()
         try:
@@ -125,6 +133,7 @@ class _Worker:
         self.proc.wait()
         self.sock.close()
         self.err.close()
+        isolation.cgroup_remove(self.cgroups)
 
     def run(self, job: Job, limits: Limits) -> Outcome:
         hdr = {
@@ -251,7 +260,7 @@ class SandboxPool:
                 slot[1].kill()
                 self.restarts += 1
             slot[1] = None
-            slot[1] = _Worker(slot[0], self.uids[slot[0]], self.mode, self.python, self._dir)
+            slot[1] = _Worker(slot[0], self.uids[slot[0]], self.mode, self.python, self._dir, self.limits)
         return slot[1]
 
     def _one(self, job: Job) -> Outcome:

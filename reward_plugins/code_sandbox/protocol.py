@@ -64,6 +64,9 @@ class Remote:
         return f"<Remote {self._ref!r}>"
 
 
+_TYPES = {t.__name__: t for t in (int, float, complex, str, bytes, bytearray, bool, list, tuple, dict, set, frozenset)}
+
+
 def encode(obj, handle=None, _depth=0):
     """Plain data -> JSON-able structure. Containers are tagged so tuple/list/set/dict/bytes keep
     their type; ints and floats stay distinct. ``handle(obj)`` is called for anything else (the
@@ -100,6 +103,8 @@ def encode(obj, handle=None, _depth=0):
         return {"y": bytes(obj).hex()}
     if isinstance(obj, complex):
         return {"c": [encode(obj.real, None, d), encode(obj.imag, None, d)]}
+    if type(obj) is type and _TYPES.get(getattr(obj, "__name__", None)) is obj:
+        return {"T": obj.__name__}
     if handle is not None:
         return {"h": handle(obj)}
     raise TypeError(f"cannot send a {type(obj).__name__} across the sandbox boundary")
@@ -138,6 +143,8 @@ def decode(data, handle=None, _depth=0):
             return bytes.fromhex(v)
         if tag == "y" and type(v) is str:
             return bytearray.fromhex(v)
+        if tag == "T" and type(v) is str and v in _TYPES:
+            return _TYPES[v]
         if tag == "F" and v in ("nan", "inf", "-inf"):
             return float(v)
         if tag == "c" and type(v) is list and len(v) == 2:

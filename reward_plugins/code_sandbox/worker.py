@@ -28,13 +28,53 @@ import protocol  # noqa: E402
 import bisect, builtins, collections, copy, dataclasses, datetime, decimal, fractions, functools, hashlib  # noqa: E401,E402,F401
 import heapq, io, itertools, json, math, operator, random, re, statistics, string, typing  # noqa: E401,E402,F401
 
+import shutil  # noqa: E402
+
 os.environ.clear()
 CTRL_FD = int(sys.argv[1])
 MODE = sys.argv[3]
-SCRATCH_ROOT = "/tmp" if MODE == "bwrap" else None
 RO_PATHS = sorted({"/usr", sys.argv[2], sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
 RO_PATHS += ["/dev/null", "/dev/urandom", "/dev/zero"]
-_seq = 0
+
+
+class Scratch:
+    """A fixed scratch dir per role with its Landlock ruleset built once (rules bind the dir's
+    inode, so the dir is emptied between runs, not replaced; if emptying fails it is rebuilt)."""
+
+    def __init__(self, role):
+        self.path = os.path.join("/tmp", f"sbx-{os.getpid()}-{role}")
+        self.ruleset = -1
+        self._make()
+
+    def _make(self):
+        if os.path.lexists(self.path):
+            os.rename(self.path, self.path + f".old{time.monotonic_ns()}")
+        os.mkdir(self.path, 0o700)
+        if self.ruleset >= 0:
+            os.close(self.ruleset)
+        self.ruleset = isolation.landlock_ruleset(RO_PATHS, [self.path])
+
+    def clean(self):
+        def fix(func, path, exc):
+            try:
+                os.chmod(os.path.dirname(path), 0o700)
+                os.chmod(path, 0o700)
+            except OSError:
+                pass
+            func(path)
+
+        try:
+            os.chmod(self.path, 0o700)
+            for e in os.scandir(self.path):
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path, onerror=fix)
+                else:
+                    os.unlink(e.path)
+            if not os.listdir(self.path):
+                return
+        except OSError:
+            pass
+        self._make()
 
 
 def _close_except(keep):
@@ -45,27 +85,30 @@ def _close_except(keep):
     os.closerange(3 + len(keep), 1 << 16)
 
 
+_NULL = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+
+
 def _std(stdin=None, stdout=None):
-    null = os.open("/dev/null", os.O_RDWR)
+    null = _NULL
     os.dup2(stdin if stdin is not None else null, 0)
     os.dup2(stdout if stdout is not None else null, 1)
     os.dup2(null, 2)
 
 
 def _child(keep, hdr, scratch, stdin=None, stdout=None):
-    """Common start of every child: own session, own scratch dir, few fds, all inner layers."""
+    """Common start of every child: own session, own scratch dir, few fds, all inner layers
+    (Landlock before the fds are closed: its ruleset is an fd; rlimits after: NOFILE is low)."""
     _std(stdin, stdout)
+    os.setsid()
+    os.chdir(scratch.path)
+    if scratch.ruleset >= 0:
+        isolation.landlock_enter(scratch.ruleset)
+    elif MODE == "bwrap":
+        os._exit(71)
     _close_except(keep)
-    os.mkdir(scratch, 0o700)
-    os.chdir(scratch)
-    isolation.lock_down(
-        scratch=scratch,
-        ro_paths=RO_PATHS,
-        mem_bytes=hdr["mem"],
-        cpu_s=hdr["cpu"],
-        fsize=hdr["fsize"],
-        nproc=hdr["nproc"],
-    )
+    isolation.set_rlimits(hdr["mem"], hdr["cpu"], hdr["fsize"], hdr["nproc"])
+    if not isolation.apply_seccomp() and MODE == "bwrap":
+        os._exit(71)
 
 
 def _read_fd(fd):
@@ -256,13 +299,6 @@ def _fork(fn, *args):
     return pid
 
 
-def _scratch():
-    global _seq
-    _seq += 1
-    root = SCRATCH_ROOT or os.environ.get("TMPDIR", "/tmp")
-    return os.path.join(root, f"run-{os.getpid()}-{_seq}")
-
-
 def _wait(pids, deadline, stop_when=None):
     """Wait for ``pids`` (or only ``stop_when``) to exit or the deadline; kill all the rest.
     Returns (timed_out, {pid: wait status})."""
@@ -293,17 +329,11 @@ def _wait(pids, deadline, stop_when=None):
     return timed_out, status
 
 
-def _rm(path):
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def run_call(hdr, fds):
     code_fd, tests_fd, result_fd = fds
     a_req_r, a_req_w = os.pipe()  # tester -> candidate
     a_rep_r, a_rep_w = os.pipe()  # candidate -> tester
-    s_a, s_b = _scratch(), _scratch()
+    s_a, s_b = SCRATCH_A, SCRATCH_B
 
     def a():
         _child([code_fd, a_req_r, a_rep_w], hdr, s_a)
@@ -318,8 +348,8 @@ def run_call(hdr, fds):
     for f in (code_fd, tests_fd, result_fd, a_req_r, a_req_w, a_rep_r, a_rep_w):
         os.close(f)
     timed_out, _ = _wait([pa, pb], time.monotonic() + hdr["timeout"], stop_when=pb)
-    _rm(s_a)
-    _rm(s_b)
+    s_a.clean()
+    s_b.clean()
     return {"timeout": timed_out}
 
 
@@ -328,7 +358,7 @@ def run_io(hdr, fds):
     code_fd, ins, outs = fds[0], fds[1 : 1 + n], fds[1 + n : 1 + 2 * n]
     cases = []
     for i in range(n):
-        s = _scratch()
+        s = SCRATCH_A
 
         def p():
             _child([code_fd], hdr, s, stdin=ins[i], stdout=outs[i])
@@ -336,7 +366,7 @@ def run_io(hdr, fds):
 
         pid = _fork(p)
         timed_out, st = _wait([pid], time.monotonic() + hdr["timeout"])
-        _rm(s)
+        s.clean()
         code = os.waitstatus_to_exitcode(st[pid])
         cases.append([code, timed_out])
     for f in fds:
@@ -345,15 +375,25 @@ def run_io(hdr, fds):
 
 
 def main():
+    global SCRATCH_A, SCRATCH_B
     sock = socket.socket(fileno=CTRL_FD)
+    SCRATCH_A, SCRATCH_B = Scratch("a"), Scratch("b")
+    isolation.no_new_privs()
+    isolation.seccomp_prepare()
+    import gc
+
+    gc.collect()
+    gc.freeze()  # children's collections skip the worker's objects: fewer copy-on-write faults
     caps = {"ready": True, "uid": os.getuid(), "landlock": isolation.landlock_abi(), "seccomp": isolation._X86_64}
     sock.send(protocol.dumps(caps))
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 256)
         except OSError:
-            return
-        if not msg:
+            msg = b""
+        if not msg:  # the host is gone or closed us: leave nothing behind
+            for s in (SCRATCH_A, SCRATCH_B):
+                shutil.rmtree(s.path, ignore_errors=True)
             return
         try:
             hdr = protocol.loads(msg)
