@@ -18,14 +18,22 @@ What is TRL's and what is ours:
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import os
 
 import torch
+from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from .advantages import group_advantages
 from .config import RLVRConfig
 from .losses import per_step_num_items
 from .metrics import rollout_metrics
+from .sampling import ROW_KEYS, PromptRefill, concat_rows, informative_rows, rows_per_process
+
+logger = logging.getLogger(__name__)
+REFILL_STATE_FILE = "rlvr_refill_state.json"
 
 #: TRL metric -> the rlvr/ name it is re-published under.
 _TRL_METRIC_ALIASES = {"clip_ratio/low_mean": "rlvr/clip_low_frac", "clip_ratio/high_mean": "rlvr/clip_high_frac"}
@@ -50,6 +58,10 @@ class RLVRTrainer(GRPOTrainer):
         reward_funcs = self._resolve_reward_funcs(reward_funcs, args)
         super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self._success_index = self._find_success_reward(args.success_reward)
+        self._refill = self._make_refill() if args.dynamic_sampling else None
+        self._skip_optimizer_steps = 0
+        if args.dynamic_sampling:
+            self.add_callback(_SkipEmptyUpdates(self))
 
     # -- construction -------------------------------------------------------------------------------------------
 
@@ -79,6 +91,19 @@ class RLVRTrainer(GRPOTrainer):
                     args.reward_weights = [*args.reward_weights, 1.0]
         return funcs if funcs or reward_funcs is not None else None
 
+    def _make_refill(self) -> PromptRefill:
+        from torch.utils.data import IterableDataset
+
+        if self.train_dataset is None or isinstance(self.train_dataset, IterableDataset):
+            raise ValueError("dynamic_sampling=True needs a map-style (indexable) train_dataset to draw refill prompts")
+        return PromptRefill(
+            len(self.train_dataset),
+            prompts_per_round=self.args.generation_batch_size // self.num_generations,
+            group_size=self.num_generations,
+            seed=self.args.seed + 1,  # a stream of its own, distinct from the main sampler's order
+            shuffle=self.shuffle_dataset,
+        )
+
     def _find_success_reward(self, name: str | None) -> int | None:
         if not self.reward_func_names:
             return None
@@ -103,6 +128,12 @@ class RLVRTrainer(GRPOTrainer):
         return rewards
 
     def _generate_and_score_completions(self, inputs):
+        if self.args.dynamic_sampling and self.model.training:
+            return self._generate_informative_batch(inputs)
+        return self._generate_and_score_round(inputs)
+
+    def _generate_and_score_round(self, inputs):
+        """One round of TRL's generation and scoring, with population-std advantages."""
         output = super()._generate_and_score_completions(inputs)
         if self.multi_objective_aggregation == "sum_then_normalize":  # else TRL's own scheme is kept
             mode = "train" if self.model.training else "eval"
@@ -112,6 +143,119 @@ class RLVRTrainer(GRPOTrainer):
             start = self.accelerator.process_index * rows
             output["advantages"] = advantages[start : start + rows].to(output["advantages"].dtype)
         return output
+
+    # -- dynamic sampling ---------------------------------------------------------------------------------------
+
+    def _generate_informative_batch(self, inputs):
+        """DAPO dynamic sampling: rounds of generation until the batch is full of groups with signal.
+
+        Every rank runs the same rounds (the decision comes from the gathered rewards), gathers the kept rows,
+        and takes the same number of them, so ranks stay in lockstep and groups may span processes.
+        """
+        target = len(inputs)
+        group_size, num_processes = self.num_generations, self.accelerator.num_processes
+        max_rounds = self.args.max_sampling_rounds or 1 + self._refill.rounds_per_pass  # 0: one full pass at most
+        pieces, kept_rows, groups_seen, rounds = [], 0, 0, 0
+        with _swapped(self, "beta", 0.0):  # reference log-probs are computed below, for kept rows only
+            while True:
+                rounds += 1
+                output = self._generate_and_score_round(inputs)
+                keep = informative_rows(self._batch_rewards, group_size, self.args.dynamic_sampling_tolerance)
+                groups_seen += len(keep) // group_size
+                if keep.any():
+                    pieces.append({k: v[keep.to(v.device)] for k, v in self._gather_rows(output).items()})
+                    kept_rows += int(keep.sum())
+                if kept_rows >= target * num_processes or rounds >= max_rounds:
+                    break
+                inputs = self._refill_inputs()
+        rows = rows_per_process(kept_rows, num_processes, self.args.steps_per_generation, target)
+        mode_metrics = self._metrics["train"]
+        mode_metrics["rlvr/sampling_rounds"].append(rounds)
+        mode_metrics["rlvr/prompts_sampled"].append(groups_seen)
+        mode_metrics["rlvr/kept_groups_frac"].append(kept_rows / group_size / groups_seen)
+        if rows < target:
+            logger.warning(
+                "dynamic sampling: %d rounds found %d informative groups of the %d wanted; training on %d rows "
+                "per process", rounds, kept_rows // group_size, target * num_processes // group_size, rows,
+            )
+        if rows == 0:
+            return self._empty_update(output)
+        start = self.accelerator.process_index * rows
+        batch = {k: v[start : start + rows] for k, v in concat_rows(pieces, self._pad_values()).items()}
+        batch["num_items_in_batch"] = self.accelerator.reduce(_loss_mask(batch).sum(), reduction="sum")
+        if self.beta != 0.0:
+            batch["ref_per_token_logps"] = self._reference_logps(batch)
+        return batch
+
+    def _gather_rows(self, output: dict) -> dict:
+        """Every process's rows of a round, in global order (padded to a common width first)."""
+        unsupported = [k for k, v in output.items() if k not in ROW_KEYS and k != "num_items_in_batch"]
+        if unsupported:
+            raise ValueError(f"dynamic_sampling does not support batches with {unsupported} (e.g. multimodal inputs)")
+        gathered = {}
+        for key in ROW_KEYS:
+            if output.get(key) is None:
+                continue
+            tensor = output[key]
+            if tensor.dim() >= 2:
+                tensor = self.accelerator.pad_across_processes(
+                    tensor, dim=1, pad_index=self._pad_values().get(key, 0), pad_first=key.startswith("prompt")
+                )
+            gathered[key] = self.accelerator.gather(tensor)
+        return gathered
+
+    def _pad_values(self) -> dict:
+        pad = self._tokenizer.pad_token_id
+        return {"prompt_ids": pad, "completion_ids": pad, "tool_mask": 1}
+
+    def _refill_inputs(self) -> list[dict]:
+        """This process's share of the next round of refill prompts."""
+        indices = self._refill.next_indices()
+        per_process = len(indices) // self.accelerator.num_processes
+        start = self.accelerator.process_index * per_process
+        return [self.train_dataset[i] for i in indices[start : start + per_process]]
+
+    def _empty_update(self, output: dict) -> dict:
+        """No informative group at all: a batch that carries no gradient, and the optimizer steps it feeds skipped."""
+        logger.warning("dynamic sampling: no informative group in this batch; skipping the update")
+        rows = self.args.steps_per_generation
+        batch = {k: v[:rows].clone() for k, v in output.items() if k in ROW_KEYS and v is not None}
+        batch["completion_mask"] = torch.zeros_like(batch["completion_mask"])
+        batch["advantages"] = torch.zeros_like(batch["advantages"])
+        batch["num_items_in_batch"] = torch.zeros((), device=batch["advantages"].device)
+        if self.beta != 0.0:
+            batch["ref_per_token_logps"] = torch.zeros_like(batch["completion_ids"], dtype=torch.float32)
+        generation_steps = self.args.steps_per_generation * self.num_iterations
+        self._skip_optimizer_steps = max(1, generation_steps // self.args.gradient_accumulation_steps)
+        return batch
+
+    def _reference_logps(self, batch: dict) -> torch.Tensor:
+        """Reference-model log-probs of the kept rows (TRL's path: the ref model, or the PEFT base)."""
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        kwargs = dict(logits_to_keep=batch["completion_ids"].size(1), batch_size=self.args.per_device_train_batch_size)
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention_mask, **kwargs)[0]
+            from trl.trainer.grpo_trainer import use_adapter
+
+            model = self.accelerator.unwrap_model(self.model)
+            with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                return self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, **kwargs)[0]
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self._refill is not None and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            with open(os.path.join(folder, REFILL_STATE_FILE), "w") as f:
+                json.dump(self._refill.state_dict(), f)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = os.path.join(checkpoint, REFILL_STATE_FILE) if checkpoint else None
+        if self._refill is not None and path and os.path.exists(path):
+            with open(path) as f:
+                self._refill.load_state_dict(json.load(f))
 
     def _log_rollout_metrics(self, rewards_per_func: torch.Tensor, completion_ids_list) -> None:
         """Gather lengths and truncation flags (the rewards are already global) and log the rlvr/ diagnostics."""
@@ -175,6 +319,27 @@ class RLVRTrainer(GRPOTrainer):
         # TRL's dr_grpo divides by (rows x max_completion_length); Dr. GRPO's constant may be set apart from it.
         with _swapped(self, "max_completion_length", self.args.loss_constant):
             return super()._compute_loss(model, inputs)
+
+
+class _SkipEmptyUpdates(TrainerCallback):
+    """Optimizer steps fed only by an empty dynamic-sampling batch run with learning rate 0: weights stay put."""
+
+    def __init__(self, trainer: RLVRTrainer):
+        self.trainer, self.saved_lrs = trainer, None
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if self.trainer._skip_optimizer_steps > 0:
+            self.trainer._skip_optimizer_steps -= 1
+            groups = self.trainer.optimizer.param_groups
+            self.saved_lrs = [g["lr"] for g in groups]
+            for g in groups:
+                g["lr"] = 0.0
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.saved_lrs is not None:
+            for g, lr in zip(self.trainer.optimizer.param_groups, self.saved_lrs, strict=True):
+                g["lr"] = lr
+            self.saved_lrs = None
 
 
 def _loss_mask(batch: dict) -> torch.Tensor:

@@ -1,0 +1,100 @@
+"""DAPO dynamic sampling: only informative groups reach the loss, on one process and on two."""
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dynamic_sampling_harness import constant_reward, mixed_reward, run
+from trl_rlvr.sampling import PromptRefill, concat_rows, informative_rows, rows_per_process
+
+HARNESS = Path(__file__).parent / "dynamic_sampling_harness.py"
+
+
+def test_every_row_that_reaches_the_loss_has_signal(tiny_model_dir):
+    trainer, seen = run(tiny_model_dir)
+    assert len(seen) == 6  # 3 optimizer steps x 2 accumulation steps
+    for advantages in seen:
+        assert advantages.numel() > 0 and (advantages != 0).all()
+    logged = [h for h in trainer.state.log_history if "rlvr/sampling_rounds" in h]
+    assert len(logged) == 3
+    for entry in logged:
+        assert 1 <= entry["rlvr/sampling_rounds"] <= 3
+        assert entry["rlvr/prompts_sampled"] == 4 * entry["rlvr/sampling_rounds"]
+        assert 0 < entry["rlvr/kept_groups_frac"] <= 1
+        assert entry["rlvr/zero_signal_frac"] >= 2 / 3 - 1e-6  # measured before filtering: i%3 in {0,1}
+
+
+def test_without_dynamic_sampling_zero_advantage_rows_match_the_metric(tiny_model_dir):
+    trainer, seen = run(tiny_model_dir, dynamic_sampling=False, gradient_accumulation_steps=1)
+    logged = [h["rlvr/zero_signal_frac"] for h in trainer.state.log_history if "rlvr/zero_signal_frac" in h]
+    zero_rows = [(a == 0).float().mean().item() for a in seen]
+    assert zero_rows == pytest.approx(logged)
+    assert max(zero_rows) > 0  # the mixed reward does produce zero-signal groups
+
+
+def test_constant_reward_skips_the_update_without_hanging(tiny_model_dir, caplog):
+    with caplog.at_level(logging.WARNING, logger="trl_rlvr.trainer"):
+        trainer2, seen2 = run(tiny_model_dir, reward=constant_reward, max_steps=2)
+    assert "no informative group" in caplog.text
+    assert all((a == 0).all() for a in seen2)
+    # weights never move: every optimizer step was fed by an empty batch
+    from transformers import AutoModelForCausalLM
+
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    for name, param in initial.named_parameters():
+        torch.testing.assert_close(trainer2.model.get_parameter(name), param, atol=0, rtol=0)
+
+
+@pytest.mark.slow
+def test_two_processes_stay_in_lockstep(tiny_model_dir, tmp_path):
+    out = tmp_path / "ds"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           str(HARNESS), str(tiny_model_dir), str(out), "3"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
+    assert all(r["num_processes"] == 2 for r in ranks)
+    rows = [[a.numel() for a in r["advantages"]] for r in ranks]
+    assert rows[0] == rows[1] and len(rows[0]) == 6  # same micro-batches, same sizes, on both ranks
+    for r in ranks:
+        assert all((a != 0).all() for a in r["advantages"])
+    rounds = [[h["rlvr/sampling_rounds"] for h in r["log_history"] if "rlvr/sampling_rounds" in h] for r in ranks]
+    assert rounds[0] == rounds[1]
+
+
+def test_informative_rows_and_rows_per_process():
+    rewards = torch.tensor([1.0, 1, 1, 1, 0, 1, 0, 0, 0.5, 0.5, 0.5, 0.5])
+    assert informative_rows(rewards, 4).tolist() == [False] * 4 + [True] * 4 + [False] * 4
+    assert rows_per_process(kept_rows=12, num_processes=2, steps_per_generation=2, target=8) == 6
+    assert rows_per_process(kept_rows=40, num_processes=2, steps_per_generation=2, target=8) == 8
+    assert rows_per_process(kept_rows=3, num_processes=2, steps_per_generation=2, target=8) == 0
+
+
+def test_concat_rows_pads_prompts_left_and_completions_right():
+    a = {"prompt_ids": torch.tensor([[5, 6]]), "completion_ids": torch.tensor([[7]]), "advantages": torch.tensor([1.0])}
+    b = {"prompt_ids": torch.tensor([[1, 2, 3]]), "completion_ids": torch.tensor([[8, 9]]),
+         "advantages": torch.tensor([2.0])}
+    out = concat_rows([a, b], {"prompt_ids": 0, "completion_ids": 0})
+    assert out["prompt_ids"].tolist() == [[0, 5, 6], [1, 2, 3]]
+    assert out["completion_ids"].tolist() == [[7, 0], [8, 9]]
+    assert out["advantages"].tolist() == [1.0, 2.0]
+
+
+def test_refill_stream_covers_every_prompt_once_per_pass_and_resumes():
+    refill = PromptRefill(dataset_size=10, prompts_per_round=3, group_size=2, seed=7)
+    first_pass = [refill.next_indices() for _ in range(refill.rounds_per_pass)]
+    prompts = [i for round_ in first_pass for i in round_[::2]]
+    assert len(prompts) == len(set(prompts)) == 9  # 3 rounds x 3 prompts, none repeated
+    assert all(r[0::2] == r[1::2] for r in first_pass)  # each prompt repeated group_size times
+    state = refill.state_dict()
+    expected = refill.next_indices()
+    resumed = PromptRefill(dataset_size=10, prompts_per_round=3, group_size=2, seed=7)
+    resumed.load_state_dict(state)
+    assert resumed.next_indices() == expected

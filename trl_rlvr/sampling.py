@@ -1,0 +1,104 @@
+"""DAPO dynamic sampling (Yu et al., 2025): keep informative groups, refill with fresh prompts.
+
+A group whose G answers all got the same reward has zero advantage and contributes no gradient. Dynamic
+sampling drops such groups and generates for further prompts until the generation batch is full of
+informative groups, then trims it to the exact size. The pieces here are pure (tensors and indices in,
+tensors and indices out); the trainer glues them to TRL's generation path.
+
+Multi-process layout (as in TRL): the global generation batch is the concatenation of every process's
+rows, process r holding rows [r*B, (r+1)*B). Groups can span processes, so the keep/drop decision is taken
+from the gathered rewards, identically on every rank; kept rows are gathered, concatenated over rounds and
+re-sliced so that every rank ends with the same number of rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .advantages import zero_signal_groups
+
+#: Per-row tensors left-padded by TRL (prompt side); everything else 2-D is right-padded (completion side).
+LEFT_PADDED = ("prompt_ids", "prompt_mask")
+#: Per-row keys dynamic sampling knows how to move between processes.
+ROW_KEYS = (
+    "prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_per_token_logps",
+    "ref_per_token_logps", "sampling_per_token_logps", "importance_sampling_ratio", "tool_mask",
+)
+
+
+def informative_rows(rewards: torch.Tensor, group_size: int, tolerance: float = 0.0) -> torch.Tensor:
+    """Boolean mask over the rows of a flat, group-after-group reward vector: rows of groups with signal."""
+    return (~zero_signal_groups(rewards, group_size, tolerance)).repeat_interleave(group_size)
+
+
+def rows_per_process(kept_rows: int, num_processes: int, steps_per_generation: int, target: int) -> int:
+    """Rows each process trains on: the target when enough rows were kept, else the largest multiple of
+    ``steps_per_generation`` that every process can fill (0: nothing to train on)."""
+    fill = kept_rows // (num_processes * steps_per_generation) * steps_per_generation
+    return min(target, fill)
+
+
+def pad_to_width(tensor: torch.Tensor, width: int, value, left: bool) -> torch.Tensor:
+    """Pad a (rows, T, ...) tensor along dim 1 to ``width`` columns, on the left or the right."""
+    missing = width - tensor.size(1)
+    if missing <= 0:
+        return tensor
+    pad = tensor.new_full((tensor.size(0), missing, *tensor.shape[2:]), value)
+    return torch.cat([pad, tensor] if left else [tensor, pad], dim=1)
+
+
+def concat_rows(pieces: list[dict[str, torch.Tensor]], pad_values: dict[str, float]) -> dict[str, torch.Tensor]:
+    """Concatenate row dicts (same keys) along rows, padding 2-D tensors to a common width first."""
+    out = {}
+    for key in pieces[0]:
+        tensors = [piece[key] for piece in pieces]
+        if tensors[0].dim() >= 2:
+            width = max(t.size(1) for t in tensors)
+            tensors = [pad_to_width(t, width, pad_values.get(key, 0), key in LEFT_PADDED) for t in tensors]
+        out[key] = torch.cat(tensors)
+    return out
+
+
+class PromptRefill:
+    """The stream of extra prompts for dynamic sampling: its own shuffled pass over the dataset.
+
+    Every prompt appears once per pass (a new permutation each pass, seeded by ``seed`` and the pass number),
+    so refilling neither skips nor repeats prompts beyond what a sampler would; the position is part of the
+    checkpoint (:meth:`state_dict`). Yields global index lists of ``prompts_per_round`` prompts, each
+    repeated ``group_size`` times consecutively, as TRL's ``RepeatSampler`` lays out a generation batch.
+    """
+
+    def __init__(self, dataset_size: int, prompts_per_round: int, group_size: int, seed: int, shuffle: bool = True):
+        if dataset_size < prompts_per_round:
+            raise ValueError(
+                f"dynamic_sampling needs at least one generation batch of prompts ({prompts_per_round}); the "
+                f"training dataset has {dataset_size}"
+            )
+        self.dataset_size, self.prompts_per_round, self.group_size = dataset_size, prompts_per_round, group_size
+        self.seed, self.shuffle = seed, shuffle
+        self.epoch, self.offset = 0, 0
+
+    @property
+    def rounds_per_pass(self) -> int:
+        return self.dataset_size // self.prompts_per_round
+
+    def _order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.dataset_size))
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.dataset_size, generator=generator).tolist()
+
+    def next_indices(self) -> list[int]:
+        """Global dataset indices of the next round (prompts_per_round x group_size)."""
+        if self.offset >= self.rounds_per_pass:
+            self.epoch, self.offset = self.epoch + 1, 0
+        start = self.offset * self.prompts_per_round
+        prompts = self._order()[start : start + self.prompts_per_round]
+        self.offset += 1
+        return [index for index in prompts for _ in range(self.group_size)]
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "offset": self.offset}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
