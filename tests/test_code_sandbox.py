@@ -163,3 +163,17 @@ def test_records_complete_lines_only_duplicates_void():
     assert protocol.parse_records(rec(5, True), 2)[1] == "void"
     assert protocol.parse_records(b"garbage\n", 1)[1] == "void"
     assert protocol.same_output(b"1 \n2\n\n", "1\n2") and not protocol.same_output(b"1\n", "1\n2")
+
+
+def test_value_path_selection_and_host_comparison():
+    from reward_plugins.code_sandbox.plugin import value_tests
+
+    assert value_tests(["assert f(1) == (1, 2)", "assert (g(x=2)) == {'a': [1.5]}"], None) == (["f(1)", "g(x=2)"], [(1, 2), {"a": [1.5]}])
+    for other in (["assert f(1)"], ["assert f(1) == g(2)"], ["assert f(1) != 2"], ["assert f(1) == 2, 'msg'"], ["x = 1"]):
+        assert value_tests(other, None) is None
+    assert value_tests(["assert f(1) == 2"], "import math") is None
+    enc = lambda i, v: protocol.dumps({"i": i, "v": protocol.encode(v)}) + b"\n"  # noqa: E731
+    assert protocol.parse_values(enc(0, [1, 2]) + enc(1, 3), [(1, 2), 3])[0] == [False, True]  # list != tuple
+    assert protocol.parse_values(enc(0, 1) + enc(0, 1), [1])[1] == "void"
+    assert protocol.parse_values(b'{"i":0,"ok":true}\n', [1])[1] == "void"
+    assert protocol.parse_values(b'{"i":0,"v":{"h":1}}\n', [1])[0] == [False]  # no handles on this path

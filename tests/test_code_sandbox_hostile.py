@@ -56,10 +56,18 @@ def _procs_of(uids):
     return sorted(out)
 
 
-def _score(reward, hostile):
+CHECK = "def check(candidate):\n" + "".join(f"    {t.replace('add(', 'candidate(')}\n" for t in TESTS)
+PATHS = {  # the three verdict paths: values compared on the host, tester process, check(candidate)
+    "values": dict(tests=[TESTS, TESTS]),
+    "tester": dict(tests=[TESTS, TESTS], test_setup_code=["SETUP = 1", "SETUP = 1"]),
+    "check": dict(test=[CHECK, CHECK], entry_point=["add", "add"]),
+}
+
+
+def _score(reward, hostile, path="values"):
     before = _procs_of(_uids(reward.pool))
     restarts = reward.pool.restarts
-    r = reward(prompts=["", ""], completions=[hostile, CORRECT], tests=[TESTS, TESTS])
+    r = reward(prompts=["", ""], completions=[hostile, CORRECT], **PATHS[path])
     assert r == [0.0, 1.0]
     assert reward.pool.restarts == restarts, "a sandbox worker was killed from inside"
     assert _procs_of(_uids(reward.pool)) == before, "a process was left running"
@@ -126,9 +134,10 @@ HOSTILE = {
 }
 
 
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_program_scores_zero_beside_correct(reward, name):
-    _score(reward, HOSTILE[name])
+def test_hostile_program_scores_zero_beside_correct(reward, name, path):
+    _score(reward, HOSTILE[name], path)
 
 
 def test_suite_size():
@@ -223,6 +232,9 @@ def test_previous_sample_data_not_in_memory(reward):
         assert r == [1.0, 1.0]
     r = reward(prompts=[""] * 2, completions=[scan, CORRECT], tests=[tests_here, tests_here])
     assert r == [0.0, 1.0]
+    # positive control: the same scanner inside the sandbox does find the value when it is there
+    planted = "keep = 'x' + str(7779000 + 11) + 'y'\n" + scan
+    assert reward(prompts=[""], completions=[planted], tests=[tests_here]) == [1.0]
 
 
 def test_sandbox_has_only_loopback_and_ordinary_uid(reward):

@@ -16,6 +16,7 @@ NaN and ignores it). Broken programs, timeouts and internal errors score 0 and a
 
 from __future__ import annotations
 
+import ast
 import atexit
 import logging
 import os
@@ -60,6 +61,32 @@ def extract_program(completion) -> str:
     if blocks:
         return blocks[-1][1]
     return text
+
+
+def value_tests(tests, setup) -> tuple[list, list] | None:
+    """When every test is ``assert <expr> == <literal>`` (and there is no setup code), the
+    expressions and the expected values: the sandbox then only sends values back, one process per
+    run, and the host compares. None otherwise (the tester-process path handles any test code)."""
+    if setup and str(setup).strip():
+        return None
+    exprs, expected = [], []
+    for t in tests:
+        try:
+            tree = ast.parse(t)
+        except (SyntaxError, ValueError):
+            return None
+        if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert) or tree.body[0].msg is not None:
+            return None
+        cmp = tree.body[0].test
+        if not (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.Eq)):
+            return None
+        try:
+            want = ast.literal_eval(cmp.comparators[0])
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+        exprs.append(ast.unparse(cmp.left))
+        expected.append(want)
+    return exprs, expected
 
 
 class CodeSandboxReward:
@@ -129,6 +156,9 @@ class CodeSandboxReward:
         tests, io_tests, test = col("tests"), col("io_tests"), col("test")
         if tests is not None:
             tests = [tests] if isinstance(tests, str) else list(tests)
+            fast = value_tests(tests, col("test_setup_code"))
+            if fast is not None and tests:
+                return Job("values", code, len(tests), spec={"exprs": fast[0]}, expected=fast[1])
             spec = {"kind": "asserts", "setup": col("test_setup_code") or "", "asserts": [str(t) for t in tests]}
             return Job("call", code, len(tests), spec=spec)
         if test is not None:

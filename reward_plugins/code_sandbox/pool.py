@@ -43,12 +43,12 @@ class Limits:
 
 @dataclasses.dataclass
 class Job:
-    mode: str  # "call" (asserts / check(candidate)) or "io"
+    mode: str  # "values" (assert f(x) == literal), "call" (any asserts / check(candidate)) or "io"
     code: str
     n: int  # number of tests
-    spec: dict | None = None  # call: tests for the tester process
+    spec: dict | None = None  # call: tests for the tester process; values: {"exprs": [...]}
     inputs: list | None = None  # io: stdin per case
-    expected: list | None = None  # io: expected stdout per case (never leaves the host)
+    expected: list | None = None  # io: expected stdout; values: expected values (never leave the host)
 
 
 @dataclasses.dataclass
@@ -146,8 +146,8 @@ class _Worker:
             "nproc": limits.max_processes,
         }
         code_fd = _memfd("program", job.code.encode("utf-8", errors="replace"))
-        if job.mode == "call":
-            tests_fd = _memfd("tests", protocol.dumps(job.spec))
+        if job.mode in ("call", "values"):  # "values": the spec holds only expressions, never expected values
+            tests_fd = _memfd("tests", protocol.dumps(job.spec if job.mode == "call" else job.spec["exprs"]))
             res_r, res_w = os.pipe2(os.O_CLOEXEC)
             send, keep = [code_fd, tests_fd, res_w], [res_r]
             budget = limits.timeout + 10
@@ -165,11 +165,15 @@ class _Worker:
                     os.close(fd)
         try:
             raw = b""
-            if job.mode == "call":
-                raw = self._drain(res_r, deadline)
+            if job.mode != "io":
+                cap = MAX_RESULT_BYTES if job.mode == "call" else limits.max_output_bytes
+                raw = self._drain(res_r, deadline, cap)
             reply = self._reply(deadline)
-            if job.mode == "call":
-                passed, status, flags = protocol.parse_records(raw, job.n)
+            if job.mode != "io":
+                if job.mode == "call":
+                    passed, status, flags = protocol.parse_records(raw, job.n)
+                else:
+                    passed, status, flags = protocol.parse_values(raw, job.expected)
                 err = "void" if status != "ok" else ("program" if "load_error" in flags else None)
                 return Outcome(passed, timeout=bool(reply.get("timeout")), error=err)
             cases = reply.get("cases")
@@ -187,7 +191,7 @@ class _Worker:
             for fd in keep:
                 os.close(fd)
 
-    def _drain(self, fd, deadline) -> bytes:
+    def _drain(self, fd, deadline, cap) -> bytes:
         chunks, total = [], 0
         while True:
             left = deadline - time.monotonic()
@@ -200,7 +204,7 @@ class _Worker:
             if not b:
                 return b"".join(chunks)
             total += len(b)
-            if total <= MAX_RESULT_BYTES:
+            if total <= cap:
                 chunks.append(b)
 
     def _reply(self, deadline) -> dict:

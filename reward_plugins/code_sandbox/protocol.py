@@ -243,6 +243,33 @@ def parse_records(raw: bytes, n_tests: int):
     return passed, "ok", flags
 
 
+def parse_values(raw: bytes, expected: list):
+    """Return-value records ``{"i": k, "v": value}`` (or ``{"i": k, "x": 1}``: it raised), compared
+    here, on the host, with the expected values that never left it. -> (passed, status, flags)."""
+    n = len(expected)
+    passed, seen, flags = [False] * n, set(), set()
+    for line in raw.split(b"\n")[:-1]:
+        try:
+            rec = loads(line)
+        except ProtocolError:
+            return [False] * n, "void", flags
+        if type(rec) is dict and set(rec) == {"flag"} and rec["flag"] == "load_error":
+            flags.add("load_error")
+            continue
+        if type(rec) is not dict or set(rec) not in ({"i", "v"}, {"i", "x"}) or type(rec["i"]) is not int:
+            return [False] * n, "void", flags
+        i = rec["i"]
+        if not 0 <= i < n or i in seen:
+            return [False] * n, "void", flags
+        seen.add(i)
+        if "v" in rec:
+            try:
+                passed[i] = bool(decode(rec["v"]) == expected[i])
+            except (ProtocolError, RecursionError, TypeError, ValueError):
+                passed[i] = False
+    return passed, "ok", flags
+
+
 # ---------------------------------------------------------------- stdout comparison (host side)
 def _lines(text: str):
     lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").split("\n")]

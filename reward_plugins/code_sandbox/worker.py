@@ -179,6 +179,26 @@ def candidate_main(code_fd, req_fd, rep_fd):
         protocol.send_frame(rep_fd, reply)
 
 
+def values_main(code_fd, exprs_fd, result_fd):
+    """Return-value tests: evaluate each test's left-hand expression and stream the typed value;
+    the host, which alone holds the expected values, compares. Nothing here is a verdict."""
+    code = _read_fd(code_fd).decode("utf-8", errors="replace")
+    exprs = protocol.loads(_read_fd(exprs_fd))
+    ns = {"__name__": "__sandbox__", "__builtins__": builtins}
+    try:
+        exec(compile(code, "<program>", "exec"), ns)
+    except BaseException:  # noqa: BLE001
+        os.write(result_fd, protocol.dumps({"flag": "load_error"}) + b"\n")
+        os._exit(0)
+    for i, src in enumerate(exprs):
+        try:
+            rec = {"i": i, "v": protocol.encode(eval(compile(src, f"<test {i}>", "eval"), ns))}
+        except BaseException:  # noqa: BLE001
+            rec = {"i": i, "x": 1}
+        protocol._write_all(result_fd, protocol.dumps(rec) + b"\n")
+    os._exit(0)
+
+
 # ---------------------------------------------------------------- tester (trusted test code)
 _EXC = {n: getattr(builtins, n) for n in dir(builtins) if isinstance(getattr(builtins, n), type)
         and issubclass(getattr(builtins, n), Exception)}  # fmt: skip
@@ -353,6 +373,21 @@ def run_call(hdr, fds):
     return {"timeout": timed_out}
 
 
+def run_values(hdr, fds):
+    code_fd, exprs_fd, result_fd = fds
+
+    def a():
+        _child([code_fd, exprs_fd, result_fd], hdr, SCRATCH_A)
+        values_main(3, 4, 5)
+
+    pa = _fork(a)
+    for f in fds:
+        os.close(f)
+    timed_out, _ = _wait([pa], time.monotonic() + hdr["timeout"])
+    SCRATCH_A.clean()
+    return {"timeout": timed_out}
+
+
 def run_io(hdr, fds):
     n = hdr["n"]
     code_fd, ins, outs = fds[0], fds[1 : 1 + n], fds[1 + n : 1 + 2 * n]
@@ -397,7 +432,7 @@ def main():
             return
         try:
             hdr = protocol.loads(msg)
-            reply = run_call(hdr, fds) if hdr["mode"] == "call" else run_io(hdr, fds)
+            reply = {"call": run_call, "values": run_values, "io": run_io}[hdr["mode"]](hdr, fds)
         except Exception as e:  # noqa: BLE001
             reply = {"internal": f"{type(e).__name__}: {e}"}
         sock.send(protocol.dumps(reply))
