@@ -94,11 +94,13 @@ def bench_sandbox(workers, trivial_n, he, mbpp):
     pool.start()
     start_s = time.perf_counter() - t
     rows = []
-    warm = [Job("call", TRIVIAL, 3, spec={"kind": "asserts", "setup": "", "asserts": TRIVIAL_TESTS})] * (4 * workers)
-    _timed_pool(pool, warm, workers)
-    jobs = [Job("call", TRIVIAL, 3, spec={"kind": "asserts", "setup": "", "asserts": TRIVIAL_TESTS})] * trivial_n
-    outs, wall, lat = _timed_pool(pool, jobs, workers)
-    rows.append(_row("code_sandbox trivial", len(jobs), wall, lat, all(all(o.passed) for o in outs), _timed_pool.cpu))
+    values_job = f._job(TRIVIAL, 0, {"tests": [TRIVIAL_TESTS]})  # the path the plugin picks: values
+    tester_job = Job("call", TRIVIAL, 3, spec={"kind": "asserts", "setup": "", "asserts": TRIVIAL_TESTS})
+    assert values_job.mode == "values"
+    _timed_pool(pool, [values_job, tester_job] * (2 * workers), workers)  # warm-up
+    for name, job in (("trivial, value path (1 process)", values_job), ("trivial, tester path (2 processes)", tester_job)):
+        outs, wall, lat = _timed_pool(pool, [job] * trivial_n, workers)
+        rows.append(_row(f"code_sandbox {name}", trivial_n, wall, lat, all(all(o.passed) for o in outs), _timed_pool.cpu))
     jobs = [
         Job("call", p["prompt"] + p["canonical_solution"], 1, spec={"kind": "check", "test": p["test"], "entry_point": p["entry_point"]})
         for p in he
@@ -106,10 +108,7 @@ def bench_sandbox(workers, trivial_n, he, mbpp):
     outs, wall, lat = _timed_pool(pool, jobs, workers)
     rows.append(_row("code_sandbox HumanEval canonical", len(jobs), wall, lat, all(all(o.passed) for o in outs), _timed_pool.cpu))
     if mbpp:
-        jobs = [
-            Job("call", m["code"], len(m["test_list"]), spec={"kind": "asserts", "setup": m.get("test_setup_code") or "", "asserts": m["test_list"]})
-            for m in mbpp
-        ]
+        jobs = [f._job(m["code"], 0, {"tests": [m["test_list"]], "test_setup_code": [m.get("test_setup_code")]}) for m in mbpp]
         outs, wall, lat = _timed_pool(pool, jobs, workers)
         passed = sum(all(o.passed) for o in outs)
         rows.append(_row(f"code_sandbox MBPP reference ({passed}/{len(jobs)} pass)", len(jobs), wall, lat, passed == len(jobs), _timed_pool.cpu))
