@@ -85,12 +85,13 @@ def agreement(data: Path, with_trl: bool) -> None:
                     print(f"    disagree: id={c['id']} expected={c['expected_equal']} gold={c['gold']!r} pred={c['pred']!r}")
 
 
-def grpo_batch(data: Path, groups: int = 64, size: int = 8) -> tuple[list[str], list[str]]:
+def grpo_batch(data: Path, groups: int = 64, size: int = 8, part: slice = slice(None)) -> tuple[list[str], list[str]]:
+    """``groups`` x ``size`` answers from math_dev, cycling over the problems of ``part`` (17 problems in all)."""
     rows = _load(data / "math_dev.jsonl")
     by_problem: dict[str, list[dict]] = {}
     for r in rows:
         by_problem.setdefault(r["problem"], []).append(r)
-    problems = list(by_problem.values())
+    problems = list(by_problem.values())[part]
     completions, golds = [], []
     for g in range(groups):
         answers = problems[g % len(problems)]
@@ -102,47 +103,77 @@ def grpo_batch(data: Path, groups: int = 64, size: int = 8) -> tuple[list[str], 
     return completions, golds
 
 
-def throughput(data: Path, repeats: int, with_trl: bool) -> None:
-    from reward_plugins._pool import get_pool
-    from reward_plugins.boxed_math import _PRELOAD
+def _time_one(data: Path, impl: str, repeats: int) -> None:
+    """Runs in a fresh process. Warm-up: one batch on problems 0-7 (imports, worker start, sympy's lazy
+    modules); then one pass over a batch on the other problems 8-16 ("steady": as in training, where a batch
+    is new but the process is not) and the best of ``repeats`` passes over that same batch ("repeat")."""
+    completions, golds = grpo_batch(data, part=slice(8, None))
+    warm_c, warm_g = grpo_batch(data, part=slice(0, 8))
+    if impl == "boxed_math":
+        reward = boxed_math()
+        t = time.perf_counter()
+        reward(None, warm_c, answer=warm_g)
+        startup = time.perf_counter() - t
 
-    print("== throughput: 64 groups x 8 answers from math_dev (the 17 problems repeat: golds repeat) ==")
-    completions, golds = grpo_batch(data)
-    reward = boxed_math()
-    t = time.perf_counter()
-    reward(None, completions[:16], answer=golds[:16])  # start-up: workers import and warm up math-verify
-    print(f"  boxed_math first call (starts {get_pool('reward_plugins._math_check:check', None, _PRELOAD).num_workers} "
-          f"workers, 16 answers): {time.perf_counter() - t:.2f} s")
-    best = float("inf")
-    for _ in range(repeats):
+        def run():
+            reward(None, completions, answer=golds)
+    elif impl == "boxed_math_nodedupe":
+        from reward_plugins._pool import get_pool
+        from reward_plugins.boxed_math import _PRELOAD
+
+        reward = boxed_math()
         t = time.perf_counter()
-        reward(None, completions, answer=golds)
-        best = min(best, time.perf_counter() - t)
-    print(f"  boxed_math:                         {best:.3f} s / batch  ({len(completions) / best:7.1f} answers/s)")
-    # the same checks with the in-batch de-duplication defeated: every answer goes to a worker
-    tasks = []
-    for c, g in zip(completions, golds):
-        cands = reward.candidates(c)
-        if not isinstance(cands, str):
-            tasks.append((g, (g, cands)))
-    pool = get_pool("reward_plugins._math_check:check", None, _PRELOAD)
-    best_raw = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        pool.map(tasks, 5.0)
-        best_raw = min(best_raw, time.perf_counter() - t)
-    print(f"  boxed_math without in-batch dedupe: {best_raw:.3f} s / batch  ({len(tasks)} checks)")
-    if with_trl:
+        reward(None, warm_c, answer=warm_g)
+        startup = time.perf_counter() - t
+        tasks = [(g, (g, c)) for g, c in ((g, reward.candidates(c)) for c, g in zip(completions, golds))
+                 if not isinstance(c, str)]
+        pool = get_pool("reward_plugins._math_check:check", None, _PRELOAD)
+
+        def run():
+            pool.map(tasks, 5.0)
+    else:
         from trl.rewards import accuracy_reward
 
         conv = [[{"role": "assistant", "content": c}] for c in completions]
-        best_trl = float("inf")
-        for _ in range(repeats):
-            t = time.perf_counter()
+        t = time.perf_counter()
+        accuracy_reward([[{"role": "assistant", "content": c}] for c in warm_c], warm_g)
+        startup = time.perf_counter() - t
+
+        def run():
             accuracy_reward(conv, golds)
-            best_trl = min(best_trl, time.perf_counter() - t)
-        print(f"  trl.rewards.accuracy_reward:        {best_trl:.3f} s / batch  ({len(completions) / best_trl:7.1f} answers/s)")
-        print(f"  speed-up: {best_trl / best:.1f}x (without dedupe: {best_trl / best_raw:.1f}x)")
+    t = time.perf_counter()
+    run()
+    cold = time.perf_counter() - t
+    warm_best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        run()
+        warm_best = min(warm_best, time.perf_counter() - t)
+    print(json.dumps({"impl": impl, "startup": startup, "steady": cold, "repeat": warm_best}))
+
+
+def throughput(data: Path, repeats: int, with_trl: bool) -> None:
+    import subprocess
+
+    print("== throughput: 64 groups x 8 answers from math_dev, called from the main thread ==")
+    print("  each in a fresh process, warmed up on a batch of problems 0-7; steady = one pass over a batch of")
+    print("  problems 8-16 (new to the process, as in training); repeat = best of repeated passes over it")
+    impls = ["boxed_math", "boxed_math_nodedupe"] + (["trl"] if with_trl else [])
+    res = {}
+    for impl in impls:
+        out = subprocess.run(
+            [sys.executable, __file__, "--data", str(data), "--repeats", str(repeats), "--_time", impl],
+            capture_output=True, text=True, check=True,
+        )
+        res[impl] = json.loads(out.stdout.strip().splitlines()[-1])
+        r = res[impl]
+        label = {"boxed_math": "boxed_math", "boxed_math_nodedupe": "boxed_math, every answer checked",
+                 "trl": "trl.rewards.accuracy_reward"}[impl]
+        print(f"  {label:<34} steady {r['steady']:.3f} s  repeat {r['repeat']:.3f} s  (512 answers; warm-up {r['startup']:.2f} s)")
+    if with_trl:
+        for impl in ("boxed_math", "boxed_math_nodedupe"):
+            print(f"  speed-up of {impl:<20} steady {res['trl']['steady'] / res[impl]['steady']:.1f}x  "
+                  f"repeat {res['trl']['repeat'] / res[impl]['repeat']:.1f}x")
 
 
 def main() -> None:
@@ -150,7 +181,10 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with math_dev.jsonl, mathverify_cases.jsonl")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-trl", action="store_true", help="do not import TRL (its import takes ~15 s)")
+    parser.add_argument("--_time", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args._time:
+        return _time_one(args.data, args._time, args.repeats)
     print("$ python " + " ".join(shlex.quote(a) for a in sys.argv))
     print(f"cores usable: {len(os.sched_getaffinity(0))}, load average: {os.getloadavg()[0]:.2f} (other jobs share the cores)")
     agreement(args.data, not args.skip_trl)

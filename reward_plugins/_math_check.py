@@ -76,6 +76,46 @@ def _parse_pred(candidate: str) -> list:
     return mv.parse("\\boxed{" + candidate + "}", extraction_config=pred_config, parsing_timeout=None)
 
 
+_PROBES = (0.6180339887, 1.4142135623, -0.7071067811, 2.7182818284)
+
+
+def _surely_different(gold_parsed: list, parsed: list) -> bool:
+    """A cheap proof that two parsed answers differ, to skip sympy's ``simplify`` (the slow part of verify)
+    on wrong answers: both are plain expressions (no relation, set, tuple, matrix or function), at least one
+    has a free symbol, and they take different values at two probe points, so ``simplify(a - b)`` cannot be
+    0. Returns False whenever unsure (then math-verify decides)."""
+    import sympy
+
+    a, b = gold_parsed[0], parsed[0]
+    if not all(isinstance(x, sympy.Expr) and not isinstance(x, (sympy.Tuple, sympy.MatrixBase)) for x in (a, b)):
+        return False
+    if len(gold_parsed) > 1 and len(parsed) > 1 and str(gold_parsed[1]) == str(parsed[1]):
+        return False
+
+    def symbol_like(x) -> bool:  # math-verify compares these by name (\text{odd} == o*d*d, \text{e} == E)
+        return isinstance(x, sympy.Symbol) or (
+            isinstance(x, sympy.Mul) and all(arg == sympy.E or isinstance(arg, sympy.Symbol) for arg in x.args)
+        )
+
+    if symbol_like(a) or symbol_like(b):
+        return False
+    free = a.free_symbols | b.free_symbols
+    if not free or len(free) > 4 or a.has(sympy.Function) or b.has(sympy.Function):
+        return False  # numbers are compared fast by math-verify; functions (f(x)) may be compared by name
+    symbols = sorted(free, key=str)
+    for shift in range(2):
+        point = {s: _PROBES[(i + shift) % len(_PROBES)] for i, s in enumerate(symbols)}
+        try:
+            va, vb = complex(a.evalf(15, subs=point)), complex(b.evalf(15, subs=point))
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            return False
+        if not all(map(lambda z: abs(z) < 1e12, (va, vb))):
+            return False
+        if abs(va - vb) <= 1e-6 * max(1.0, abs(va), abs(vb)):
+            return False  # equal here: let math-verify decide
+    return True
+
+
 def check(task: tuple[str, tuple[str, ...]]) -> str:
     """Grade one answer. ``task = (gold, candidates)``: ``candidates[-1]`` is the final answer, the others are
     the answer's other distinct boxes. Returns ``"correct"``, ``"wrong"``, ``"hedged"`` (the final answer is
@@ -88,9 +128,11 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
     gold_key = normalize_candidate(gold_answer(gold))
 
     def same(candidate: str, parsed) -> bool:  # identical text is equal: no sympy needed (fast path)
-        return normalize_candidate(candidate) == gold_key or bool(
-            parsed and mv.verify(gold_parsed, parsed, timeout_seconds=None)
-        )
+        if normalize_candidate(candidate) == gold_key:
+            return True
+        if not parsed or _surely_different(gold_parsed, parsed):
+            return False
+        return bool(mv.verify(gold_parsed, parsed, timeout_seconds=None))
 
     final_text = candidates[-1]
     final = None if normalize_candidate(final_text) == gold_key else _parse_pred(final_text)
@@ -113,7 +155,28 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
     return status
 
 
+_WARM_UP = (
+    ("\\frac{1}{2}", ("0.5",)),
+    ("x^2+2x+1", ("(x+1)^2",)),
+    ("x^2+2x+1", ("x(x+2)",)),
+    ("\\frac{\\sqrt{3}}{2}", ("\\sin(\\pi/3)",)),
+    ("[0,1)", ("x \\in [0, 1)",)),
+    ("\\{1,2\\}", ("2, 1",)),
+    ("(1,2)", ("(1, 3)",)),
+    ("\\begin{pmatrix}1 & 2\\\\ 3 & 4\\end{pmatrix}", ("\\begin{pmatrix}1 & 2\\\\ 3 & 5\\end{pmatrix}",)),
+    ("x = 3", ("3",)),
+    ("y < 2", ("(-\\infty, 2)",)),
+    ("10\\%", ("0.1",)),
+    ("\\text{(B)}", ("B",)),
+)
+
+
 def warm() -> None:
-    """Import math-verify and sympy and run one check, so that forked workers start hot."""
-    check(("\\frac{1}{2}", ("0.5",)))
+    """Import math-verify and sympy and run a few typical checks, so that a worker's first real checks don't
+    pay sympy's first-use costs (lazy imports, caches) inside their deadline. Runs before a worker is ready."""
+    for task in _WARM_UP:
+        try:
+            check(task)
+        except Exception:  # noqa: BLE001
+            pass
     _GOLD_CACHE.clear()

@@ -6,15 +6,18 @@ only works in the main thread (TRL calls reward functions from other threads in 
 worker runs one task at a time; a worker that overruns its task's deadline is killed (SIGKILL) and
 replaced, and the task is reported as ``("timeout", None)``.
 
-* Workers are plain ``python -c`` subprocesses talking pickles over pipes: no ``fork`` of a threaded
-  parent, and unlike multiprocessing's spawn/forkserver they never re-import the user's ``__main__``
-  (a training script without an ``if __name__ == "__main__"`` guard keeps working). A worker imports its
-  ``preload`` module (boxed_math: math-verify, warmed up) and then says it is ready; the deadline of a task
-  starts when it is handed to a ready worker, so start-up never counts as a timeout.
+* A *zygote* — one plain ``python -c`` subprocess — imports the ``preload`` modules (boxed_math:
+  math-verify, warmed up on typical checks) once, then forks the workers on request; a worker is warm
+  from its first task and replacing a killed one costs a fork (milliseconds), not a Python start-up.
+  No ``fork`` of the (threaded) trainer process, and unlike multiprocessing's spawn/forkserver the user's
+  ``__main__`` is never re-imported (a training script without an ``if __name__ == "__main__"`` guard
+  keeps working). Workers get their socket from the zygote over a Unix socket (``SCM_RIGHTS``).
+* The deadline of a task starts when it is handed to a ready worker: start-up never counts as a timeout.
 * Tasks carry an affinity key (boxed_math: the gold) so that the answers of one group go to the same
   worker, which parses their gold once.
 * The pool is created lazily, shared per process (:func:`get_pool`), never pickled (reward functions hold
-  only their options), shut down at exit; workers also exit by themselves when the parent dies (EOF).
+  only their options), shut down at exit; the zygote and the workers also exit by themselves when the
+  parent dies (EOF on their sockets), and the zygote's children are reaped automatically.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from __future__ import annotations
 import atexit
 import importlib
 import os
+import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -42,24 +48,11 @@ def _resolve(spec: str):
     return getattr(obj, attr) if attr else obj
 
 
-def _serve(handler_spec: str, preload: Sequence[str] = ()) -> None:
-    """Worker main loop (runs in the subprocess): protocol on a private copy of stdout, stdout -> stderr."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    out_fd = os.dup(1)
-    os.dup2(2, 1)  # stray prints of the handler must not corrupt the protocol
-    rx, tx = Connection(0, writable=False), Connection(out_fd, readable=False)
-    for module in preload:
-        try:
-            importlib.import_module(module)
-        except Exception:  # noqa: BLE001 - a failed warm-up only costs time
-            pass
-    handler = _resolve(handler_spec)
-    tx.send(_READY)
+def _worker_loop(conn: Connection, handler) -> None:
+    conn.send(_READY)
     while True:
         try:
-            msg = rx.recv()
+            msg = conn.recv()
         except (EOFError, OSError):
             return
         if msg is None:
@@ -70,47 +63,137 @@ def _serve(handler_spec: str, preload: Sequence[str] = ()) -> None:
         except BaseException as e:  # noqa: BLE001 - report, never die, on a bad input
             result = ("error", f"{type(e).__name__}: {e}"[:300])
         try:
-            tx.send((task_id, result))
+            conn.send((task_id, result))
         except (EOFError, OSError):
             return
 
 
-class _Worker:
+def _zygote(ctrl_fd: int, handler_spec: str, preload: Sequence[str] = ()) -> None:
+    """Zygote main (runs in the ``python -c`` subprocess): warm up, then fork one worker per request."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped automatically: no zombies
+    os.dup2(2, 1)  # stray prints go to stderr
+    for module in preload:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - a failed warm-up only costs time
+            pass
+    handler = _resolve(handler_spec)
+    ctrl = socket.socket(fileno=ctrl_fd)
+    ctrl.sendall(b"R")
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(ctrl, 16, 4)
+        except OSError:
+            return
+        if not msg:  # the parent is gone
+            return
+        if not fds:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ctrl.close()
+                for fd in fds[1:]:
+                    os.close(fd)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _worker_loop(Connection(fds[0]), handler)
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        try:
+            ctrl.sendall(struct.pack("!i", pid))
+        except OSError:
+            return
+
+
+class _Zygote:
     def __init__(self, handler_spec: str, preload: Sequence[str]):
-        code = "import sys; from reward_plugins._pool import _serve; _serve(sys.argv[1], sys.argv[2:])"
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        code = "import sys; from reward_plugins._pool import _zygote; _zygote(int(sys.argv[1]), sys.argv[2], sys.argv[3:])"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, handler_spec, *preload],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            [sys.executable, "-c", code, str(child.fileno()), handler_spec, *preload],
+            stdin=subprocess.DEVNULL,
             env=env,
-            close_fds=True,
+            pass_fds=(child.fileno(),),
             start_new_session=True,  # a terminal's Ctrl-C goes to the parent only
         )
-        self.tx = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
-        self.conn = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
-        self.proc.stdin.close()
-        self.proc.stdout.close()
+        child.close()
+        self.ctrl = parent
+        self.ready = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_ready(self, timeout: float) -> bool:
+        if not self.ready:
+            self.ctrl.settimeout(timeout)
+            try:
+                self.ready = self.ctrl.recv(1) == b"R"
+            except OSError:
+                self.ready = False
+            finally:
+                self.ctrl.settimeout(None)
+        return self.ready
+
+    def fork_worker(self) -> tuple[int, Connection]:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.ctrl.settimeout(30.0)
+            socket.send_fds(self.ctrl, [b"W"], [theirs.fileno()])
+            data = b""
+            while len(data) < 4:
+                chunk = self.ctrl.recv(4 - len(data))
+                if not chunk:
+                    raise OSError("reward worker zygote exited")
+                data += chunk
+        finally:
+            self.ctrl.settimeout(None)
+            theirs.close()
+        return struct.unpack("!i", data)[0], Connection(mine.detach())
+
+    def close(self) -> None:
+        try:
+            self.ctrl.close()  # EOF: the zygote exits
+        except OSError:
+            pass
+        try:
+            self.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(1.0)
+
+
+class _Worker:
+    def __init__(self, pid: int, conn: Connection):
+        self.pid = pid
+        self.conn = self.tx = conn
         self.ready = False
         self.task: int | None = None
         self.started = 0.0
         self.key: Hashable = None
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return not self.conn.closed
 
     def kill(self) -> None:
         try:
-            self.proc.kill()
-            self.proc.wait(1.0)
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.conn.close()
         except Exception:
             pass
-        for c in (self.tx, self.conn):
-            try:
-                c.close()
-            except Exception:
-                pass
 
 
 class DeadlinePool:
@@ -124,18 +207,34 @@ class DeadlinePool:
         self.num_workers = max(1, int(num_workers))
         self.preload = list(preload)
         self._workers: list[_Worker] = []
+        self._zygote: _Zygote | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self.respawns = 0
+        self.start_timeout = 300.0
 
     def start(self) -> None:
-        """Start the workers now (otherwise on the first :meth:`map`); returns without waiting for them."""
+        """Start the zygote now (it warms up in the background); otherwise the first :meth:`map` does."""
         with self._lock:
-            self._ensure_workers()
+            self._check_pid()
+            if self._zygote is None or not self._zygote.alive():
+                self._zygote = _Zygote(self.handler_spec, self.preload)
+
+    def _check_pid(self) -> None:
+        if self._pid != os.getpid():  # a forked copy of the parent's pool: never touch the parent's processes
+            self._workers, self._zygote, self._pid = [], None, os.getpid()
+
+    def _new_worker(self) -> _Worker:
+        if self._zygote is None or not self._zygote.alive():
+            if self._zygote is not None:
+                self._zygote.close()
+            self._zygote = _Zygote(self.handler_spec, self.preload)
+        if not self._zygote.wait_ready(self.start_timeout):
+            raise RuntimeError("reward worker zygote failed to start (see its stderr)")
+        return _Worker(*self._zygote.fork_worker())
 
     def _ensure_workers(self) -> None:
-        if self._pid != os.getpid():  # forked copy of a parent's pool: never touch the parent's workers
-            self._workers, self._pid = [], os.getpid()
+        self._check_pid()
         alive = []
         for w in self._workers:
             if w.alive():
@@ -143,7 +242,7 @@ class DeadlinePool:
             else:
                 w.kill()
         while len(alive) < self.num_workers:
-            alive.append(_Worker(self.handler_spec, self.preload))
+            alive.append(self._new_worker())
         self._workers = alive
 
     def map(
@@ -154,7 +253,10 @@ class DeadlinePool:
         if not tasks:
             return []
         with self._lock:
-            self._ensure_workers()
+            try:
+                self._ensure_workers()
+            except (OSError, RuntimeError) as e:
+                return [("error", f"reward workers unavailable: {e}")] * len(tasks)
             return self._run(tasks, float(deadline), total_deadline)
 
     def _run(self, tasks, deadline, total_deadline):
@@ -209,7 +311,7 @@ class DeadlinePool:
                         results[w.task] = ("timeout", None)
                         self._replace(w)
                 break
-            if now - t0 > start_budget and not any(w.ready for w in self._workers):
+            if not self._workers or (now - t0 > start_budget and not any(w.ready for w in self._workers)):
                 for i, r in enumerate(results):
                     if r is None:
                         results[i] = ("error", "reward workers failed to start")
@@ -227,7 +329,7 @@ class DeadlinePool:
                         if w.task is not None:
                             results[w.task] = ("error", "worker died")
                             remaining -= 1
-                        w = self._replace(w)
+                        self._replace(w)
                         continue
                     if msg == _READY:
                         w.ready = True
@@ -243,12 +345,17 @@ class DeadlinePool:
                     self._replace(w)
         return [r if r is not None else ("skipped", None) for r in results]
 
-    def _replace(self, w: _Worker) -> _Worker:
+    def _replace(self, w: _Worker) -> _Worker | None:
         w.kill()
         self.respawns += 1
-        new = _Worker(self.handler_spec, self.preload)
+        i = self._workers.index(w)
+        try:
+            new = self._new_worker()
+        except (OSError, RuntimeError):
+            self._workers.pop(i)  # no replacement now: the next map() tries again
+            return None
         new.key = w.key
-        self._workers[self._workers.index(w)] = new
+        self._workers[i] = new
         return new
 
     def close(self) -> None:
@@ -257,17 +364,16 @@ class DeadlinePool:
                 w.tx.send(None)
             except Exception:
                 pass
-        deadline = time.monotonic() + 1.0
-        for w in self._workers:
-            try:
-                w.proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             w.kill()
         self._workers = []
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
 
     def pids(self) -> list[int]:
-        return [w.proc.pid for w in self._workers]
+        """The zygote's and the workers' process ids."""
+        zygote = [self._zygote.proc.pid] if self._zygote is not None else []
+        return zygote + [w.pid for w in self._workers]
 
 
 def default_workers() -> int:

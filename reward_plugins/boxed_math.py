@@ -25,7 +25,8 @@ A gold that math-verify cannot parse gives ``None`` (TRL then ignores this rewar
 
 Speed: identical (gold, answer) checks within a batch are done once; a group's answers go to the same
 worker, which parses their gold once; the batch runs across ``num_workers`` long-lived processes (default:
-the usable cores, at most 8) that import and warm up math-verify once, when first used.
+the usable cores, at most 8) that import and warm up math-verify once, in the background from the moment
+the reward function is built (``prestart``); a check's deadline starts only when a warm worker takes it.
 
 Combining with ``think_format``: ``reward_funcs=["think_format", "boxed_math"]`` rewards the format and the
 answer separately; boxed_math reads only the part after ``</think>``, so a box written while thinking never
@@ -63,6 +64,7 @@ class BoxedMathReward:
         think_tag: str = "think",
         max_answer_chars: int = 2000,
         num_workers: int | None = None,
+        prestart: bool = True,
     ):
         if not timeout > 0:
             raise ValueError(f"boxed_math: timeout must be > 0 seconds, got {timeout!r}")
@@ -82,6 +84,8 @@ class BoxedMathReward:
         self.max_answer_chars = max_answer_chars
         self.num_workers = num_workers
         self.__name__ = "boxed_math"
+        if prestart:  # workers import and warm up math-verify while the trainer loads the model
+            self._pool().start()
 
     def __repr__(self) -> str:
         return f"boxed_math(gold_column={self.gold_column!r}, timeout={self.timeout}, answer_line={self.answer_line})"
@@ -154,11 +158,13 @@ class BoxedMathReward:
         )
         return rewards
 
-    def _run(self, tasks):
+    def _pool(self):
         from reward_plugins._pool import get_pool
 
-        pool = get_pool("reward_plugins._math_check:check", self.num_workers, preload=_PRELOAD)
-        return pool.map(tasks, self.timeout, self.batch_timeout)
+        return get_pool("reward_plugins._math_check:check", self.num_workers, preload=_PRELOAD)
+
+    def _run(self, tasks):
+        return self._pool().map(tasks, self.timeout, self.batch_timeout)
 
     # pickling: only the options travel; the worker pool is per process and created on first use
     def __getstate__(self):
@@ -176,6 +182,7 @@ def boxed_math(
     think_tag: str = "think",
     max_answer_chars: int = 2000,
     num_workers: int | None = None,
+    prestart: bool = True,
 ) -> BoxedMathReward:
     """Math answer correctness: the last \\boxed{} after the reasoning, checked against the gold by math-verify.
 
@@ -188,6 +195,8 @@ def boxed_math(
         think_tag: name of the reasoning tag; the answer is read after ``</think_tag>``.
         max_answer_chars: a box longer than this scores 0 without a check.
         num_workers: worker processes (default: usable cores, at most 8).
+        prestart: start the workers now (they import and warm up math-verify, a few seconds, in the
+            background) rather than at the first call.
     """
     return BoxedMathReward(
         gold_column=gold_column,
@@ -197,4 +206,5 @@ def boxed_math(
         think_tag=think_tag,
         max_answer_chars=max_answer_chars,
         num_workers=num_workers,
+        prestart=prestart,
     )

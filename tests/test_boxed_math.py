@@ -169,7 +169,7 @@ def test_hostile_answers_reaching_the_workers():
 
 
 def test_workers_exit_when_the_parent_dies(tmp_path):
-    """Workers are not leaked: killing the parent (no atexit) closes their pipe and they exit."""
+    """Workers are not leaked: killing the parent (no atexit) closes their sockets; zygote and workers exit."""
     import os
     import signal
     import subprocess
@@ -204,3 +204,16 @@ def test_workers_exit_when_the_parent_dies(tmp_path):
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(p) for p in pids)
+
+
+def test_numeric_probe_is_only_a_shortcut(reward):
+    """Wrong symbolic answers skip sympy's simplify; equal ones and math-verify's lenient cases still pass."""
+    from reward_plugins import _math_check as mc
+
+    gold = mc.parse_gold("x^2+33x-33")
+    assert mc._surely_different(gold, mc._parse_pred("37"))
+    assert mc._surely_different(gold, mc._parse_pred("(x-2)^2"))
+    assert not mc._surely_different(gold, mc._parse_pred("x(x+33)-33"))
+    out = reward(None, [r"\boxed{x(x+33)-33}", r"\boxed{37}", r"\boxed{odd}", r"\boxed{(x+1)^2}"],
+                 answer=["x^2+33x-33", "x^2+33x-33", r"\text{odd}", "x^2+2x+1"])
+    assert out == [1.0, 0.0, 1.0, 1.0]
