@@ -158,12 +158,12 @@ class _Worker:
             budget = limits.timeout * job.n + 10
         deadline = time.monotonic() + budget
         try:
-            socket.send_fds(self.sock, [protocol.dumps(hdr)], send)
-        finally:
-            for fd in send:
-                if fd not in keep:
-                    os.close(fd)
-        try:
+            try:
+                socket.send_fds(self.sock, [protocol.dumps(hdr)], send)
+            finally:
+                for fd in send:
+                    if fd not in keep:
+                        os.close(fd)
             raw = b""
             if job.mode != "io":
                 cap = MAX_RESULT_BYTES if job.mode == "call" else limits.max_output_bytes
