@@ -98,3 +98,30 @@ def test_refill_stream_covers_every_prompt_once_per_pass_and_resumes():
     resumed = PromptRefill(dataset_size=10, prompts_per_round=3, group_size=2, seed=7)
     resumed.load_state_dict(state)
     assert resumed.next_indices() == expected
+
+
+def test_checkpoint_saves_the_refill_position_and_resume_restores_it(tiny_model_dir, tmp_path, monkeypatch):
+    import json
+
+    from loss_harness import make_trainer
+    from trl_rlvr.trainer import RLVRTrainer
+
+    settings = dict(dynamic_sampling=True, learning_rate=1e-3, per_device_train_batch_size=8, max_completion_length=8,
+                    output_dir=str(tmp_path), save_strategy="steps", save_steps=1, max_steps=2)
+    trainer = make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], **settings)
+    trainer.train()
+    saved = [json.loads((tmp_path / f"checkpoint-{s}" / "rlvr_refill_state.json").read_text()) for s in (1, 2)]
+    assert saved[1] == trainer._refill.state_dict()
+    assert saved[1] != {"epoch": 0, "offset": 0}  # refill prompts were drawn (2/3 of groups carry no signal)
+    restored = []
+    load = RLVRTrainer._load_optimizer_and_scheduler
+
+    def recording_load(self, checkpoint):
+        load(self, checkpoint)
+        restored.append(self._refill.state_dict())
+
+    monkeypatch.setattr(RLVRTrainer, "_load_optimizer_and_scheduler", recording_load)
+    resumed = make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], **settings)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+    assert restored == [saved[0]]
+    assert resumed.state.global_step >= 2
