@@ -13,6 +13,8 @@ replaced, and the task is reported as ``("timeout", None)``.
   ``__main__`` is never re-imported (a training script without an ``if __name__ == "__main__"`` guard
   keeps working). Workers get their socket from the zygote over a Unix socket (``SCM_RIGHTS``).
 * The deadline of a task starts when it is handed to a ready worker: start-up never counts as a timeout.
+  It is measured in the worker's CPU seconds (from /proc; wall seconds elsewhere), with a wall-clock cap
+  of ``wall_factor`` (5) times the deadline: a loaded machine slows checks down without failing them.
 * Tasks carry an affinity key (boxed_math: the gold) so that the answers of one group go to the same
   worker, which parses their gold once.
 * The pool is created lazily, shared per process (:func:`get_pool`), never pickled (reward functions hold
@@ -167,6 +169,19 @@ class _Zygote:
             self.proc.wait(1.0)
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) used so far by process ``pid``; None where /proc is unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class _Worker:
     def __init__(self, pid: int, conn: Connection):
         self.pid = pid
@@ -174,7 +189,19 @@ class _Worker:
         self.ready = False
         self.task: int | None = None
         self.started = 0.0
+        self.cpu0: float | None = None
         self.key: Hashable = None
+
+    def overran(self, deadline: float, wall_cap: float) -> bool:
+        """The running task used ``deadline`` CPU seconds (or ``wall_cap`` wall seconds). CPU time, not wall
+        time, so that a machine busy with other jobs does not turn slow-but-fine checks into timeouts."""
+        wall = time.monotonic() - self.started
+        if wall < deadline:
+            return False
+        if wall >= wall_cap or self.cpu0 is None:
+            return True
+        cpu = _cpu_seconds(self.pid)
+        return cpu is None or cpu - self.cpu0 >= deadline
 
     def alive(self) -> bool:
         try:
@@ -212,6 +239,7 @@ class DeadlinePool:
         self._pid = os.getpid()
         self.respawns = 0
         self.start_timeout = 300.0
+        self.wall_factor = 5.0  # a task is killed at `deadline` CPU seconds or `wall_factor * deadline` wall seconds
 
     def start(self) -> None:
         """Start the zygote now (it warms up in the background); otherwise the first :meth:`map` does."""
@@ -249,7 +277,7 @@ class DeadlinePool:
         self, tasks: Sequence[tuple[Hashable, Any]], deadline: float, total_deadline: float | None = None
     ) -> list[tuple[str, Any]]:
         """Results in task order: ``("ok", value)``, ``("error", message)``, ``("timeout", None)`` (the task
-        overran ``deadline`` seconds) or ``("skipped", None)`` (``total_deadline`` for the batch ran out)."""
+        used ``deadline`` CPU seconds, or ``wall_factor * deadline`` wall seconds) or ``("skipped", None)`` (``total_deadline`` for the batch ran out)."""
         if not tasks:
             return []
         with self._lock:
@@ -267,6 +295,7 @@ class DeadlinePool:
         unstarted = deque(groups)  # keys nobody has taken yet
         t0 = time.monotonic()
         start_budget = max(60.0, 10 * deadline)  # a worker that cannot even start is an error, not a hang
+        wall_cap = self.wall_factor * deadline
         remaining = len(tasks)
 
         def next_task(w: _Worker) -> int | None:
@@ -299,7 +328,7 @@ class DeadlinePool:
                 remaining -= 1
                 self._replace(w)
                 return
-            w.task, w.started = i, time.monotonic()
+            w.task, w.started, w.cpu0 = i, time.monotonic(), _cpu_seconds(w.pid)
 
         for w in self._workers:
             dispatch(w)
@@ -317,7 +346,8 @@ class DeadlinePool:
                         results[i] = ("error", "reward workers failed to start")
                 break
             busy = [w for w in self._workers if w.task is not None]
-            wake = min([w.started + deadline - now for w in busy] + [0.5])
+            # past its wall deadline, a task still short of its CPU deadline is polled every 0.1 s
+            wake = min([max(w.started + deadline - now, 0.1) for w in busy] + [0.5])
             if total_deadline is not None:
                 wake = min(wake, t0 + total_deadline - now)
             ready = wait([w.conn for w in self._workers], timeout=max(0.0, wake))
@@ -339,7 +369,7 @@ class DeadlinePool:
                         remaining -= 1
                         w.task = None
                     dispatch(w)
-                elif w.task is not None and time.monotonic() - w.started >= deadline:
+                elif w.task is not None and w.overran(deadline, wall_cap):
                     results[w.task] = ("timeout", None)
                     remaining -= 1
                     self._replace(w)
