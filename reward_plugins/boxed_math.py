@@ -15,18 +15,20 @@ Against reward hacking:
   compares the set with the number);
 * no boxed answer scores 0, unless ``answer_line=True`` and the last line reads ``The answer is: X``;
 * untrusted output never crashes or hangs training: every check runs in a worker process with a hard
-  deadline (``timeout``) that works in any thread; a box longer than ``max_answer_chars``, an unbalanced
-  box, a check that times out or raises all score 0 and are counted in the metrics
-  ``boxed_math/{timeouts,errors,rejected}`` (through TRL's ``log_metric`` when the trainer provides it),
-  with ``no_box``, ``hedged`` and ``unparsed``.
+  deadline (``timeout`` CPU seconds, at most 5x that in wall seconds) that works in any thread; a box
+  longer than ``max_answer_chars``, an unbalanced box, a check that times out or raises all score 0 and
+  are counted in the metrics ``boxed_math/{timeouts,errors,rejected}`` (through TRL's ``log_metric`` when
+  the trainer provides it), with ``no_box``, ``hedged`` and ``unparsed``.
 
 A gold that math-verify cannot parse gives ``None`` (TRL then ignores this reward for that row), counted as
 ``boxed_math/bad_gold``.
 
 Speed: identical (gold, answer) checks within a batch are done once; a group's answers go to the same
 worker, which parses their gold once; the batch runs across ``num_workers`` long-lived processes (default:
-the usable cores, at most 8) that import and warm up math-verify once, in the background from the moment
-the reward function is built (``prestart``); a check's deadline starts only when a warm worker takes it.
+the usable cores, at most 8), forked from a zygote process that imports and warms up math-verify once, in
+the background from the moment the reward function is built (``prestart``); a check's deadline starts only
+when a warm worker takes it. A wrong symbolic answer (``x - 2`` for ``x^2+33x-33``) is recognised by
+evaluating both at probe points, skipping sympy's ``simplify``; math-verify decides every other case.
 
 Combining with ``think_format``: ``reward_funcs=["think_format", "boxed_math"]`` rewards the format and the
 answer separately; boxed_math reads only the part after ``</think>``, so a box written while thinking never
@@ -189,7 +191,8 @@ def boxed_math(
     Args:
         gold_column: dataset column holding the gold answer or reference solution
             (default: ``answer``, else ``solution``).
-        timeout: hard deadline in seconds for checking one answer (the worker is killed past it; scores 0).
+        timeout: hard deadline for checking one answer, in CPU seconds of the worker (wall-clock cap: 5x);
+            past it the worker is killed and replaced and the answer scores 0.
         batch_timeout: optional deadline in seconds for a whole call; answers not checked by then score 0.
         answer_line: also accept a final ``The answer is: X`` line when the answer part has no box.
         think_tag: name of the reasoning tag; the answer is read after ``</think_tag>``.
