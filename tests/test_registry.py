@@ -144,3 +144,32 @@ def test_cli_list_and_show(example_plugin):
     assert "timeout" in show.stdout and "answer_line" in show.stdout and "= 5.0" in show.stdout
     bad = _cli("rewards", "show", "boxed_mat")
     assert bad.returncode == 2 and "Did you mean 'boxed_math'" in bad.stderr
+
+
+@pytest.mark.slow
+def test_vanilla_grpo_trainer_with_registered_rewards(tiny_model_dir, tmp_path):
+    """The plugins are plain TRL reward functions: a vanilla GRPOTrainer trains with them, one step."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tiny import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    dataset = Dataset.from_dict({"prompt": ["1+1=", "2+2="] * 2, "answer": ["2", "4"] * 2})
+    funcs = resolve_reward_funcs(
+        ["think_format", "boxed_math", "overlong"],
+        {"boxed_math": {"timeout": 2.0}, "overlong": {"max_completion_length": 8, "buffer_length": 4}},
+    )
+    args = GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, max_completion_length=8,
+        max_steps=1, logging_steps=1, report_to=[], bf16=False, use_cpu=True, gradient_checkpointing=False,
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer.train()
+    logged = {k for entry in trainer.state.log_history for k in entry}
+    for name in ("think_format", "boxed_math", "overlong"):
+        assert f"rewards/{name}/mean" in logged, sorted(logged)
+    assert "boxed_math/no_box" in logged  # reported through TRL's log_metric
