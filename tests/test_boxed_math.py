@@ -168,6 +168,18 @@ def test_deadline_counts_cpu_time_not_waiting():
         pool.close()
 
 
+def test_batch_timeout_bounds_a_whole_call():
+    reward = boxed_math(timeout=30.0, batch_timeout=1.0)
+    reward(None, [r"\boxed{1}"], answer=["1"])  # workers up
+    metrics = {}
+    t = time.monotonic()
+    out = reward(None, [r"\boxed{10^{10^{10^{10}}}}"] * 2 + [r"\boxed{9^{9^{9^{9}}}}"] * 2, answer=["1", "2", "3", "4"],
+                 log_metric=lambda k, v: metrics.__setitem__(k, v))
+    assert out == [0.0] * 4
+    assert time.monotonic() - t < 6
+    assert metrics["boxed_math/timeouts"] == 4
+
+
 def test_bad_options():
     with pytest.raises(ValueError, match="timeout"):
         boxed_math(timeout=0)
