@@ -177,3 +177,15 @@ def test_value_path_selection_and_host_comparison():
     assert protocol.parse_values(enc(0, 1) + enc(0, 1), [1])[1] == "void"
     assert protocol.parse_values(b'{"i":0,"ok":true}\n', [1])[1] == "void"
     assert protocol.parse_values(b'{"i":0,"v":{"h":1}}\n', [1])[0] == [False]  # no handles on this path
+
+
+def test_close_leaves_nothing_behind():
+    f = code_sandbox(num_workers=2)
+    f.pool.start()
+    workers = [slot[1] for slot in f.pool._idle.queue]
+    cgroups = [d for w in workers for d in w.cgroups]
+    code_dir = f.pool._dir
+    f.close()
+    assert all(w.proc.poll() is not None for w in workers)
+    assert not any(os.path.exists(d) for d in cgroups)
+    assert not os.path.exists(code_dir)

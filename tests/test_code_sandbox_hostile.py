@@ -44,6 +44,9 @@ def _uids(pool):
     return set(pool.uids)
 
 
+DEBUG = {}  # pid -> /proc/pid/stat head, to say what a leftover process was
+
+
 def _procs_of(uids):
     out = []
     for pid in os.listdir("/proc"):
@@ -51,7 +54,8 @@ def _procs_of(uids):
             try:
                 if os.stat(f"/proc/{pid}").st_uid in uids:
                     out.append(pid)
-            except FileNotFoundError:
+                    DEBUG[pid] = open(f"/proc/{pid}/stat").read()[:80]  # for the failure message
+            except OSError:
                 pass
     return sorted(out)
 
@@ -256,9 +260,14 @@ def test_sandbox_has_only_loopback_and_ordinary_uid(reward):
 
 
 def test_many_runs_leave_no_zombies(reward):
-    progs = [CORRECT, HOSTILE["kill_parent"], HOSTILE["fork_bomb"], HOSTILE["sys_exit_before_tests"]] * 25
+    progs = [CORRECT, HOSTILE["kill_parent"], HOSTILE["fork_bomb"], HOSTILE["sys_exit_before_tests"]] * 250
+    before = _procs_of(_uids(reward.pool))
     r = reward(prompts=[""] * len(progs), completions=progs, tests=[TESTS] * len(progs))
-    assert r == [1.0, 0.0, 0.0, 0.0] * 25
+    assert r == [1.0, 0.0, 0.0, 0.0] * 250
+    after = _procs_of(_uids(reward.pool))
+    gone = [p for p in before if p not in after]
+    info = {p: DEBUG.get(p) for p in gone}
+    assert after == before, info
     zombies = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():

@@ -80,7 +80,7 @@ def slot_uid(slot: int, pool_seq: int = 0) -> int | None:
     own, already unprivileged, uid)."""
     if os.geteuid() != 0:
         return None
-    return 1_000_000 + (os.getpid() % 500_000) * 256 + (pool_seq % 16) * 16 + (slot % 16)
+    return 1_000_000 + (os.getpid() % 262_144) * 4096 + (pool_seq % 256) * 16 + (slot % 16)
 
 
 SCRATCH_MB = 64
@@ -171,6 +171,7 @@ def worker_command(isolation: str, python: str, code_dir: str, ctrl_fd: int) -> 
     argv = [
         find_bwrap(),
         "--unshare-all", "--unshare-user", "--disable-userns", "--new-session", "--clearenv",
+        "--as-pid-1",  # the worker is the namespace's init: no extra reaper that could be orphaned
         "--ro-bind", "/usr", "/usr",
         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
         "--ro-bind", code_dir, "/sbx",

@@ -21,6 +21,7 @@ import atexit
 import logging
 import os
 import re
+import threading
 import weakref
 
 from .pool import Job, Limits, SandboxPool
@@ -29,6 +30,7 @@ log = logging.getLogger("reward_plugins.code_sandbox")
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _LIVE_POOLS: "weakref.WeakSet[SandboxPool]" = weakref.WeakSet()
+_POOL_LOCK = threading.Lock()
 
 
 @atexit.register
@@ -137,10 +139,11 @@ class CodeSandboxReward:
 
     @property
     def pool(self) -> SandboxPool:
-        if self._pool is None or self._pool.closed or self._pool.pid != os.getpid():
-            self._pool = SandboxPool(self.isolation, self.num_workers, self.limits)
-            _LIVE_POOLS.add(self._pool)
-        return self._pool
+        with _POOL_LOCK:
+            if self._pool is None or self._pool.closed or self._pool.pid != os.getpid():
+                self._pool = SandboxPool(self.isolation, self.num_workers, self.limits)
+                _LIVE_POOLS.add(self._pool)
+            return self._pool
 
     def close(self):
         if self._pool is not None:
