@@ -100,7 +100,9 @@ class RLVRConfig(GRPOConfig):
         default=3,
         metadata={
             "help": "With dynamic_sampling: generation rounds per batch at most (the first included); 0 means "
-            "unlimited. When they run out, the batch is trained on the informative groups found so far."
+            "no fixed bound: rounds go on until the batch is full or one full pass over the training set has been "
+            "drawn (so a task with no signal can never hang). When they run out, the batch is trained on the "
+            "informative groups found so far."
         },
     )
     dynamic_sampling_tolerance: float = field(
@@ -156,7 +158,9 @@ class RLVRConfig(GRPOConfig):
         if self.overlong_buffer_length is not None:
             validate_overlong(self.max_completion_length, self.overlong_buffer_length, self.overlong_penalty_factor)
         if self.max_sampling_rounds < 0:
-            raise ValueError(f"max_sampling_rounds must be >= 0 (0 = unlimited), got {self.max_sampling_rounds!r}")
+            raise ValueError(
+                f"max_sampling_rounds must be >= 0 (0 = up to one pass over the data), got {self.max_sampling_rounds!r}"
+            )
         if not self.dynamic_sampling_tolerance >= 0:
             raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance!r}")
         if self.reward_options is not None and not isinstance(self.reward_options, dict):
