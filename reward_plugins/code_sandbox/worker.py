@@ -48,7 +48,9 @@ class Scratch:
 
     def _make(self):
         if os.path.lexists(self.path):
-            os.rename(self.path, self.path + f".old{time.monotonic_ns()}")
+            old = self.path + f".old{time.monotonic_ns()}"
+            os.rename(self.path, old)  # out of every ruleset: no later child can read it
+            shutil.rmtree(old, ignore_errors=True)
         os.mkdir(self.path, 0o700)
         if self.ruleset >= 0:
             os.close(self.ruleset)
