@@ -144,10 +144,12 @@ def progress_callback():
                 return
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+            self.t0 = time.time()
             self.progress = Progress(
                 TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                 TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
             )
+            self.lines = not self.progress.console.is_terminal  # redirected output: one line per step instead
             self.progress.start()
             self.task = self.progress.add_task("train", total=state.max_steps, stats="generating...")
 
@@ -170,6 +172,9 @@ def progress_callback():
                 if "completions/mean_length" in logs:
                     stats += f" | len {logs['completions/mean_length']:.0f}"
                 self.progress.update(self.task, completed=state.global_step, stats=stats)
+                if self.lines:
+                    print(f"step {state.global_step}/{state.max_steps} ({time.time() - self.t0:.0f}s) {stats}",
+                          flush=True)
 
         def on_step_end(self, args, state, control, **kw):
             if self.progress is not None:
@@ -311,7 +316,7 @@ def main(script_args, training_args, model_args):
     t_start = time.time()
     timings = {}
     state = PartialState()
-    console = Console(stderr=False)
+    console = Console(stderr=False, soft_wrap=True)
     say = console.print if state.is_main_process else (lambda *a, **k: None)
 
     # Model: the offline SmolLM2 default is converted once, by the main process.
