@@ -27,8 +27,11 @@ def constant_reward(prompts, completions, **kwargs):
     return [1.0] * len(completions)
 
 
-def run(model_dir, reward=mixed_reward, **overrides):
-    """Train; return (trainer, [advantages of every micro-batch that reached the loss])."""
+def run(model_dir, reward=mixed_reward, record_prompts=None, **overrides):
+    """Train; return (trainer, [advantages of every micro-batch that reached the loss]).
+
+    With ``record_prompts`` (a list), every round of prompts the trainer generates for is appended to it.
+    """
     from loss_harness import make_trainer
 
     settings = dict(dynamic_sampling=True, max_steps=3, learning_rate=1e-3, per_device_train_batch_size=8,
@@ -43,6 +46,9 @@ def run(model_dir, reward=mixed_reward, **overrides):
         return compute_loss(model, inputs, *args, **kwargs)
 
     trainer.compute_loss = recording
+    if record_prompts is not None:
+        next_prompts = trainer._next_prompts
+        trainer._next_prompts = lambda: record_prompts.append(next_prompts()) or record_prompts[-1]
     trainer.train()
     return trainer, seen
 

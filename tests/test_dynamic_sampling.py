@@ -10,23 +10,31 @@ import pytest
 import torch
 
 from dynamic_sampling_harness import constant_reward, mixed_reward, run
-from trl_rlvr.sampling import PromptRefill, concat_rows, informative_rows, rows_per_process
+from trl_rlvr.sampling import PromptStream, concat_rows, informative_rows, rows_per_process
 
 HARNESS = Path(__file__).parent / "dynamic_sampling_harness.py"
 
 
 def test_every_row_that_reaches_the_loss_has_signal(tiny_model_dir):
-    trainer, seen = run(tiny_model_dir)
+    drawn = []
+    trainer, seen = run(tiny_model_dir, record_prompts=drawn)
     assert len(seen) == 6  # 3 optimizer steps x 2 accumulation steps
     for advantages in seen:
         assert advantages.numel() > 0 and (advantages != 0).all()
     logged = [h for h in trainer.state.log_history if "rlvr/sampling_rounds" in h]
     assert len(logged) == 3
+    # First rounds and refills draw from one stream: within a pass (64 prompts) no prompt comes twice.
+    prompts = [[row["prompt"] for row in batch[::4]] for batch in drawn]
+    flat = [p for round_ in prompts for p in round_]
+    assert len(flat) == 4 * sum(entry["rlvr/sampling_rounds"] for entry in logged) == len(set(flat))
     for entry in logged:
         assert 1 <= entry["rlvr/sampling_rounds"] <= 3
         assert entry["rlvr/prompts_sampled"] == 4 * entry["rlvr/sampling_rounds"]
         assert 0 < entry["rlvr/kept_groups_frac"] <= 1
-        assert entry["rlvr/zero_signal_frac"] >= 2 / 3 - 1e-6  # measured before filtering: i%3 in {0,1}
+        # measured before filtering: at least the groups of prompts i % 3 in {0, 1}, which never carry signal
+        step_rounds, prompts = prompts[: int(entry["rlvr/sampling_rounds"])], prompts[int(entry["rlvr/sampling_rounds"]):]
+        constant = sum(int(p[1:]) % 3 != 2 for round_ in step_rounds for p in round_) / (4 * len(step_rounds))
+        assert entry["rlvr/zero_signal_frac"] >= constant - 1e-6
 
 
 def test_without_dynamic_sampling_zero_advantage_rows_match_the_metric(tiny_model_dir):
@@ -87,20 +95,20 @@ def test_concat_rows_pads_prompts_left_and_completions_right():
     assert out["advantages"].tolist() == [1.0, 2.0]
 
 
-def test_refill_stream_covers_every_prompt_once_per_pass_and_resumes():
-    refill = PromptRefill(dataset_size=10, prompts_per_round=3, group_size=2, seed=7)
-    first_pass = [refill.next_indices() for _ in range(refill.rounds_per_pass)]
+def test_prompt_stream_covers_every_prompt_once_per_pass_and_resumes():
+    stream = PromptStream(dataset_size=10, prompts_per_round=3, group_size=2, seed=7)
+    first_pass = [stream.next_indices() for _ in range(stream.rounds_per_pass)]
     prompts = [i for round_ in first_pass for i in round_[::2]]
     assert len(prompts) == len(set(prompts)) == 9  # 3 rounds x 3 prompts, none repeated
     assert all(r[0::2] == r[1::2] for r in first_pass)  # each prompt repeated group_size times
-    state = refill.state_dict()
-    expected = refill.next_indices()
-    resumed = PromptRefill(dataset_size=10, prompts_per_round=3, group_size=2, seed=7)
+    state = stream.state_dict()
+    expected = stream.next_indices()
+    resumed = PromptStream(dataset_size=10, prompts_per_round=3, group_size=2, seed=7)
     resumed.load_state_dict(state)
     assert resumed.next_indices() == expected
 
 
-def test_checkpoint_saves_the_refill_position_and_resume_restores_it(tiny_model_dir, tmp_path, monkeypatch):
+def test_checkpoint_saves_the_prompt_stream_position_and_resume_restores_it(tiny_model_dir, tmp_path, monkeypatch):
     import json
 
     from loss_harness import make_trainer
@@ -110,15 +118,15 @@ def test_checkpoint_saves_the_refill_position_and_resume_restores_it(tiny_model_
                     output_dir=str(tmp_path), save_strategy="steps", save_steps=1, max_steps=2)
     trainer = make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], **settings)
     trainer.train()
-    saved = [json.loads((tmp_path / f"checkpoint-{s}" / "rlvr_refill_state.json").read_text()) for s in (1, 2)]
-    assert saved[1] == trainer._refill.state_dict()
-    assert saved[1] != {"epoch": 0, "offset": 0}  # refill prompts were drawn (2/3 of groups carry no signal)
+    saved = [json.loads((tmp_path / f"checkpoint-{s}" / "rlvr_prompt_stream.json").read_text()) for s in (1, 2)]
+    assert saved[1] == trainer._prompt_stream.state_dict()
+    assert saved[0] != {"epoch": 0, "offset": 0}  # so a fresh, unrestored stream would fail the check below
     restored = []
     load = RLVRTrainer._load_optimizer_and_scheduler
 
     def recording_load(self, checkpoint):
         load(self, checkpoint)
-        restored.append(self._refill.state_dict())
+        restored.append(self._prompt_stream.state_dict())
 
     monkeypatch.setattr(RLVRTrainer, "_load_optimizer_and_scheduler", recording_load)
     resumed = make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], **settings)

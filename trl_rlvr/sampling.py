@@ -59,13 +59,15 @@ def concat_rows(pieces: list[dict[str, torch.Tensor]], pad_values: dict[str, flo
     return out
 
 
-class PromptRefill:
-    """The stream of extra prompts for dynamic sampling: its own shuffled pass over the dataset.
+class PromptStream:
+    """Where dynamic sampling takes its prompts from: ONE stream for the first round and every refill.
 
-    Every prompt appears once per pass (a new permutation each pass, seeded by ``seed`` and the pass number),
-    so refilling neither skips nor repeats prompts beyond what a sampler would; the position is part of the
-    checkpoint (:meth:`state_dict`). Yields global index lists of ``prompts_per_round`` prompts, each
-    repeated ``group_size`` times consecutively, as TRL's ``RepeatSampler`` lays out a generation batch.
+    Passes over the dataset, a new permutation each pass (seeded by ``seed`` and the pass number), handed out
+    a round at a time: every prompt is used once per pass, whether by a first round or by a refill, so nothing
+    is skipped or repeated beyond what a sampler would do. The position advances only when a round is drawn
+    and is part of the checkpoint (:meth:`state_dict`), so a resumed run continues exactly where it stopped.
+    Yields global index lists of ``prompts_per_round`` prompts, each repeated ``group_size`` times
+    consecutively, as TRL's ``RepeatSampler`` lays out a generation batch.
     """
 
     def __init__(self, dataset_size: int, prompts_per_round: int, group_size: int, seed: int, shuffle: bool = True):

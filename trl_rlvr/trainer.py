@@ -30,10 +30,10 @@ from .advantages import group_advantages
 from .config import RLVRConfig
 from .losses import per_step_num_items
 from .metrics import rollout_metrics
-from .sampling import ROW_KEYS, PromptRefill, concat_rows, informative_rows, rows_per_process
+from .sampling import ROW_KEYS, PromptStream, concat_rows, informative_rows, rows_per_process
 
 logger = logging.getLogger(__name__)
-REFILL_STATE_FILE = "rlvr_refill_state.json"
+PROMPT_STREAM_STATE_FILE = "rlvr_prompt_stream.json"
 
 #: TRL metric -> the rlvr/ name it is re-published under.
 _TRL_METRIC_ALIASES = {"clip_ratio/low_mean": "rlvr/clip_low_frac", "clip_ratio/high_mean": "rlvr/clip_high_frac"}
@@ -58,7 +58,7 @@ class RLVRTrainer(GRPOTrainer):
         reward_funcs = self._resolve_reward_funcs(reward_funcs, args)
         super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self._success_index = self._find_success_reward(args.success_reward)
-        self._refill = self._make_refill() if args.dynamic_sampling else None
+        self._prompt_stream = self._make_prompt_stream() if args.dynamic_sampling else None
         self._skip_optimizer_steps = 0
         if args.dynamic_sampling:
             self.add_callback(_SkipEmptyUpdates(self))
@@ -91,16 +91,16 @@ class RLVRTrainer(GRPOTrainer):
                     args.reward_weights = [*args.reward_weights, 1.0]
         return funcs if funcs or reward_funcs is not None else None
 
-    def _make_refill(self) -> PromptRefill:
+    def _make_prompt_stream(self) -> PromptStream:
         from torch.utils.data import IterableDataset
 
         if self.train_dataset is None or isinstance(self.train_dataset, IterableDataset):
-            raise ValueError("dynamic_sampling=True needs a map-style (indexable) train_dataset to draw refill prompts")
-        return PromptRefill(
+            raise ValueError("dynamic_sampling=True needs a map-style (indexable) train_dataset to draw prompts from")
+        return PromptStream(
             len(self.train_dataset),
             prompts_per_round=self.args.generation_batch_size // self.num_generations,
             group_size=self.num_generations,
-            seed=self.args.seed + 1,  # a stream of its own, distinct from the main sampler's order
+            seed=self.args.seed,
             shuffle=self.shuffle_dataset,
         )
 
@@ -150,16 +150,18 @@ class RLVRTrainer(GRPOTrainer):
         """DAPO dynamic sampling: rounds of generation until the batch is full of groups with signal.
 
         Every rank runs the same rounds (the decision comes from the gathered rewards), gathers the kept rows,
-        and takes the same number of them, so ranks stay in lockstep and groups may span processes.
+        and takes the same number of them, so ranks stay in lockstep and groups may span processes. The
+        dataloader's batch only sets the size: every round, the first included, draws its prompts from one
+        :class:`PromptStream`, so refills consume prompts exactly as the first rounds do.
         """
         target = len(inputs)
         group_size, num_processes = self.num_generations, self.accelerator.num_processes
-        max_rounds = self.args.max_sampling_rounds or 1 + self._refill.rounds_per_pass  # 0: one full pass at most
+        max_rounds = self.args.max_sampling_rounds or self._prompt_stream.rounds_per_pass  # 0: one full pass at most
         pieces, kept_rows, groups_seen, rounds = [], 0, 0, 0
         with _swapped(self, "beta", 0.0):  # reference log-probs are computed below, for kept rows only
             while True:
                 rounds += 1
-                output = self._generate_and_score_round(inputs)
+                output = self._generate_and_score_round(self._next_prompts())
                 keep = informative_rows(self._batch_rewards, group_size, self.args.dynamic_sampling_tolerance)
                 groups_seen += len(keep) // group_size
                 if keep.any():
@@ -167,7 +169,6 @@ class RLVRTrainer(GRPOTrainer):
                     kept_rows += int(keep.sum())
                 if kept_rows >= target * num_processes or rounds >= max_rounds:
                     break
-                inputs = self._refill_inputs()
         rows = rows_per_process(kept_rows, num_processes, self.args.steps_per_generation, target)
         mode_metrics = self._metrics["train"]
         mode_metrics["rlvr/sampling_rounds"].append(rounds)
@@ -208,9 +209,9 @@ class RLVRTrainer(GRPOTrainer):
         pad = self._tokenizer.pad_token_id
         return {"prompt_ids": pad, "completion_ids": pad, "tool_mask": 1}
 
-    def _refill_inputs(self) -> list[dict]:
-        """This process's share of the next round of refill prompts."""
-        indices = self._refill.next_indices()
+    def _next_prompts(self) -> list[dict]:
+        """This process's share of the next round of prompts from the stream."""
+        indices = self._prompt_stream.next_indices()
         per_process = len(indices) // self.accelerator.num_processes
         start = self.accelerator.process_index * per_process
         return [self.train_dataset[i] for i in indices[start : start + per_process]]
@@ -245,17 +246,17 @@ class RLVRTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
-        if self._refill is not None and self.args.should_save:
+        if self._prompt_stream is not None and self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            with open(os.path.join(folder, REFILL_STATE_FILE), "w") as f:
-                json.dump(self._refill.state_dict(), f)
+            with open(os.path.join(folder, PROMPT_STREAM_STATE_FILE), "w") as f:
+                json.dump(self._prompt_stream.state_dict(), f)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        path = os.path.join(checkpoint, REFILL_STATE_FILE) if checkpoint else None
-        if self._refill is not None and path and os.path.exists(path):
+        path = os.path.join(checkpoint, PROMPT_STREAM_STATE_FILE) if checkpoint else None
+        if self._prompt_stream is not None and path and os.path.exists(path):
             with open(path) as f:
-                self._refill.load_state_dict(json.load(f))
+                self._prompt_stream.load_state_dict(json.load(f))
 
     def _log_rollout_metrics(self, rewards_per_func: torch.Tensor, completion_ids_list) -> None:
         """Gather lengths and truncation flags (the rewards are already global) and log the rlvr/ diagnostics."""
