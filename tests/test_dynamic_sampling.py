@@ -133,3 +133,30 @@ def test_checkpoint_saves_the_prompt_stream_position_and_resume_restores_it(tiny
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
     assert restored == [saved[0]]
     assert resumed.state.global_step >= 2
+
+
+def test_batch_scaling_uses_the_kept_groups_only(tiny_model_dir):
+    """With scale_rewards="batch" the std is the kept groups' (as verl), not the generated batch's."""
+    from loss_harness import make_trainer
+    from trl_rlvr.advantages import group_advantages
+
+    trainer = make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], dynamic_sampling=True, scale_rewards="batch",
+                           per_device_train_batch_size=8, max_completion_length=8)
+    trainer.model.train()
+    rewards = torch.tensor([1.0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0])  # groups 0 and 2 carry no signal
+
+    def fake_round(prompts):
+        trainer._batch_rewards = rewards
+        rows = torch.arange(16)
+        return {"prompt_ids": rows[:, None].repeat(1, 2), "prompt_mask": torch.ones(16, 2, dtype=torch.long),
+                "completion_ids": rows[:, None].repeat(1, 3), "completion_mask": torch.ones(16, 3, dtype=torch.long),
+                "advantages": group_advantages(rewards, 4, "batch"), "num_items_in_batch": torch.tensor(48)}
+
+    trainer._generate_and_score_round = fake_round
+    batch = trainer._generate_informative_batch([{}] * 8)
+    assert batch["completion_ids"][:, 0].tolist() == [4, 5, 6, 7, 12, 13, 14, 15]
+    kept = torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0])
+    torch.testing.assert_close(batch["advantages"], group_advantages(kept, 4, "batch"))
+    assert not torch.allclose(batch["advantages"], group_advantages(rewards, 4, "batch")[rewards.new_tensor(
+        [0, 1, 1, 0]).bool().repeat_interleave(4)])
+    assert batch["num_items_in_batch"].item() == 24

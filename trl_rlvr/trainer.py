@@ -165,7 +165,9 @@ class RLVRTrainer(GRPOTrainer):
                 keep = informative_rows(self._batch_rewards, group_size, self.args.dynamic_sampling_tolerance)
                 groups_seen += len(keep) // group_size
                 if keep.any():
-                    pieces.append({k: v[keep.to(v.device)] for k, v in self._gather_rows(output).items()})
+                    piece = {k: v[keep.to(v.device)] for k, v in self._gather_rows(output).items()}
+                    piece["rewards"] = self._batch_rewards[keep.to(self._batch_rewards.device)]
+                    pieces.append(piece)
                     kept_rows += int(keep.sum())
                 if kept_rows >= target * num_processes or rounds >= max_rounds:
                     break
@@ -181,8 +183,12 @@ class RLVRTrainer(GRPOTrainer):
             )
         if rows == 0:
             return self._empty_update(output)
+        kept = concat_rows(pieces, self._pad_values())
+        rewards = kept.pop("rewards")
+        if self.scale_rewards == "batch":  # the batch std of the groups trained on, not of those dropped (as verl)
+            kept["advantages"] = group_advantages(rewards, group_size, "batch").to(kept["advantages"].dtype)
         start = self.accelerator.process_index * rows
-        batch = {k: v[start : start + rows] for k, v in concat_rows(pieces, self._pad_values()).items()}
+        batch = {k: v[start : start + rows] for k, v in kept.items()}
         batch["num_items_in_batch"] = self.accelerator.reduce(_loss_mask(batch).sum(), reduction="sum")
         if self.beta != 0.0:
             batch["ref_per_token_logps"] = self._reference_logps(batch)
