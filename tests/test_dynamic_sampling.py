@@ -1,15 +1,13 @@
 """DAPO dynamic sampling: only informative groups reach the loss, on one process and on two."""
 
 import logging
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from dynamic_sampling_harness import constant_reward, mixed_reward, run
+from launch import launch_on_cpu
 from trl_rlvr.sampling import PromptStream, concat_rows, informative_rows, rows_per_process
 
 HARNESS = Path(__file__).parent / "dynamic_sampling_harness.py"
@@ -61,12 +59,7 @@ def test_constant_reward_skips_the_update_without_hanging(tiny_model_dir, caplog
 @pytest.mark.slow
 def test_two_processes_stay_in_lockstep(tiny_model_dir, tmp_path):
     out = tmp_path / "ds"
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           str(HARNESS), str(tiny_model_dir), str(out), "3"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    launch_on_cpu(HARNESS, tiny_model_dir, out, 3)
     ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
     assert all(r["num_processes"] == 2 for r in ranks)
     rows = [[a.numel() for a in r["advantages"]] for r in ranks]

@@ -1,13 +1,11 @@
 """RLVRTrainer's loss equals an independent reference, for every normalisation, on 1 and 2 processes."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from launch import launch_on_cpu
 from loss_harness import (
     MAX_COMPLETION,
     fixed_batch,
@@ -70,12 +68,7 @@ def test_constant_normalization_uses_loss_constant(tiny_model_dir):
 def test_two_processes_give_the_one_process_gradient(tiny_model_dir, tmp_path):
     """2 processes (gloo, DDP) on the same global batch: gradient == reference == 1-process gradient."""
     out = tmp_path / "grads.pt"
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           str(HARNESS), str(tiny_model_dir), str(out), ",".join(NORMALIZATIONS)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    launch_on_cpu(HARNESS, tiny_model_dir, out, ",".join(NORMALIZATIONS))
     results = torch.load(out)
     assert results.pop("num_processes") == 2  # `--cpu` would silently run one process
     batch = fixed_batch(len(load_tokenizer(tiny_model_dir)))
