@@ -110,3 +110,19 @@ def test_config_maps_normalizations_to_trl_loss_types():
     }
     with pytest.warns(UserWarning, match="per_batch_token"):
         RLVRConfig(**kw, gradient_accumulation_steps=2, steps_per_generation=3)
+
+
+def test_overlong_switch_extends_reward_weights_without_touching_the_callers_config(tiny_model_dir, tmp_path):
+    from datasets import Dataset
+
+    from tiny import load_tokenizer
+    from trl_rlvr import RLVRConfig, RLVRTrainer
+
+    args = RLVRConfig(str(tmp_path), bf16=False, report_to="none", per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=8, reward_weights=[2.0], overlong_buffer_length=4)
+    trainer = RLVRTrainer(model=str(tiny_model_dir), reward_funcs=[even_length], args=args,
+                          train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}),
+                          processing_class=load_tokenizer(tiny_model_dir))
+    assert trainer.reward_func_names == ["even_length", "overlong"]
+    assert trainer.reward_weights.tolist() == [2.0, 1.0]
+    assert args.reward_weights == [2.0]  # a second trainer from the same config gets the same weights

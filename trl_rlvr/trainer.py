@@ -18,6 +18,7 @@ What is TRL's and what is ours:
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -56,6 +57,9 @@ class RLVRTrainer(GRPOTrainer):
         elif not isinstance(args, RLVRConfig):
             raise TypeError(f"RLVRTrainer needs args of type RLVRConfig, got {type(args).__name__}")
         reward_funcs = self._resolve_reward_funcs(reward_funcs, args)
+        if args.overlong_buffer_length is not None and args.reward_weights is not None:
+            args = copy.copy(args)  # the caller's config is left as it was
+            args.reward_weights = [*args.reward_weights, 1.0]  # the appended overlong penalty, weight 1
         super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self._success_index = self._find_success_reward(args.success_reward)
         self._prompt_stream = self._make_prompt_stream() if args.dynamic_sampling else None
@@ -87,8 +91,6 @@ class RLVRTrainer(GRPOTrainer):
                         penalty_factor=args.overlong_penalty_factor,
                     )
                 )
-                if args.reward_weights is not None:
-                    args.reward_weights = [*args.reward_weights, 1.0]
         return funcs if funcs or reward_funcs is not None else None
 
     def _make_prompt_stream(self) -> PromptStream:
