@@ -45,11 +45,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from length_bias_toy import (  # noqa: E402
-    FIRST_QUESTION_ID,
     LMAX,
     METHODS,
     Q,
-    V,
     batch_stats,
     build_policy,
     build_tokenizer,
@@ -197,7 +195,13 @@ def replay_reference(batches, method: str, group_size: int, lr: float = LR):
 # The study
 
 
-def _job(job):
+def _cache_path(cache_dir, job) -> Path:
+    kind, method, group_size, seed, updates = job
+    name = f"{kind}-{method.replace(' ', '').replace(',', '_').replace('.', '')}-G{group_size}-s{seed}-u{updates}.json"
+    return Path(cache_dir) / name
+
+
+def _job(job, cache_dir=None):
     kind, method, group_size, seed, updates = job
     import torch
 
@@ -205,21 +209,38 @@ def _job(job):
     start, cpu = time.perf_counter(), time.process_time()
     run = trainer_run if kind == "trainer" else reference_run
     history = run(method, group_size, seed, updates)
-    return {"kind": kind, "method": method, "group_size": group_size, "seed": seed, "updates": updates,
-            "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu, "history": history}
+    res = {"kind": kind, "method": method, "group_size": group_size, "seed": seed, "updates": updates,
+           "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu, "history": history}
+    if cache_dir is not None:  # one file per finished run, so an interrupted study resumes where it stopped
+        path = _cache_path(cache_dir, job)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(res))
+        tmp.replace(path)
+    return res
 
 
-def run_jobs(jobs, workers: int, log=print):
-    results = []
+def run_jobs(jobs, workers: int, log=print, cache_dir=None):
+    results, todo = [], []
+    for job in jobs:
+        path = _cache_path(cache_dir, job) if cache_dir else None
+        if path is not None and path.exists():
+            results.append(json.loads(path.read_text()))
+            results[-1]["from_cache"] = True
+            log(_progress(results[-1], len(results), len(jobs)) + " [from cache]")
+        else:
+            todo.append(job)
+    if cache_dir:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
     if workers <= 1:
-        for job in jobs:
-            results.append(_job(job))
+        for job in todo:
+            results.append(_job(job, cache_dir))
             log(_progress(results[-1], len(results), len(jobs)))
         return results
+    import functools
     import multiprocessing as mp
 
     with mp.get_context("spawn").Pool(workers) as pool:
-        for res in pool.imap_unordered(_job, jobs):
+        for res in pool.imap_unordered(functools.partial(_job, cache_dir=cache_dir), todo):
             results.append(res)
             log(_progress(res, len(results), len(jobs)))
     return results
@@ -256,31 +277,39 @@ def _cell(t):
     return " ".join(f"{x:6.2f}" for x in t)
 
 
-def format_table(summary, group_sizes, report_at, n_seeds):
+def format_table(summary, group_sizes, report_at):
+    """The seed's layout, with three rows per learner: RLVRTrainer, the reference, the seed text's numbers."""
     lines = []
     width = 22
     for G in group_sizes:
         lines.append(f"group size {G}: accuracy / mean length of right answers / of wrong answers, "
-                     f"{n_seeds} seeds, at update")
-        lines.append(" " * (width + 13) + "".join(f"{u:>21d}" for u in report_at))
+                     "mean of N seeds (xN), at update")
+        lines.append(" " * (width + 16) + "".join(f"{u:>22d}" for u in report_at))
         for method in METHODS:
             if not any((kind, G, method) in summary for kind in ("trainer", "reference")):
                 continue
-            rows = [("trainer", "RLVRTrainer"), ("reference", "reference"), ("seed", "seed text")]
-            for kind, label in rows:
+            name = method
+            for kind in ("trainer", "reference", "seed"):
                 if kind == "seed":
                     at = dict(zip(REPORT_AT, SEED_TABLE.get(G, {}).get(method, [])))
                     if not at:
                         continue
+                    label = "seed text x5"
                 else:
                     entry = summary.get((kind, G, method))
                     if entry is None:
                         continue
                     at = entry["at"]
+                    label = f"{'RLVRTrainer' if kind == 'trainer' else 'reference'} x{entry['seeds']}"
                 cells = "".join("  " + (_cell(at[u]) if u in at else " " * 20) for u in report_at)
-                name = method if kind == "trainer" else ""
-                lines.append(f"{name:{width}s} {label:11s}{cells}")
+                lines.append(f"{name:{width}s} {label:15s}{cells}")
+                name = ""
     return "\n".join(lines)
+
+
+def _smooth(ys, window: int = 10):
+    """Trailing mean over the last `window` updates, ignoring NaN (batches with no wrong answer)."""
+    return [_nanmean(ys[max(0, i - window + 1): i + 1]) for i in range(len(ys))]
 
 
 def plot(summary, group_sizes, path):
@@ -300,8 +329,8 @@ def plot(summary, group_sizes, path):
                     continue
                 xs = range(1, len(entry["curve"]) + 1)
                 label = "RLVRTrainer" if kind == "trainer" else "reference"
-                ax.plot(xs, [p[1] for p in entry["curve"]], style, color="tab:green", label=f"right, {label}")
-                ax.plot(xs, [p[2] for p in entry["curve"]], style, color="tab:red", label=f"wrong, {label}",
+                ax.plot(xs, _smooth([p[1] for p in entry["curve"]]), style, color="tab:green", label=f"right, {label}")
+                ax.plot(xs, _smooth([p[2] for p in entry["curve"]]), style, color="tab:red", label=f"wrong, {label}",
                         alpha=0.8)
             ax.set_title(f"{method}, G={G}", fontsize=10)
             ax.set_ylim(0.8, LMAX + 0.2)
@@ -311,7 +340,8 @@ def plot(summary, group_sizes, path):
             if r == len(group_sizes) - 1:
                 ax.set_xlabel("update")
     axes[0][0].legend(fontsize=7, loc="lower left")
-    fig.suptitle("Length of right and wrong answers; the reward never depends on length (mean of seeds)")
+    fig.suptitle("Mean length of right (green) and wrong (red) answers; the reward never depends on length "
+                 "(mean of seeds, trailing mean of 10 updates)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -324,25 +354,34 @@ def main(argv=None):
     p.add_argument("--updates", type=int, default=400)
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--no-reference", action="store_true", help="skip the plain-PyTorch reference")
+    p.add_argument("--reference-seeds", type=int, help="seeds for the (fast) reference; default: --seeds")
     p.add_argument("--workers", type=int, default=2, help="parallel processes (each imports TRL once)")
+    p.add_argument("--cache", help="directory keeping each finished run, to resume an interrupted study")
     p.add_argument("--json", help="write every row (and the per-update curves) here")
     p.add_argument("--table", help="write the table here too")
     p.add_argument("--plot", help="PNG of right/wrong lengths over updates per learner")
     a = p.parse_args(argv)
 
     kinds = ["trainer"] + ([] if a.no_reference else ["reference"])
-    # Longest first (G=16 trainer runs), so that the parallel workers finish together.
-    jobs = [(k, m, G, s, a.updates) for G in sorted(a.group_sizes, reverse=True) for k in kinds
-            for m in a.methods for s in range(a.seeds)]
+    # Seed after seed (so an interrupted study, rerun with --cache and fewer --seeds, has whole seeds), the longest
+    # runs (trainer, G=16) first within a seed.
+    ref_seeds = a.seeds if a.reference_seeds is None else a.reference_seeds
+    jobs = [(k, m, G, s, a.updates) for s in range(max(a.seeds, ref_seeds)) for k in kinds
+            for G in sorted(a.group_sizes, reverse=True) for m in a.methods
+            if s < (a.seeds if k == "trainer" else ref_seeds)]
     t0 = time.perf_counter()
-    results = run_jobs(jobs, a.workers, log=lambda s: print(s, flush=True))
+    results = run_jobs(jobs, a.workers, log=lambda s: print(s, flush=True), cache_dir=a.cache)
     wall = time.perf_counter() - t0
     report_at = tuple(u for u in REPORT_AT if u <= a.updates) or (a.updates,)
     summary = summarize(results, report_at)
-    table = format_table(summary, a.group_sizes, report_at, a.seeds)
+    table = format_table(summary, a.group_sizes, report_at)
     print(table)
-    timing = (f"wall time {wall:.0f} s with {a.workers} worker(s); time inside the runs {sum(r['seconds'] for r in results):.0f} s "
-              f"(their own cpu time {sum(r['cpu_seconds'] for r in results):.0f} s)")
+    timing = (f"wall time {wall:.0f} s with {a.workers} worker(s); time inside the runs "
+              f"{sum(r['seconds'] for r in results):.0f} s (their own cpu time "
+              f"{sum(r['cpu_seconds'] for r in results):.0f} s)")
+    cached = sum(bool(r.get("from_cache")) for r in results)
+    if cached:
+        timing += f"; {cached} of {len(results)} runs were loaded from --cache (their times are from when they ran)"
     print(timing)
     if a.table:
         Path(a.table).write_text(table + "\n" + timing + "\n")
@@ -356,17 +395,18 @@ def main(argv=None):
                              "seed_text": dict(zip(("accuracy", "len_right", "len_wrong"), seed_row))
                              if seed_row else None})
         payload = {
-            "settings": {"group_sizes": a.group_sizes, "seeds": a.seeds, "updates": a.updates, "lr": LR,
+            "settings": {"group_sizes": a.group_sizes, "seeds": a.seeds, "reference_seeds": ref_seeds, "updates": a.updates, "lr": LR,
                          "learners": {m: dict(zip(("loss_normalization", "scale_rewards"), LEARNERS[m]))
                                       for m in a.methods}, "workers": a.workers, "wall_seconds": wall},
             "rows": rows,
             # every run at the reported updates, and the seed-mean curves (one point per update, for the plot)
             "runs": [{**{k: v for k, v in r.items() if k != "history"},
-                      "at": {u: r["history"][u - 1] for u in report_at}} for r in results],
-            "curves": {f"{kind} | G={G} | {method}": [[round(x, 4) for x in p] for p in entry["curve"]]
+                      "at": {u: {k: round(v, 4) for k, v in r["history"][u - 1].items()} for u in report_at}}
+                     for r in results],
+            "curves": {f"{kind} | G={G} | {method}": [[round(x, 3) for x in p] for p in entry["curve"]]
                        for (kind, G, method), entry in sorted(summary.items())},
         }
-        Path(a.json).write_text(json.dumps(payload, indent=1, allow_nan=True))
+        Path(a.json).write_text(json.dumps(payload, separators=(",", ":"), allow_nan=True))
     if a.plot:
         plot(summary, a.group_sizes, a.plot)
     return summary
