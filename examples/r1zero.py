@@ -349,10 +349,13 @@ def main(script_args, training_args, model_args):
     # Data and rewards.
     data = build_datasets(script_args, tokenizer)
     reward_funcs = resolve_reward_funcs(script_args.reward_funcs)
-    if script_args.prompt_style in ("chat_prefill", "r1zero") and "think_format" in script_args.reward_funcs:
-        # The prompt ends with <think>: the completion starts inside the reasoning block.
+    if script_args.prompt_style in ("chat_prefill", "r1zero"):
+        # The prompt ends with <think>: the completion starts inside the reasoning block, and an answer exists
+        # only after </think> (boxed_math gives no credit to a box inside unclosed reasoning).
         options = dict(training_args.reward_options or {})
-        options.setdefault("think_format", {}).setdefault("prefilled", True)
+        for name in ("think_format", "boxed_math"):
+            if name in script_args.reward_funcs:
+                options.setdefault(name, {}).setdefault("prefilled", True)
         training_args.reward_options = options
     if training_args.success_reward is not None and training_args.success_reward not in script_args.reward_funcs:
         training_args.success_reward = None  # e.g. --reward_funcs without boxed_math: first reward decides

@@ -57,6 +57,9 @@ _PRELOAD = ("reward_plugins._math_preload",)
 class BoxedMathReward:
     """The reward function built by :func:`boxed_math` (picklable: holds only its options)."""
 
+    #: Scores correctness, not form: RLVRTrainer's default ``success_reward`` (rlvr/accuracy).
+    verifies_correctness = True
+
     def __init__(
         self,
         gold_column: str | None = None,
@@ -67,6 +70,7 @@ class BoxedMathReward:
         max_answer_chars: int = 2000,
         num_workers: int | None = None,
         prestart: bool = True,
+        prefilled: bool = False,
     ):
         if not timeout > 0:
             raise ValueError(f"boxed_math: timeout must be > 0 seconds, got {timeout!r}")
@@ -83,6 +87,7 @@ class BoxedMathReward:
         self.batch_timeout = batch_timeout
         self.answer_line = bool(answer_line)
         self.think_tag = think_tag
+        self.prefilled = bool(prefilled)
         self.max_answer_chars = max_answer_chars
         self.num_workers = num_workers
         self.__name__ = "boxed_math"
@@ -95,6 +100,8 @@ class BoxedMathReward:
     # -- one answer -> the candidates to check (pure text, in this process) --------------------------------
     def candidates(self, text: str) -> tuple[str, ...] | str:
         """The distinct boxed answers of ``text`` (final last), or the reason it scores 0 without a check."""
+        if self.prefilled:  # the prompt ended with <think>: the completion starts inside the reasoning
+            text = f"<{self.think_tag}>" + text
         part = answer_part(text, f"</{self.think_tag}>", f"<{self.think_tag}>")
         if part is None:
             return "no_box"
@@ -185,6 +192,7 @@ def boxed_math(
     max_answer_chars: int = 2000,
     num_workers: int | None = None,
     prestart: bool = True,
+    prefilled: bool = False,
 ) -> BoxedMathReward:
     """Math answer correctness: the last \\boxed{} after the reasoning, checked against the gold by math-verify.
 
@@ -200,6 +208,8 @@ def boxed_math(
         num_workers: worker processes (default: usable cores, at most 8).
         prestart: start the workers now (they import and warm up math-verify, a few seconds, in the
             background) rather than at the first call.
+        prefilled: the prompt already ends with ``<think>`` (the assistant turn is pre-filled), so the
+            completion starts inside the reasoning: without ``</think>`` there is no answer (scores 0).
     """
     return BoxedMathReward(
         gold_column=gold_column,
@@ -210,4 +220,5 @@ def boxed_math(
         max_answer_chars=max_answer_chars,
         num_workers=num_workers,
         prestart=prestart,
+        prefilled=prefilled,
     )

@@ -245,3 +245,13 @@ def test_numeric_probe_is_only_a_shortcut(reward):
     out = reward(None, [r"\boxed{x(x+33)-33}", r"\boxed{37}", r"\boxed{odd}", r"\boxed{(x+1)^2}"],
                  answer=["x^2+33x-33", "x^2+33x-33", r"\text{odd}", "x^2+2x+1"])
     assert out == [1.0, 0.0, 1.0, 1.0]
+
+
+def test_prefilled_prompt_needs_closed_reasoning():
+    from trl_rlvr.rewards import load_reward
+
+    plain, prefilled = load_reward("boxed_math", prestart=False), load_reward("boxed_math", prefilled=True, prestart=False)
+    completions = ["3 + 4 = 7 \\boxed{7}", "3 + 4 = 7</think> The answer is \\boxed{7}."]
+    answers = ["7", "7"]
+    assert plain(completions=completions, answer=answers) == [1.0, 1.0]
+    assert prefilled(completions=completions, answer=answers) == [0.0, 1.0]

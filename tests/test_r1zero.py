@@ -115,7 +115,7 @@ def test_score_with_registry_plugins():
     from trl_rlvr.rewards import load_reward
 
     fmt = load_reward("think_format", prefilled=True)
-    acc = load_reward("boxed_math")
+    acc = load_reward("boxed_math", prefilled=True)
     rows = [{"prompt": "p<think>", "question": "q", "answer": "7"}] * 4
     comps = [
         ("3 + 4 = 7</think> \\boxed{7}", [1] * 10, True),  # right, formatted
@@ -124,11 +124,11 @@ def test_score_with_registry_plugins():
         ("</think></think> \\boxed{5}", [1] * 6, True),  # malformed and wrong
     ]
     res = score(rows, comps, [r["prompt"] for r in rows], acc, fmt)
-    # boxed_math reads the whole completion when there is no </think>: #2 is right but not formatted.
-    assert [s["right"] for s in res["samples"]] == [True, False, True, False]
+    # prefilled: a box inside reasoning that never closed is no answer, so #3 is neither right nor formatted.
+    assert [s["right"] for s in res["samples"]] == [True, False, False, False]
     assert [s["format"] for s in res["samples"]] == [True, True, False, False]
-    assert res["accuracy"] == 0.5 and res["format_rate"] == 0.5
-    assert res["length_right"] == 15 and res["length_wrong"] == 9
+    assert res["accuracy"] == 0.25 and res["format_rate"] == 0.5
+    assert res["length_right"] == 10 and res["length_wrong"] == pytest.approx(38 / 3)
     assert res["truncated_frac"] == 0.25 and res["n"] == 4
 
 

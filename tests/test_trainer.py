@@ -126,3 +126,9 @@ def test_overlong_switch_extends_reward_weights_without_touching_the_callers_con
     assert trainer.reward_func_names == ["even_length", "overlong"]
     assert trainer.reward_weights.tolist() == [2.0, 1.0]
     assert args.reward_weights == [2.0]  # a second trainer from the same config gets the same weights
+
+
+def test_success_reward_defaults_to_the_correctness_verifier(tiny_model_dir):
+    trainer = make_trainer(tiny_model_dir, reward_funcs=["think_format", "boxed_math"])
+    assert trainer.reward_func_names[trainer._success_index] == "boxed_math"
+    assert make_trainer(tiny_model_dir, reward_funcs=[even_length, "think_format"])._success_index == 0

@@ -74,7 +74,8 @@ class RLVRConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Name of the reward function whose score decides whether an answer is right, for the rlvr/ "
-            "diagnostics (accuracy, length of right and wrong answers). Default: the first reward function."
+            "diagnostics (accuracy, length of right and wrong answers). Default: the first reward function that "
+            "declares `verifies_correctness = True` (boxed_math, code_sandbox), else the first reward function."
         },
     )
     success_threshold: float = field(

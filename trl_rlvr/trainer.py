@@ -107,10 +107,13 @@ class RLVRTrainer(GRPOTrainer):
         )
 
     def _find_success_reward(self, name: str | None) -> int | None:
+        """Index of the reward that decides "right": ``success_reward`` by name, else the first reward function
+        that declares ``verifies_correctness = True`` (``boxed_math``, ``code_sandbox``), else the first one."""
         if not self.reward_func_names:
             return None
         if name is None:
-            return 0
+            verifiers = [i for i, f in enumerate(self.reward_funcs) if getattr(f, "verifies_correctness", False)]
+            return verifiers[0] if verifiers else 0
         if name not in self.reward_func_names:
             raise ValueError(f"success_reward={name!r} is not a reward function here; known: {self.reward_func_names}")
         return self.reward_func_names.index(name)

@@ -95,6 +95,9 @@ class CodeSandboxReward:
     """A picklable reward function; its worker pool starts on first use (and again after
     unpickling or in a forked child)."""
 
+    #: Scores correctness, not form: RLVRTrainer's default ``success_reward`` (rlvr/accuracy).
+    verifies_correctness = True
+
     def __init__(
         self,
         *,
