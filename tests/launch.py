@@ -7,15 +7,24 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
 
-def launch_on_cpu(*script_and_args, num_processes: int = 2, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+def free_port() -> int:
+    """A free TCP port on loopback (parallel test workers must not share accelerate's default 29500)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_on_cpu(*script_and_args, num_processes: int = 2, timeout: float = 600, cwd=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(num_processes),
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           *map(str, script_and_args)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+           "--main_process_port", str(free_port()), *map(str, script_and_args)]
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc

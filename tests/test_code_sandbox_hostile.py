@@ -253,7 +253,6 @@ def test_sandbox_has_only_loopback_and_ordinary_uid(reward):
     ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
     out = subprocess.run(argv, env={"SECRET": "x"}, capture_output=True, text=True, timeout=30, **ids)
     assert out.returncode == 0, out.stderr
-    ifaces, uid_in, root, env = out.stdout.strip().split(" ", 1)[0], None, None, None
     assert "[(1, 'lo')]" in out.stdout
     assert "SECRET" not in out.stdout and "'proc'" not in out.stdout and "'root'" not in out.stdout and "'etc'" not in out.stdout
     assert f" {uid} " in out.stdout or uid is None

@@ -6,15 +6,14 @@ once), and with 2 processes through ``accelerate launch`` (CPU, gloo).
 
 import importlib.util
 import json
-import os
 import re
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from launch import launch_on_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "examples" / "r1zero.py"
@@ -219,21 +218,9 @@ def test_main_qlora(tiny_model_dir, tmp_path):
     assert (out / "adapter_config.json").exists()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_main_two_processes(tiny_model_dir, tmp_path):
     out = tmp_path / "out"
-    env = dict(os.environ, ACCELERATE_USE_CPU="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()), str(SCRIPT), *_tiny_args(tiny_model_dir, out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    launch_on_cpu(SCRIPT, *_tiny_args(tiny_model_dir, out), cwd=ROOT)
     metrics = _check_outputs(out)
     assert metrics["num_processes"] == 2
