@@ -153,3 +153,10 @@ def test_batch_scaling_uses_the_kept_groups_only(tiny_model_dir):
     assert not torch.allclose(batch["advantages"], group_advantages(rewards, 4, "batch")[rewards.new_tensor(
         [0, 1, 1, 0]).bool().repeat_interleave(4)])
     assert batch["num_items_in_batch"].item() == 24
+
+
+def test_kl_term_uses_reference_log_probs_of_kept_rows(tiny_model_dir):
+    trainer, seen = run(tiny_model_dir, beta=0.04, max_steps=2, gradient_accumulation_steps=1)
+    assert all((a != 0).all() for a in seen)
+    kl = [h["kl"] for h in trainer.state.log_history if "kl" in h]
+    assert len(kl) == 2 and all(k >= 0 for k in kl)
