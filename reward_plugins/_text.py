@@ -35,8 +35,8 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, dict):
         return _content_text(completion.get("content"))
     if isinstance(completion, (list, tuple)):
-        messages = [m for m in completion if isinstance(m, dict)]
-        if not messages:
+        messages = [m for m in completion if isinstance(m, dict) and "role" in m]
+        if not messages:  # not a conversation: a list of content parts (or strings)
             return _content_text(list(completion))
         assistant = [m for m in messages if m.get("role") == "assistant"]
         return _content_text((assistant or messages)[-1].get("content"))

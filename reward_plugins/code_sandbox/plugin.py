@@ -24,6 +24,7 @@ import re
 import threading
 import weakref
 
+from .._text import completion_text
 from .pool import Job, Limits, SandboxPool
 
 log = logging.getLogger("reward_plugins.code_sandbox")
@@ -37,22 +38,6 @@ _POOL_LOCK = threading.Lock()
 def _close_all():
     for pool in list(_LIVE_POOLS):
         pool.close()
-
-
-def completion_text(completion) -> str:
-    if completion is None:
-        return ""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return completion_text(completion.get("content"))
-    if isinstance(completion, (list, tuple)):
-        msgs = [m for m in completion if isinstance(m, dict)]
-        if msgs and any("role" in m for m in msgs):
-            assistant = [m for m in msgs if m.get("role") == "assistant"] or msgs
-            return completion_text(assistant[-1].get("content"))
-        return "".join(m.get("text", "") if isinstance(m, dict) else str(m) for m in completion)
-    return str(completion)
 
 
 def extract_program(completion) -> str:
