@@ -67,12 +67,23 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+def _header(limits: Limits) -> dict:
+    """The limits as the worker applies them to each sandboxed process."""
+    return {
+        "timeout": limits.timeout,
+        "cpu": int(limits.timeout) + 1,
+        "mem": limits.memory_mb << 20,
+        "fsize": limits.max_output_bytes,
+        "nproc": limits.max_processes,
+    }
+
+
 class _Worker:
     def __init__(self, slot: int, uid: int | None, isolation_mode: str, python: str, code_dir: str, limits: Limits):
         self.slot, self.mode = slot, isolation_mode
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = host
-        argv = isolation.worker_command(isolation_mode, python, code_dir, child.fileno())
+        argv = isolation.worker_command(isolation_mode, python, code_dir, child.fileno(), protocol.dumps(_header(limits)).decode())
         self.cgroups = []
         if uid is not None and shutil.which("setpriv") and os.path.exists("/bin/sh"):
             name = f"code_sandbox-{os.getpid()}-{uid}"
@@ -136,15 +147,7 @@ class _Worker:
         isolation.cgroup_remove(self.cgroups)
 
     def run(self, job: Job, limits: Limits) -> Outcome:
-        hdr = {
-            "mode": job.mode,
-            "n": job.n,
-            "timeout": limits.timeout,
-            "cpu": int(limits.timeout) + 1,
-            "mem": limits.memory_mb << 20,
-            "fsize": limits.max_output_bytes,
-            "nproc": limits.max_processes,
-        }
+        hdr = {"mode": job.mode, "n": job.n, **_header(limits)}
         code_fd = _memfd("program", job.code.encode("utf-8", errors="replace"))
         if job.mode in ("call", "values"):  # "values": the spec holds only expressions, never expected values
             tests_fd = _memfd("tests", protocol.dumps(job.spec if job.mode == "call" else job.spec["exprs"]))
@@ -175,6 +178,8 @@ class _Worker:
                 else:
                     passed, status, flags = protocol.parse_values(raw, job.expected)
                 err = "void" if status != "ok" else ("program" if "load_error" in flags else None)
+                if reply.get("tester_died"):
+                    err = "internal"
                 return Outcome(passed, timeout=bool(reply.get("timeout")), error=err)
             cases = reply.get("cases")
             if type(cases) is not list or len(cases) != job.n:

@@ -1,15 +1,20 @@
-"""Fork server: runs inside the sandbox as ``python -I -S -B worker.py CTRL_FD CODE_DIR ISOLATION``.
+"""Fork server: runs inside the sandbox as
+``python -I -S -B worker.py CTRL_FD CODE_DIR ISOLATION LIMITS_JSON``.
 
 It never reads sample data: each request arrives as a small header (counts and limits) plus file
 descriptors (memfds with the program / the tests / stdin, the result pipe, stdout memfds). Only
 the forked children read them, after they have locked themselves down, so nothing a sample leaves
-in memory can reach the next one (each child is a fresh fork of this clean process).
+in memory can reach the next one (each untrusted child is a fresh fork of this clean process).
 
 Roles of a child:
-* candidate (A): executes the untrusted program, then serves calls to its functions as data.
-* tester (B): runs the trusted test code against ``Remote`` proxies of A's names and writes one
-  record per test to the result pipe, which only B holds.
-* program (io): the untrusted program with stdin/stdout bound to memfds the host reads.
+* candidate (A, one fork per execution): executes the untrusted program, then serves calls to
+  its functions as data (``call``), or evaluates test expressions and streams their typed values
+  to the host, which compares (``values``).
+* tester (B, long-lived, forked once before any sample): runs the trusted test code against
+  ``Remote`` proxies of A's names and writes one record per test to the result pipe, which only
+  B holds. Nothing is ever forked from B, so its memory never reaches a candidate.
+* program (io, one fork per test case): the untrusted program with stdin/stdout bound to memfds
+  the host reads.
 """
 
 import fcntl
@@ -33,6 +38,7 @@ import shutil  # noqa: E402
 os.environ.clear()
 CTRL_FD = int(sys.argv[1])
 MODE = sys.argv[3]
+LIMITS = protocol.loads(sys.argv[4].encode())  # the pool's limits, for the long-lived tester
 RO_PATHS = sorted({"/usr", sys.argv[2], sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
 RO_PATHS += ["/dev/null", "/dev/urandom", "/dev/zero"]
 
@@ -242,18 +248,20 @@ class Conn:
         return self._round({"r": ref, "g": name})
 
 
-def tester_main(tests_fd, result_fd, req_fd, rep_fd):
+def run_tests(tests_fd, result_fd, req_fd, rep_fd):
+    """One job: the trusted test code, in fresh globals, against ``Remote`` proxies of the
+    candidate's names; one record per test on ``result_fd`` (which only this process holds)."""
     spec = protocol.loads(_read_fd(tests_fd))
     conn = Conn(req_fd, rep_fd)
     g = {"__name__": "__test__", "__builtins__": builtins}
     try:
         first = protocol.recv_frame(rep_fd)
-    except (EOFError, protocol.ProtocolError):
+    except (EOFError, OSError, protocol.ProtocolError):
         first = {"load_error": "gone"}
-    if "load_error" in first:
+    if type(first) is not dict or "load_error" in first:
         os.write(result_fd, protocol.dumps({"flag": "load_error"}) + b"\n")
         first = {"names": {}}
-    names = first.get("names") if type(first) is dict else None
+    names = first.get("names")
     for name, desc in (names if type(names) is dict else {}).items():
         if type(name) is not str or not name.isidentifier() or hasattr(builtins, name) or type(desc) is not dict:
             continue  # the candidate may never shadow a builtin the test code relies on
@@ -270,7 +278,7 @@ def tester_main(tests_fd, result_fd, req_fd, rep_fd):
         try:
             exec(compile(spec.get("setup") or "", "<setup>", "exec"), g)
         except BaseException:  # noqa: BLE001
-            os._exit(0)
+            return
         for i, src in enumerate(spec["asserts"]):
             try:
                 exec(compile(src, f"<test {i}>", "exec"), g)
@@ -287,7 +295,38 @@ def tester_main(tests_fd, result_fd, req_fd, rep_fd):
             ok = False
         os.write(result_fd, protocol.record(0, ok))
     os.write(result_fd, protocol.dumps({"flag": "end"}) + b"\n")
-    os._exit(0)
+
+
+def tester_loop(sock_fd):
+    """The tester process: long-lived (one per worker, forked before any sample, never forked
+    from), it runs trusted test code only and receives each job's four fds from the fork server,
+    answering ``done`` when the job's records are written and its fds closed. Candidates are
+    forks of the clean fork server, never of this process, so what a job leaves here is
+    unreachable to later samples; a tester that hangs is killed and replaced."""
+    sock = socket.socket(fileno=sock_fd)
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 64, 8)
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        try:
+            if len(fds) == 4:
+                run_tests(*fds)
+        except BaseException:  # noqa: BLE001 - a failed job only fails its own tests
+            pass
+        for f in fds:
+            try:
+                os.close(f)
+            except OSError:
+                pass
+        try:  # files the test code wrote stay out of the next job
+            for e in os.scandir("."):
+                shutil.rmtree(e.path, ignore_errors=True) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
+        except OSError:
+            pass
+        sock.send(b"done")
 
 
 # ---------------------------------------------------------------- io program (untrusted)
@@ -351,28 +390,91 @@ def _wait(pids, deadline, stop_when=None):
     return timed_out, status
 
 
+class Tester:
+    """The fork server's handle on its tester process (see ``tester_loop``)."""
+
+    RECYCLE_AFTER = 500  # jobs; a fresh tester bounds what test code can accumulate
+    GRACE_S = 1.0  # after a timeout, how long the tester may take to finish the job
+
+    def __init__(self, limits):
+        self.limits, self.pid, self.sock, self.jobs = limits, None, None, 0
+
+    def ensure(self):
+        if self.pid is not None and self.jobs < self.RECYCLE_AFTER:
+            return self
+        self.stop()
+        here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        life = dict(self.limits, cpu=(self.limits["cpu"] + 1) * self.RECYCLE_AFTER)  # CPU over its whole life
+
+        def t():
+            _child([there.fileno()], life, SCRATCH_B)
+            tester_loop(3)
+
+        self.pid = _fork(t)
+        there.close()
+        self.sock, self.jobs = here, 0
+        return self
+
+    def stop(self):
+        if self.pid is None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(self.pid, 0)
+        self.sock.close()
+        self.pid = self.sock = None
+        SCRATCH_B.clean()
+
+    def send(self, fds) -> bool:
+        self.jobs += 1
+        try:
+            socket.send_fds(self.sock, [b"job"], fds)
+            return True
+        except OSError:
+            self.stop()
+            return False
+
+    def wait_done(self, deadline) -> str:
+        """"done" when the tester finished the job before ``deadline``, else "timeout", or
+        "died" (the tester is reaped and replaced at the next job)."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            ready, _, _ = select.select([self.sock], [], [], left)
+            if ready:
+                if self.sock.recv(16) == b"done":
+                    return "done"
+                self.stop()
+                return "died"
+
+
 def run_call(hdr, fds):
+    """Any assert/check() tests: the candidate (a fresh fork) serves its names as data to the
+    tester process, which alone holds the result pipe. Ends when the tester is done or at the
+    deadline; the candidate never outlives the call."""
     code_fd, tests_fd, result_fd = fds
     a_req_r, a_req_w = os.pipe()  # tester -> candidate
     a_rep_r, a_rep_w = os.pipe()  # candidate -> tester
-    s_a, s_b = SCRATCH_A, SCRATCH_B
+    job_fds = [tests_fd, result_fd, a_req_w, a_rep_r]
+    sent = TESTER.ensure().send(job_fds) or TESTER.ensure().send(job_fds)  # once more to a fresh tester
 
     def a():
-        _child([code_fd, a_req_r, a_rep_w], hdr, s_a)
+        _child([code_fd, a_req_r, a_rep_w], hdr, SCRATCH_A)
         candidate_main(3, 4, 5)
 
-    def b():
-        _child([tests_fd, result_fd, a_req_w, a_rep_r], hdr, s_b)
-        tester_main(3, 4, 5, 6)
-
     pa = _fork(a)
-    pb = _fork(b)
     for f in (code_fd, tests_fd, result_fd, a_req_r, a_req_w, a_rep_r, a_rep_w):
         os.close(f)
-    timed_out, _ = _wait([pa, pb], time.monotonic() + hdr["timeout"], stop_when=pb)
-    s_a.clean()
-    s_b.clean()
-    return {"timeout": timed_out}
+    state = TESTER.wait_done(time.monotonic() + hdr["timeout"]) if sent else "died"
+    os.kill(pa, signal.SIGKILL)
+    os.waitpid(pa, 0)
+    if state == "timeout" and TESTER.wait_done(time.monotonic() + Tester.GRACE_S) != "done":
+        TESTER.stop()  # the candidate's death normally ends a blocked tester; this one hangs
+    SCRATCH_A.clean()
+    return {"timeout": state == "timeout", "tester_died": state == "died"}
 
 
 def run_values(hdr, fds):
@@ -412,15 +514,17 @@ def run_io(hdr, fds):
 
 
 def main():
-    global SCRATCH_A, SCRATCH_B
+    global SCRATCH_A, SCRATCH_B, TESTER
     sock = socket.socket(fileno=CTRL_FD)
     SCRATCH_A, SCRATCH_B = Scratch("a"), Scratch("b")
     isolation.no_new_privs()
     isolation.seccomp_prepare()
+    TESTER = Tester(LIMITS)
     import gc
 
     gc.collect()
     gc.freeze()  # children's collections skip the worker's objects: fewer copy-on-write faults
+    TESTER.ensure()  # forked now, before any sample data exists
     caps = {"ready": True, "uid": os.getuid(), "landlock": isolation.landlock_abi(), "seccomp": isolation._X86_64}
     sock.send(protocol.dumps(caps))
     while True:
@@ -429,6 +533,7 @@ def main():
         except OSError:
             msg = b""
         if not msg:  # the host is gone or closed us: leave nothing behind
+            TESTER.stop()
             for s in (SCRATCH_A, SCRATCH_B):
                 shutil.rmtree(s.path, ignore_errors=True)
             return
