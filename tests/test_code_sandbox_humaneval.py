@@ -37,3 +37,18 @@ def test_canonical_solutions_score_one(reward, problems):
 def test_return_none_bodies_score_zero(reward, problems):
     r = _score(reward, problems, ["    return None\n"] * len(problems))
     assert [p["task_id"] for p, x in zip(problems, r) if x != 0.0] == []
+
+
+@pytest.mark.parametrize("body", ["canonical", "    return None\n"])
+def test_both_verdict_paths_agree_on_humaneval(reward, problems, body):
+    """Most check() functions take the value path; each problem also runs through the tester
+    process (any test code) and must score the same there."""
+    from reward_plugins.code_sandbox.pool import Job
+
+    progs = [p["prompt"] + (p["canonical_solution"] if body == "canonical" else body) for p in problems]
+    routed = [reward._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}) for c, p in zip(progs, problems)]
+    assert sum(j.mode == "values" for j in routed) >= 140  # measured: 147 of 164
+    tester = [Job("call", c, 1, spec={"kind": "check", "test": p["test"], "entry_point": p["entry_point"]}) for c, p in zip(progs, problems)]
+    want = [body == "canonical"] * len(problems)
+    assert [o.passed[0] for o in reward.pool.run(routed)] == want
+    assert [o.passed[0] for o in reward.pool.run(tester)] == want

@@ -4,7 +4,7 @@ Outer layer, once per worker (host side, ``worker_command``): an ordinary uid pe
 (never root), bubblewrap with every namespace (user, pid, net, ipc, uts, cgroup, mount) and no
 nested user namespaces, an empty environment, read-only /usr, no /proc, a size-capped tmpfs.
 
-Inner layers, once per execution (worker side, ``lock_down``), in the forked child that runs
+Inner layers, once per execution (worker side, ``worker._child``), in the forked child that runs
 untrusted or test code: new session, rlimits (address space, CPU, file size, open files,
 processes, core 0), Landlock (read-only system dirs, read-write own scratch dir only, no TCP,
 no signals or abstract sockets outside its domain), then a seccomp filter that denies sockets,
@@ -184,23 +184,30 @@ def worker_command(isolation: str, python: str, code_dir: str, ctrl_fd: int, lim
 
 
 # ---------------------------------------------------------------- worker side: rlimits
-def set_rlimits(mem_bytes: int, cpu_s: int, fsize: int, nproc: int, nofile: int = 64):
-    def lim(res, v):
-        try:
-            resource.setrlimit(res, (v, v))
-        except (ValueError, OSError):
-            soft, hard = resource.getrlimit(res)
-            v = min(v, hard) if hard != resource.RLIM_INFINITY else v
-            resource.setrlimit(res, (v, v))
+def rlimit_plan(mem_bytes: int, cpu_s: int, fsize: int, nproc: int, nofile: int = 64) -> list:
+    """[(resource, (soft, hard))] for ``apply_rlimits``, each capped at this process's hard limit
+    (computed once in the worker, so that each fork only makes the calls)."""
+    plan = []
+    for res, v, hard in (
+        (resource.RLIMIT_AS, mem_bytes, mem_bytes),
+        (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),  # SIGXCPU at the soft limit, SIGKILL a second later
+        (resource.RLIMIT_FSIZE, fsize, fsize),
+        (resource.RLIMIT_NOFILE, nofile, nofile),
+        (resource.RLIMIT_NPROC, nproc, nproc),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_MEMLOCK, 0, 0),
+        (resource.RLIMIT_MSGQUEUE, 0, 0),
+    ):
+        cap = resource.getrlimit(res)[1]
+        if cap != resource.RLIM_INFINITY:
+            v, hard = min(v, cap), min(hard, cap)
+        plan.append((res, (v, hard)))
+    return plan
 
-    lim(resource.RLIMIT_AS, mem_bytes)
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    lim(resource.RLIMIT_FSIZE, fsize)
-    lim(resource.RLIMIT_NOFILE, nofile)
-    lim(resource.RLIMIT_NPROC, nproc)
-    lim(resource.RLIMIT_CORE, 0)
-    lim(resource.RLIMIT_MEMLOCK, 0)
-    lim(resource.RLIMIT_MSGQUEUE, 0)
+
+def apply_rlimits(plan):
+    for res, limits in plan:
+        resource.setrlimit(res, limits)
 
 
 # ---------------------------------------------------------------- worker side: Landlock (ctypes)
@@ -382,13 +389,3 @@ def apply_seccomp() -> bool:
     if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(_PROG[1]), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "seccomp filter refused")
     return True
-
-
-def lock_down(*, scratch: str, ro_paths, mem_bytes: int, cpu_s: int, fsize: int, nproc: int) -> dict:
-    """All inner layers, in order, for the current process (one-shot form; the worker uses the
-    same pieces with a ruleset built once)."""
-    os.setsid()
-    set_rlimits(mem_bytes, cpu_s, fsize, nproc)
-    ll = apply_landlock(ro_paths, [scratch])
-    sc = apply_seccomp()
-    return {"landlock": ll, "seccomp": sc}

@@ -16,7 +16,6 @@ NaN and ignores it). Broken programs, timeouts and internal errors score 0 and a
 
 from __future__ import annotations
 
-import ast
 import atexit
 import logging
 import os
@@ -26,6 +25,7 @@ import weakref
 
 from .._text import completion_text
 from .pool import Job, Limits, SandboxPool
+from .routing import check_value_tests, value_tests
 
 log = logging.getLogger("reward_plugins.code_sandbox")
 
@@ -48,32 +48,6 @@ def extract_program(completion) -> str:
     if blocks:
         return blocks[-1][1]
     return text
-
-
-def value_tests(tests, setup) -> tuple[list, list] | None:
-    """When every test is ``assert <expr> == <literal>`` (and there is no setup code), the
-    expressions and the expected values: the sandbox then only sends values back, one process per
-    run, and the host compares. None otherwise (the tester-process path handles any test code)."""
-    if setup and str(setup).strip():
-        return None
-    exprs, expected = [], []
-    for t in tests:
-        try:
-            tree = ast.parse(t)
-        except (SyntaxError, ValueError):
-            return None
-        if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert) or tree.body[0].msg is not None:
-            return None
-        cmp = tree.body[0].test
-        if not (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1 and isinstance(cmp.ops[0], ast.Eq)):
-            return None
-        try:
-            want = ast.literal_eval(cmp.comparators[0])
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return None
-        exprs.append(ast.unparse(cmp.left))
-        expected.append(want)
-    return exprs, expected
 
 
 class CodeSandboxReward:
@@ -156,6 +130,9 @@ class CodeSandboxReward:
             entry = col("entry_point")
             if not isinstance(entry, str) or not entry.isidentifier():
                 return Job("call", code, 1, spec={"kind": "asserts", "setup": "", "asserts": ["assert False"]})
+            fast = check_value_tests(str(test), entry)
+            if fast is not None:
+                return Job("values", code, 1, spec={"exprs": fast[0]}, expected=fast[1], one_test=True)
             return Job("call", code, 1, spec={"kind": "check", "test": str(test), "entry_point": entry})
         if io_tests is not None:
             if isinstance(io_tests, str):

@@ -48,7 +48,8 @@ class Job:
     n: int  # number of tests
     spec: dict | None = None  # call: tests for the tester process; values: {"exprs": [...]}
     inputs: list | None = None  # io: stdin per case
-    expected: list | None = None  # io: expected stdout; values: expected values (never leave the host)
+    expected: list | None = None  # io: expected stdout; values: routing.Expect per expression (never leave the host)
+    one_test: bool = False  # values: the expressions form one test (a check() function) passing when all do
 
 
 @dataclasses.dataclass
@@ -147,12 +148,17 @@ class _Worker:
         isolation.cgroup_remove(self.cgroups)
 
     def run(self, job: Job, limits: Limits) -> Outcome:
-        hdr = {"mode": job.mode, "n": job.n, **_header(limits)}
-        code_fd = _memfd("program", job.code.encode("utf-8", errors="replace"))
-        if job.mode in ("call", "values"):  # "values": the spec holds only expressions, never expected values
-            tests_fd = _memfd("tests", protocol.dumps(job.spec if job.mode == "call" else job.spec["exprs"]))
+        hdr = f"{job.mode} {job.n}".encode()  # the worker has the pool's limits from its command line
+        code = job.code.encode("utf-8", errors="replace")
+        if job.mode == "values":  # the calls only, never the expectations; then the program
+            code_fd = _memfd("program", "\n".join(job.spec["exprs"]).encode() + b"\0" + code)
+        else:
+            code_fd = _memfd("program", code)
+        if job.mode in ("call", "values"):
             res_r, res_w = os.pipe2(os.O_CLOEXEC)
-            send, keep = [code_fd, tests_fd, res_w], [res_r]
+            send, keep = [code_fd, res_w], [res_r]
+            if job.mode == "call":
+                send.insert(1, _memfd("tests", protocol.dumps(job.spec)))
             budget = limits.timeout + 10
         else:
             ins = [_memfd("stdin", (x or "").encode("utf-8", errors="replace")) for x in job.inputs]
@@ -162,7 +168,7 @@ class _Worker:
         deadline = time.monotonic() + budget
         try:
             try:
-                socket.send_fds(self.sock, [protocol.dumps(hdr)], send)
+                socket.send_fds(self.sock, [hdr], send)
             finally:
                 for fd in send:
                     if fd not in keep:
@@ -177,6 +183,8 @@ class _Worker:
                     passed, status, flags = protocol.parse_records(raw, job.n)
                 else:
                     passed, status, flags = protocol.parse_values(raw, job.expected)
+                    if job.one_test:
+                        passed = [all(passed)]
                 err = "void" if status != "ok" else ("program" if "load_error" in flags else None)
                 if reply.get("tester_died"):
                     err = "internal"

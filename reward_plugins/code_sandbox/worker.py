@@ -30,15 +30,17 @@ import isolation  # noqa: E402
 import protocol  # noqa: E402
 
 # stdlib that solutions commonly use, imported once here so that each fork is cheap
+# (not random: its after-fork reseed would cost every fork ~40 page faults; a program imports it in ~1 ms)
 import bisect, builtins, collections, copy, dataclasses, datetime, decimal, fractions, functools, hashlib  # noqa: E401,E402,F401
-import heapq, io, itertools, json, math, operator, random, re, statistics, string, typing  # noqa: E401,E402,F401
+import heapq, io, itertools, json, math, operator, re, string, typing  # noqa: E401,E402,F401
 
 import shutil  # noqa: E402
 
 os.environ.clear()
 CTRL_FD = int(sys.argv[1])
 MODE = sys.argv[3]
-LIMITS = protocol.loads(sys.argv[4].encode())  # the pool's limits, for the long-lived tester
+LIMITS = protocol.loads(sys.argv[4].encode())  # the pool's limits: {timeout, cpu, mem, fsize, nproc}
+RLIMITS = isolation.rlimit_plan(LIMITS["mem"], LIMITS["cpu"], LIMITS["fsize"], LIMITS["nproc"])
 RO_PATHS = sorted({"/usr", sys.argv[2], sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
 RO_PATHS += ["/dev/null", "/dev/urandom", "/dev/zero"]
 
@@ -63,6 +65,12 @@ class Scratch:
         self.ruleset = isolation.landlock_ruleset(RO_PATHS, [self.path])
 
     def clean(self):
+        try:  # the common case, cheaply: untouched (a child may chmod the dir itself: that counts)
+            if os.stat(self.path).st_mode & 0o7777 == 0o700 and not os.listdir(self.path):
+                return
+        except OSError:
+            pass
+
         def fix(func, path, exc):
             try:
                 os.chmod(os.path.dirname(path), 0o700)
@@ -103,7 +111,7 @@ def _std(stdin=None, stdout=None):
     os.dup2(null, 2)
 
 
-def _child(keep, hdr, scratch, stdin=None, stdout=None):
+def _child(keep, rlimits, scratch, stdin=None, stdout=None):
     """Common start of every child: own session, own scratch dir, few fds, all inner layers
     (Landlock before the fds are closed: its ruleset is an fd; rlimits after: NOFILE is low)."""
     _std(stdin, stdout)
@@ -114,7 +122,7 @@ def _child(keep, hdr, scratch, stdin=None, stdout=None):
     elif MODE == "bwrap":
         os._exit(71)
     _close_except(keep)
-    isolation.set_rlimits(hdr["mem"], hdr["cpu"], hdr["fsize"], hdr["nproc"])
+    isolation.apply_rlimits(rlimits)
     if not isolation.apply_seccomp() and MODE == "bwrap":
         os._exit(71)
 
@@ -187,11 +195,13 @@ def candidate_main(code_fd, req_fd, rep_fd):
         protocol.send_frame(rep_fd, reply)
 
 
-def values_main(code_fd, exprs_fd, result_fd):
-    """Return-value tests: evaluate each test's left-hand expression and stream the typed value;
-    the host, which alone holds the expected values, compares. Nothing here is a verdict."""
-    code = _read_fd(code_fd).decode("utf-8", errors="replace")
-    exprs = protocol.loads(_read_fd(exprs_fd))
+def values_main(payload_fd, result_fd):
+    """Return-value tests: evaluate each test's call and stream its typed value; the host, which
+    alone holds the expectations, judges. Nothing here is a verdict. The payload is the test
+    calls, one per line, a NUL (which Python source cannot contain), then the program."""
+    head, _, code = _read_fd(payload_fd).partition(b"\0")
+    exprs = head.decode("utf-8").split("\n")
+    code = code.decode("utf-8", errors="replace")
     ns = {"__name__": "__sandbox__", "__builtins__": builtins}
     try:
         exec(compile(code, "<program>", "exec"), ns)
@@ -360,34 +370,17 @@ def _fork(fn, *args):
     return pid
 
 
-def _wait(pids, deadline, stop_when=None):
-    """Wait for ``pids`` (or only ``stop_when``) to exit or the deadline; kill all the rest.
-    Returns (timed_out, {pid: wait status})."""
-    fds = {os.pidfd_open(p): p for p in pids}
-    status, timed_out = {}, False
+def _wait_one(pid, deadline):
+    """Wait for ``pid`` to exit until ``deadline``, killing it then. -> (timed_out, wait status)."""
+    fd = os.pidfd_open(pid)
     try:
-        live = dict(fds)
-        while live:
-            if stop_when is not None and stop_when in status:
-                break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            ready, _, _ = select.select(list(live), [], [], left)
-            for fd in ready:
-                pid = live.pop(fd)
-                _, st = os.waitpid(pid, 0)
-                status[pid] = st
-        for fd, pid in live.items():
+        left = deadline - time.monotonic()
+        timed_out = left <= 0 or not select.select([fd], [], [], left)[0]
+        if timed_out:
             signal.pidfd_send_signal(fd, signal.SIGKILL)
-        for fd, pid in live.items():
-            _, st = os.waitpid(pid, 0)
-            status[pid] = st
     finally:
-        for fd in fds:
-            os.close(fd)
-    return timed_out, status
+        os.close(fd)
+    return timed_out, os.waitpid(pid, 0)[1]
 
 
 class Tester:
@@ -397,17 +390,18 @@ class Tester:
     GRACE_S = 1.0  # after a timeout, how long the tester may take to finish the job
 
     def __init__(self, limits):
-        self.limits, self.pid, self.sock, self.jobs = limits, None, None, 0
+        life = (limits["cpu"] + 1) * self.RECYCLE_AFTER  # CPU over its whole life
+        self.rlimits = isolation.rlimit_plan(limits["mem"], life, limits["fsize"], limits["nproc"])
+        self.pid, self.sock, self.jobs = None, None, 0
 
     def ensure(self):
         if self.pid is not None and self.jobs < self.RECYCLE_AFTER:
             return self
         self.stop()
         here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        life = dict(self.limits, cpu=(self.limits["cpu"] + 1) * self.RECYCLE_AFTER)  # CPU over its whole life
 
         def t():
-            _child([there.fileno()], life, SCRATCH_B)
+            _child([there.fileno()], self.rlimits, SCRATCH_B)
             tester_loop(3)
 
         self.pid = _fork(t)
@@ -451,7 +445,7 @@ class Tester:
                 return "died"
 
 
-def run_call(hdr, fds):
+def run_call(fds, n):
     """Any assert/check() tests: the candidate (a fresh fork) serves its names as data to the
     tester process, which alone holds the result pipe. Ends when the tester is done or at the
     deadline; the candidate never outlives the call."""
@@ -462,55 +456,57 @@ def run_call(hdr, fds):
     sent = TESTER.ensure().send(job_fds) or TESTER.ensure().send(job_fds)  # once more to a fresh tester
 
     def a():
-        _child([code_fd, a_req_r, a_rep_w], hdr, SCRATCH_A)
+        _child([code_fd, a_req_r, a_rep_w], RLIMITS, SCRATCH_A)
         candidate_main(3, 4, 5)
 
     pa = _fork(a)
     for f in (code_fd, tests_fd, result_fd, a_req_r, a_req_w, a_rep_r, a_rep_w):
         os.close(f)
-    state = TESTER.wait_done(time.monotonic() + hdr["timeout"]) if sent else "died"
+    state = TESTER.wait_done(time.monotonic() + LIMITS["timeout"]) if sent else "died"
     os.kill(pa, signal.SIGKILL)
     os.waitpid(pa, 0)
     if state == "timeout" and TESTER.wait_done(time.monotonic() + Tester.GRACE_S) != "done":
         TESTER.stop()  # the candidate's death normally ends a blocked tester; this one hangs
     SCRATCH_A.clean()
-    return {"timeout": state == "timeout", "tester_died": state == "died"}
+    return _CALL_REPLY[state]
 
 
-def run_values(hdr, fds):
-    code_fd, exprs_fd, result_fd = fds
+def run_values(fds, n):
+    payload_fd, result_fd = fds
 
     def a():
-        _child([code_fd, exprs_fd, result_fd], hdr, SCRATCH_A)
-        values_main(3, 4, 5)
+        _child([payload_fd, result_fd], RLIMITS, SCRATCH_A)
+        values_main(3, 4)
 
     pa = _fork(a)
     for f in fds:
         os.close(f)
-    timed_out, _ = _wait([pa], time.monotonic() + hdr["timeout"])
+    timed_out, _ = _wait_one(pa, time.monotonic() + LIMITS["timeout"])
     SCRATCH_A.clean()
-    return {"timeout": timed_out}
+    return _VALUES_REPLY[timed_out]
 
 
-def run_io(hdr, fds):
-    n = hdr["n"]
+def run_io(fds, n):
     code_fd, ins, outs = fds[0], fds[1 : 1 + n], fds[1 + n : 1 + 2 * n]
     cases = []
     for i in range(n):
-        s = SCRATCH_A
 
         def p():
-            _child([code_fd], hdr, s, stdin=ins[i], stdout=outs[i])
+            _child([code_fd], RLIMITS, SCRATCH_A, stdin=ins[i], stdout=outs[i])
             program_main(3)
 
-        pid = _fork(p)
-        timed_out, st = _wait([pid], time.monotonic() + hdr["timeout"])
-        s.clean()
-        code = os.waitstatus_to_exitcode(st[pid])
-        cases.append([code, timed_out])
+        timed_out, st = _wait_one(_fork(p), time.monotonic() + LIMITS["timeout"])
+        SCRATCH_A.clean()
+        cases.append([os.waitstatus_to_exitcode(st), timed_out])
     for f in fds:
         os.close(f)
-    return {"cases": cases, "timeout": any(t for _, t in cases)}
+    return protocol.dumps({"cases": cases, "timeout": any(t for _, t in cases)})
+
+
+# replies, encoded once: the loop between two forks should write as few pages as it can
+_VALUES_REPLY = {t: protocol.dumps({"timeout": t}) for t in (False, True)}
+_CALL_REPLY = {s: protocol.dumps({"timeout": s == "timeout", "tester_died": s == "died"}) for s in ("done", "timeout", "died")}
+_RUN = {b"values": run_values, b"call": run_call, b"io": run_io}
 
 
 def main():
@@ -529,7 +525,7 @@ def main():
     sock.send(protocol.dumps(caps))
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 256)
+            msg, fds, _, _ = socket.recv_fds(sock, 256, 256)
         except OSError:
             msg = b""
         if not msg:  # the host is gone or closed us: leave nothing behind
@@ -537,12 +533,12 @@ def main():
             for s in (SCRATCH_A, SCRATCH_B):
                 shutil.rmtree(s.path, ignore_errors=True)
             return
-        try:
-            hdr = protocol.loads(msg)
-            reply = {"call": run_call, "values": run_values, "io": run_io}[hdr["mode"]](hdr, fds)
+        try:  # b"<mode> <number of tests>"; the limits are the pool's, from the command line
+            mode, _, n = msg.partition(b" ")
+            reply = _RUN[mode](fds, int(n))
         except Exception as e:  # noqa: BLE001
-            reply = {"internal": f"{type(e).__name__}: {e}"}
-        sock.send(protocol.dumps(reply))
+            reply = protocol.dumps({"internal": f"{type(e).__name__}: {e}"})
+        sock.send(reply)
 
 
 if __name__ == "__main__":
