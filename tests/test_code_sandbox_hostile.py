@@ -60,21 +60,47 @@ def _procs_of(uids):
     return sorted(out)
 
 
-CHECK = "def check(candidate):\n" + "".join(f"    {t.replace('add(', 'candidate(')}\n" for t in TESTS)
-PATHS = {  # the three verdict paths: values compared on the host, tester process, check(candidate)
+CHECK_VALUES = "def check(candidate):\n" + "".join(f"    {t.replace('add(', 'candidate(')}\n" for t in TESTS)
+CHECK = "def check(candidate):\n    for a, b, want in [(1, 2, 3), (-1, 1, 0), (10, 5, 15)]:\n        assert candidate(a, b) == want\n"
+PATHS = {  # the verdict paths: values judged on the host (asserts, check()) or the tester process (asserts, check())
     "values": dict(tests=[TESTS, TESTS]),
     "tester": dict(tests=[TESTS, TESTS], test_setup_code=["SETUP = 1", "SETUP = 1"]),
+    "check_values": dict(test=[CHECK_VALUES, CHECK_VALUES], entry_point=["add", "add"]),
     "check": dict(test=[CHECK, CHECK], entry_point=["add", "add"]),
 }
 
 
+def test_paths_are_what_they_say(reward):
+    modes = {name: reward._job(CORRECT, 0, {k: v[:1] for k, v in kw.items()}).mode for name, kw in PATHS.items()}
+    assert modes == {"values": "values", "tester": "call", "check_values": "values", "check": "call"}
+
+
+def _ppid(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
+    except OSError:
+        return None
+
+
+def _shape(pids):
+    """(the processes that are not testers, how many there are): per worker bwrap -> fork server
+    -> tester. A tester may be replaced between samples (new pid), nothing else may change."""
+    testers = {p for p in pids if _ppid(_ppid(p)) in pids}
+    return sorted(set(pids) - testers), len(pids)
+
+
+def _testers(pool):
+    pids = _procs_of(_uids(pool))
+    return sorted(set(pids) - set(_shape(pids)[0]))
+
+
 def _score(reward, hostile, path="values"):
-    before = _procs_of(_uids(reward.pool))
+    before = _shape(_procs_of(_uids(reward.pool)))
     restarts = reward.pool.restarts
     r = reward(prompts=["", ""], completions=[hostile, CORRECT], **PATHS[path])
     assert r == [0.0, 1.0]
     assert reward.pool.restarts == restarts, "a sandbox worker was killed from inside"
-    assert _procs_of(_uids(reward.pool)) == before, "a process was left running"
+    assert _shape(_procs_of(_uids(reward.pool))) == before, "a process was left running"
     return r
 
 
@@ -146,6 +172,40 @@ def test_hostile_program_scores_zero_beside_correct(reward, name, path):
 
 def test_suite_size():
     assert len(HOSTILE) + 4 >= 25  # plus the four stateful / host-side tests below
+
+
+def test_tester_outlives_candidate_timeouts_and_is_replaced_when_it_hangs():
+    """The long-lived tester: a candidate that hangs is killed and the tester goes on; test code
+    that hangs (here on purpose) costs the tester, and a fresh one serves the next sample."""
+    f = code_sandbox(num_workers=1, timeout=1.0)
+    try:
+        ok = dict(test=[CHECK], entry_point=["add"])
+        assert f(prompts=[""], completions=[CORRECT], **ok) == [1.0]
+        (tester,) = _testers(f.pool)
+        assert f(prompts=[""], completions=[HOSTILE["sleep"]], **ok) == [0.0]
+        assert _testers(f.pool) == [tester]
+        hang = "def check(candidate):\n    assert candidate(1, 2) == 3\n    while True:\n        pass\n"
+        assert f(prompts=[""], completions=[CORRECT], test=[hang], entry_point=["add"]) == [0.0]
+        (fresh,) = _testers(f.pool)
+        assert fresh != tester
+        assert f(prompts=[""], completions=[CORRECT], **ok) == [1.0]
+        assert f.pool.restarts == 0
+    finally:
+        f.close()
+
+
+def test_a_job_that_imports_retires_the_tester(reward):
+    """A module imported during one sample's tests (the candidate's names may ask for any stdlib
+    module) never stays for the next sample: that tester retires and a fresh one takes over."""
+    ok = dict(test=[CHECK], entry_point=["add"])
+    assert reward(prompts=[""] * 2, completions=[CORRECT] * 2, test=[CHECK] * 2, entry_point=["add"] * 2) == [1.0, 1.0]
+    testers = _testers(reward.pool)
+    importing = "import wave, this\n" + CORRECT.strip("`").removeprefix("python\n")
+    assert reward(prompts=[""] * 2, completions=[importing] * 2, test=[CHECK] * 2, entry_point=["add"] * 2) == [1.0, 1.0]
+    after = _testers(reward.pool)
+    assert len(after) == len(testers) and not set(after) & set(testers)
+    assert reward(prompts=[""], completions=[CORRECT], **ok) == [1.0]
+    assert _testers(reward.pool) == after  # no import this time: the testers stay
 
 
 def test_socket_to_local_listener_gets_nothing(reward):

@@ -184,25 +184,35 @@ def worker_command(isolation: str, python: str, code_dir: str, ctrl_fd: int, lim
 
 
 # ---------------------------------------------------------------- worker side: rlimits
-def rlimit_plan(mem_bytes: int, cpu_s: int, fsize: int, nproc: int, nofile: int = 64) -> list:
-    """[(resource, (soft, hard))] for ``apply_rlimits``, each capped at this process's hard limit
-    (computed once in the worker, so that each fork only makes the calls)."""
+def _capped(items) -> list:
     plan = []
-    for res, v, hard in (
-        (resource.RLIMIT_AS, mem_bytes, mem_bytes),
-        (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),  # SIGXCPU at the soft limit, SIGKILL a second later
-        (resource.RLIMIT_FSIZE, fsize, fsize),
-        (resource.RLIMIT_NOFILE, nofile, nofile),
-        (resource.RLIMIT_NPROC, nproc, nproc),
-        (resource.RLIMIT_CORE, 0, 0),
-        (resource.RLIMIT_MEMLOCK, 0, 0),
-        (resource.RLIMIT_MSGQUEUE, 0, 0),
-    ):
+    for res, v, hard in items:
         cap = resource.getrlimit(res)[1]
         if cap != resource.RLIM_INFINITY:
             v, hard = min(v, cap), min(hard, cap)
         plan.append((res, (v, hard)))
     return plan
+
+
+def worker_rlimit_plan(fsize: int) -> list:
+    """Limits the worker sets once on itself, so that every fork inherits them: file size, and no
+    core dumps, locked memory or message queues. [(resource, (soft, hard))] for ``apply_rlimits``."""
+    items = [(resource.RLIMIT_FSIZE, fsize, fsize)]
+    items += [(r, 0, 0) for r in (resource.RLIMIT_CORE, resource.RLIMIT_MEMLOCK, resource.RLIMIT_MSGQUEUE)]
+    return _capped(items)
+
+
+def rlimit_plan(mem_bytes: int, cpu_s: int, nproc: int, nofile: int = 64) -> list:
+    """Limits each sandboxed process sets on itself (they cannot sit on the worker: its own CPU
+    time accumulates, it holds more fds, and where the code runs as the caller's uid, NPROC counts
+    the caller's processes): address space, CPU seconds (SIGXCPU at the soft limit, SIGKILL a
+    second later), open files, processes/threads. Capped at the hard limits, computed once."""
+    return _capped([
+        (resource.RLIMIT_AS, mem_bytes, mem_bytes),
+        (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
+        (resource.RLIMIT_NOFILE, nofile, nofile),
+        (resource.RLIMIT_NPROC, nproc, nproc),
+    ])  # fmt: skip
 
 
 def apply_rlimits(plan):
@@ -283,22 +293,13 @@ def no_new_privs():
         raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
 
 
+_LL_RESTRICT, _U32_ZERO = ctypes.c_long(_NR["landlock_restrict_self"]), ctypes.c_uint32(0)
+
+
 def landlock_enter(fd: int):
-    no_new_privs()
-    if _libc.syscall(ctypes.c_long(_NR["landlock_restrict_self"]), ctypes.c_int(fd), ctypes.c_uint32(0)) < 0:
+    """Enter a ruleset. Needs no_new_privs, which the worker sets once for itself and every fork."""
+    if _libc.syscall(_LL_RESTRICT, ctypes.c_int(fd), _U32_ZERO) < 0:
         raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
-
-
-def apply_landlock(ro_paths, rw_paths) -> int:
-    """Build and enter a ruleset for this process. Returns the ABI (0: unavailable, nothing applied)."""
-    fd = landlock_ruleset(ro_paths, rw_paths)
-    if fd < 0:
-        return 0
-    try:
-        landlock_enter(fd)
-    finally:
-        os.close(fd)
-    return landlock_abi()
 
 
 # ---------------------------------------------------------------- worker side: seccomp (classic BPF)
@@ -368,7 +369,7 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-_PROG = None  # (buffer, sock_fprog), built once per worker and inherited by every fork
+_PROG = None  # (buffer, sock_fprog, its address), built once per worker and inherited by every fork
 
 
 def seccomp_prepare():
@@ -377,15 +378,16 @@ def seccomp_prepare():
     if _PROG is None and _X86_64:
         raw = seccomp_filter_bytes()
         buf = ctypes.create_string_buffer(raw, len(raw))
-        _PROG = (buf, _SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p)))
+        fprog = _SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
+        _PROG = (buf, fprog, ctypes.addressof(fprog))
 
 
 def apply_seccomp() -> bool:
-    """Install the deny-list filter on this process (and its threads). False where unsupported."""
+    """Install the deny-list filter on this process (and its threads). False where unsupported.
+    Needs no_new_privs, which the worker sets once for itself and every fork."""
     if not _X86_64:
         return False
     seccomp_prepare()
-    no_new_privs()
-    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(_PROG[1]), 0, 0) != 0:
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, _PROG[2], 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "seccomp filter refused")
     return True

@@ -161,15 +161,19 @@ def _no_constant(name):
     raise ProtocolError(f"non-standard JSON constant {name}")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # built once: every fork inherits them
+_ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
 def loads(raw: bytes):
     try:
-        return json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:
+        return _DECODER.decode(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise ProtocolError(str(e)) from None
 
 
 def dumps(obj) -> bytes:
-    return json.dumps(obj, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+    return _ENCODER.encode(obj).encode()
 
 
 # ---------------------------------------------------------------- length-prefixed frames on pipes

@@ -17,7 +17,6 @@ Roles of a child:
   the host reads.
 """
 
-import fcntl
 import os
 import select
 import signal
@@ -40,7 +39,7 @@ os.environ.clear()
 CTRL_FD = int(sys.argv[1])
 MODE = sys.argv[3]
 LIMITS = protocol.loads(sys.argv[4].encode())  # the pool's limits: {timeout, cpu, mem, fsize, nproc}
-RLIMITS = isolation.rlimit_plan(LIMITS["mem"], LIMITS["cpu"], LIMITS["fsize"], LIMITS["nproc"])
+RLIMITS = isolation.rlimit_plan(LIMITS["mem"], LIMITS["cpu"], LIMITS["nproc"])
 RO_PATHS = sorted({"/usr", sys.argv[2], sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
 RO_PATHS += ["/dev/null", "/dev/urandom", "/dev/zero"]
 
@@ -93,35 +92,35 @@ class Scratch:
         self._make()
 
 
-def _close_except(keep):
-    """Move ``keep`` (a list of fds) to 3, 4, ... and close every other fd above 2."""
-    high = [fcntl.fcntl(f, fcntl.F_DUPFD_CLOEXEC, 200) for f in keep]  # out of the target range first
-    for i, f in enumerate(high):
-        os.dup2(f, 3 + i, inheritable=True)
-    os.closerange(3 + len(keep), 1 << 16)
+def _close_all_but(keep):
+    """Close every fd above 2 except ``keep`` (a few ranged close calls, no fd moves)."""
+    low = 3
+    for fd in sorted(keep):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
 
 
 _NULL = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
 
 
-def _std(stdin=None, stdout=None):
-    null = _NULL
-    os.dup2(stdin if stdin is not None else null, 0)
-    os.dup2(stdout if stdout is not None else null, 1)
-    os.dup2(null, 2)
-
-
 def _child(keep, rlimits, scratch, stdin=None, stdout=None):
-    """Common start of every child: own session, own scratch dir, few fds, all inner layers
-    (Landlock before the fds are closed: its ruleset is an fd; rlimits after: NOFILE is low)."""
-    _std(stdin, stdout)
+    """Common start of every child: own session, own scratch dir, no fds but ``keep`` (and 0-2:
+    stdin/stdout /dev/null unless given, stderr always /dev/null), all inner layers (Landlock
+    before the fds are closed: its ruleset is an fd; rlimits after: NOFILE is low)."""
+    if stdin is not None:
+        os.dup2(stdin, 0)
+    if stdout is not None:
+        os.dup2(stdout, 1)
+    os.dup2(_NULL, 2)  # the worker's own stderr goes to a file of the host's
     os.setsid()
     os.chdir(scratch.path)
     if scratch.ruleset >= 0:
         isolation.landlock_enter(scratch.ruleset)
     elif MODE == "bwrap":
         os._exit(71)
-    _close_except(keep)
+    _close_all_but(keep)
     isolation.apply_rlimits(rlimits)
     if not isolation.apply_seccomp() and MODE == "bwrap":
         os._exit(71)
@@ -312,8 +311,12 @@ def tester_loop(sock_fd):
     from), it runs trusted test code only and receives each job's four fds from the fork server,
     answering ``done`` when the job's records are written and its fds closed. Candidates are
     forks of the clean fork server, never of this process, so what a job leaves here is
-    unreachable to later samples; a tester that hangs is killed and replaced."""
+    unreachable to later samples. What a job could leave for the next one's test code is kept
+    out too: fresh globals per job, files removed, and a job that imported a module (test code,
+    or a stdlib module named by the candidate) is this tester's last (``last``: it exits). A
+    tester that hangs is killed and replaced."""
     sock = socket.socket(fileno=sock_fd)
+    modules = set(sys.modules)
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 64, 8)
@@ -336,6 +339,9 @@ def tester_loop(sock_fd):
                 shutil.rmtree(e.path, ignore_errors=True) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
         except OSError:
             pass
+        if set(sys.modules) != modules:  # a job imported something (the candidate's names may ask
+            sock.send(b"last")  # for any stdlib module): retire, so that no import outlives its job
+            os._exit(0)
         sock.send(b"done")
 
 
@@ -391,7 +397,7 @@ class Tester:
 
     def __init__(self, limits):
         life = (limits["cpu"] + 1) * self.RECYCLE_AFTER  # CPU over its whole life
-        self.rlimits = isolation.rlimit_plan(limits["mem"], life, limits["fsize"], limits["nproc"])
+        self.rlimits = isolation.rlimit_plan(limits["mem"], life, limits["nproc"])
         self.pid, self.sock, self.jobs = None, None, 0
 
     def ensure(self):
@@ -402,7 +408,8 @@ class Tester:
 
         def t():
             _child([there.fileno()], self.rlimits, SCRATCH_B)
-            tester_loop(3)
+            import random, statistics  # noqa: E401,F401 - test code uses them; nothing forks from here
+            tester_loop(there.fileno())
 
         self.pid = _fork(t)
         there.close()
@@ -439,10 +446,10 @@ class Tester:
                 return "timeout"
             ready, _, _ = select.select([self.sock], [], [], left)
             if ready:
-                if self.sock.recv(16) == b"done":
-                    return "done"
-                self.stop()
-                return "died"
+                msg = self.sock.recv(16)
+                if msg != b"done":
+                    self.stop()  # b"last": it retires after this job; b"": it died
+                return "done" if msg in (b"done", b"last") else "died"
 
 
 def run_call(fds, n):
@@ -457,7 +464,7 @@ def run_call(fds, n):
 
     def a():
         _child([code_fd, a_req_r, a_rep_w], RLIMITS, SCRATCH_A)
-        candidate_main(3, 4, 5)
+        candidate_main(code_fd, a_req_r, a_rep_w)
 
     pa = _fork(a)
     for f in (code_fd, tests_fd, result_fd, a_req_r, a_req_w, a_rep_r, a_rep_w):
@@ -467,6 +474,7 @@ def run_call(fds, n):
     os.waitpid(pa, 0)
     if state == "timeout" and TESTER.wait_done(time.monotonic() + Tester.GRACE_S) != "done":
         TESTER.stop()  # the candidate's death normally ends a blocked tester; this one hangs
+    TESTER.ensure()  # a tester that retired or died is replaced now, not in the next call's time
     SCRATCH_A.clean()
     return _CALL_REPLY[state]
 
@@ -476,7 +484,7 @@ def run_values(fds, n):
 
     def a():
         _child([payload_fd, result_fd], RLIMITS, SCRATCH_A)
-        values_main(3, 4)
+        values_main(payload_fd, result_fd)
 
     pa = _fork(a)
     for f in fds:
@@ -493,7 +501,7 @@ def run_io(fds, n):
 
         def p():
             _child([code_fd], RLIMITS, SCRATCH_A, stdin=ins[i], stdout=outs[i])
-            program_main(3)
+            program_main(code_fd)
 
         timed_out, st = _wait_one(_fork(p), time.monotonic() + LIMITS["timeout"])
         SCRATCH_A.clean()
@@ -512,8 +520,11 @@ _RUN = {b"values": run_values, b"call": run_call, b"io": run_io}
 def main():
     global SCRATCH_A, SCRATCH_B, TESTER
     sock = socket.socket(fileno=CTRL_FD)
+    os.dup2(_NULL, 0)  # children keep these two unless a test gives its own stdin/stdout
+    os.dup2(_NULL, 1)
     SCRATCH_A, SCRATCH_B = Scratch("a"), Scratch("b")
-    isolation.no_new_privs()
+    isolation.no_new_privs()  # for this process and every fork: Landlock and seccomp need it
+    isolation.apply_rlimits(isolation.worker_rlimit_plan(LIMITS["fsize"]))
     isolation.seccomp_prepare()
     TESTER = Tester(LIMITS)
     import gc
