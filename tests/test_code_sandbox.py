@@ -125,7 +125,9 @@ def test_dead_worker_is_replaced(reward):
 
 
 def test_refuses_without_bwrap(monkeypatch):
-    monkeypatch.setattr(isolation.shutil, "which", lambda *a, **k: None)
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
     monkeypatch.setattr(isolation.os.path, "exists", lambda p: False)
     with pytest.raises(IsolationUnavailable, match="apt-get install bubblewrap"):
         code_sandbox()

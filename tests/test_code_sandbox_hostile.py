@@ -247,6 +247,8 @@ def test_state_left_for_the_next_sample(reward):
         "import ctypes, os\nfor p in ('answer', '/tmp/answer', '/dev/shm/answer'):\n    try:\n        open(p, 'w').write('1')\n    except OSError:\n        pass\n"
         "libc = ctypes.CDLL(None, use_errno=True)\nid_ = libc.shmget(0x5EC12E7, 4096, 0o1666)\n"
         "if id_ >= 0:\n    addr = libc.shmat(id_, None, 0)\n    ctypes.memmove(addr, b'ANSWER', 6)\n"
+        "for _ in range(1500):\n    try:\n        os.mkdir('d')\n        os.chdir('d')\n    except OSError:\n        break\n"
+        "os.chmod('.', 0o500)\nos.chdir('/')\n"  # deep dirs, locked: the scratch dir must still come back empty and writable
         "def add(a, b):\n    return a - b\n"
     )
     pick = _attempt(
@@ -258,6 +260,10 @@ def test_state_left_for_the_next_sample(reward):
         reward(prompts=[""] * 2, completions=[leave, leave], tests=[TESTS, TESTS])
     _score(reward, pick)
     _score(reward, pick)
+    writer = "open('scratch-file', 'w').write('x')\n" + CORRECT.strip("`").removeprefix("python\n")
+    for _ in range(2):
+        reward(prompts=[""] * 2, completions=[leave, leave], tests=[TESTS, TESTS])
+        assert reward(prompts=[""] * 2, completions=[writer, writer], tests=[TESTS, TESTS]) == [1.0, 1.0]
 
 
 def test_previous_sample_data_not_in_memory(reward):

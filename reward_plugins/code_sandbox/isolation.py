@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import resource
-import shutil
 import struct
 import sys
 
@@ -37,6 +35,8 @@ class IsolationUnavailable(RuntimeError):
 
 
 def find_bwrap() -> str:
+    import shutil  # host side only: the worker imports this file too, and shutil pulls in bz2, lzma, zlib
+
     path = shutil.which("bwrap") or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
     if path is None:
         raise IsolationUnavailable("bubblewrap (`bwrap`) was not found on PATH. " + INSTALL_HINT)
@@ -157,6 +157,8 @@ def wrap_in_cgroups(argv: list[str], cgroups: list[str], uid: int | None) -> lis
     and execs ``argv``; nothing of the worker ever runs as root or outside its cgroups."""
     if uid is None or not cgroups:
         return argv
+    import shutil
+
     setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
     script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1/cgroup.procs" || exit 111; shift; n=$((n-1)); done; exec "$@"'
     drop = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
@@ -225,7 +227,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
-_X86_64 = platform.machine() == "x86_64"
+_X86_64 = os.uname().machine == "x86_64"
 _NR = {  # x86_64 syscall numbers (landlock 444-446 are the same on every architecture)
     "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446,
 }  # fmt: skip

@@ -33,8 +33,6 @@ import protocol  # noqa: E402
 import bisect, builtins, collections, copy, dataclasses, datetime, decimal, fractions, functools, hashlib  # noqa: E401,E402,F401
 import heapq, io, itertools, json, math, operator, re, string, typing  # noqa: E401,E402,F401
 
-import shutil  # noqa: E402
-
 os.environ.clear()
 CTRL_FD = int(sys.argv[1])
 MODE = sys.argv[3]
@@ -57,7 +55,7 @@ class Scratch:
         if os.path.lexists(self.path):
             old = self.path + f".old{time.monotonic_ns()}"
             os.rename(self.path, old)  # out of every ruleset: no later child can read it
-            shutil.rmtree(old, ignore_errors=True)
+            _remove_tree(old)
         os.mkdir(self.path, 0o700)
         if self.ruleset >= 0:
             os.close(self.ruleset)
@@ -69,27 +67,32 @@ class Scratch:
                 return
         except OSError:
             pass
+        if not _remove_tree(self.path, keep_top=True):
+            self._make()
 
-        def fix(func, path, exc):
-            try:
-                os.chmod(os.path.dirname(path), 0o700)
-                os.chmod(path, 0o700)
-            except OSError:
-                pass
-            func(path)
 
-        try:
-            os.chmod(self.path, 0o700)
-            for e in os.scandir(self.path):
-                if e.is_dir(follow_symlinks=False):
-                    shutil.rmtree(e.path, onerror=fix)
-                else:
-                    os.unlink(e.path)
-            if not os.listdir(self.path):
-                return
-        except OSError:
-            pass
-        self._make()
+def _remove_tree(top, keep_top=False) -> bool:
+    """Remove ``top`` and all under it (iteratively: a child may nest dirs deeper than Python
+    recurses), making dirs writable on the way (a child may chmod them); symlinks are removed,
+    never followed. (Not shutil: importing it would map bz2, lzma and zlib into every fork.)
+    True when it is all gone (``keep_top``: everything but ``top`` itself, left mode 0700)."""
+    dirs, stack = [], [top]
+    try:
+        while stack:
+            d = stack.pop()
+            os.chmod(d, 0o700)
+            dirs.append(d)
+            with os.scandir(d) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    else:
+                        os.unlink(e.path)
+        for d in reversed(dirs[1:] if keep_top else dirs):
+            os.rmdir(d)
+        return True
+    except OSError:
+        return False
 
 
 def _close_all_but(keep):
@@ -334,11 +337,7 @@ def tester_loop(sock_fd):
                 os.close(f)
             except OSError:
                 pass
-        try:  # files the test code wrote stay out of the next job
-            for e in os.scandir("."):
-                shutil.rmtree(e.path, ignore_errors=True) if e.is_dir(follow_symlinks=False) else os.unlink(e.path)
-        except OSError:
-            pass
+        _remove_tree(".", keep_top=True)  # files the test code wrote stay out of the next job
         if set(sys.modules) != modules:  # a job imported something (the candidate's names may ask
             sock.send(b"last")  # for any stdlib module): retire, so that no import outlives its job
             os._exit(0)
@@ -542,7 +541,7 @@ def main():
         if not msg:  # the host is gone or closed us: leave nothing behind
             TESTER.stop()
             for s in (SCRATCH_A, SCRATCH_B):
-                shutil.rmtree(s.path, ignore_errors=True)
+                _remove_tree(s.path)
             return
         try:  # b"<mode> <number of tests>"; the limits are the pool's, from the command line
             mode, _, n = msg.partition(b" ")
