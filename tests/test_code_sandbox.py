@@ -145,6 +145,57 @@ def test_rlimits_mode_only_on_request_with_warning(caplog):
         code_sandbox(isolation="none")
 
 
+def _run_cbpf(prog: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+    """A classic-BPF interpreter for the instructions the seccomp filter uses."""
+    import struct
+
+    data = struct.pack("=IIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    ins = [struct.unpack("=HBBI", prog[i : i + 8]) for i in range(0, len(prog), 8)]
+    a = x = pc = 0
+    mem = [0] * 16
+    for _ in range(10_000):
+        code, jt, jf, k = ins[pc]
+        pc += 1
+        if code == 0x20:
+            a = struct.unpack_from("=I", data, k)[0]
+        elif code == 0x00:
+            a = k
+        elif code == 0x60:
+            a = mem[k]
+        elif code == 0x02:
+            mem[k] = a
+        elif code == 0x07:
+            x = a
+        elif code == 0x54:
+            a &= k
+        elif code == 0x74:
+            a >>= k
+        elif code == 0x6C:
+            a = (a << x) & 0xFFFFFFFF
+        elif code in (0x15, 0x35, 0x45):
+            hit = a == k if code == 0x15 else a >= k if code == 0x35 else bool(a & k)
+            pc += jt if hit else jf
+        elif code == 0x06:
+            return k
+        else:
+            raise AssertionError(f"opcode {code:#x}")
+    raise AssertionError("no return")
+
+
+def test_seccomp_filter_verdict_for_every_syscall_number():
+    prog = isolation.seccomp_filter_bytes()
+    arch, deny = isolation._AUDIT_ARCH_X86_64, set(isolation._DENY_X86_64.values())
+    eperm, enosys = isolation._RET_ERRNO | isolation._EPERM, isolation._RET_ERRNO | isolation._ENOSYS
+    assert len(prog) // 8 < 80
+    for nr in range(1024):
+        want = enosys if nr == isolation._NR_CLONE3 else eperm if nr in deny or nr == isolation._NR_CLONE else isolation._RET_ALLOW
+        assert _run_cbpf(prog, nr, arch) == want, nr
+    assert _run_cbpf(prog, isolation._NR_CLONE, arch, isolation._CLONE_THREAD | 0x100) == isolation._RET_ALLOW  # a thread
+    assert _run_cbpf(prog, 0x40000000 | 1, arch) == enosys  # x32
+    assert _run_cbpf(prog, 1, 0x40000003) == isolation._RET_KILL_PROCESS  # another architecture
+    assert {41, 57, 59, 62, 101} <= deny  # socket, fork, execve, kill, ptrace
+
+
 def test_codec_is_typed_and_strict():
     v = [1, 1.0, True, None, "s", (1, [2]), {3}, frozenset({4}), {(1, 2): {"a": b"x"}}, float("inf"), 2j, bytearray(b"z"), int]
     back = protocol.decode(protocol.loads(protocol.dumps(protocol.encode(v))))

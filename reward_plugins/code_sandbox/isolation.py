@@ -4,12 +4,13 @@ Outer layer, once per worker (host side, ``worker_command``): an ordinary uid pe
 (never root), bubblewrap with every namespace (user, pid, net, ipc, uts, cgroup, mount) and no
 nested user namespaces, an empty environment, read-only /usr, no /proc, a size-capped tmpfs.
 
-Inner layers, once per execution (worker side, ``worker._child``), in the forked child that runs
-untrusted or test code: new session, rlimits (address space, CPU, file size, open files,
-processes, core 0), Landlock (read-only system dirs, read-write own scratch dir only, no TCP,
-no signals or abstract sockets outside its domain), then a seccomp filter that denies sockets,
-fork/exec, signals to others, ptrace, process_vm_*, namespaces/mount, bpf, keyrings, io_uring,
-perf and System V IPC / POSIX message queues.
+Inner layers (worker side, ``worker._child``), in each forked child that runs untrusted or test
+code: new session, Landlock (read-only system dirs, read-write own scratch dir only, no TCP, no
+signals or abstract sockets outside its domain), rlimits (address space, CPU, open files,
+processes), then a seccomp filter that denies sockets, fork/exec, signals to others, ptrace,
+process_vm_*, namespaces/mount, bpf, keyrings, io_uring, perf and System V IPC / POSIX message
+queues. What does not depend on the process is set once on the worker and inherited by every
+fork: no_new_privs, and the file-size, core, locked-memory and message-queue limits.
 """
 
 from __future__ import annotations
@@ -344,7 +345,14 @@ def _bpf(code, jt, jf, k):
 
 
 def seccomp_filter_bytes() -> bytes:
-    LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+    """The classic-BPF program. After the fixed checks (architecture, x32, clone3, clone), the deny
+    list is a bitmap: word ``nr >> 5``, bit ``nr & 31``, one ``jset`` per 32 syscall numbers. It is
+    ~70 instructions instead of two per denied syscall (~170): the kernel prepares a filter for
+    every fork, and that cost grows with its length (measured: +0.17 ms per fork, against +0.39)."""
+    LD_W_ABS, LD_IMM, LD_MEM, ST, TAX = 0x20, 0x00, 0x60, 0x02, 0x07
+    AND_K, RSH_K, LSH_X = 0x54, 0x74, 0x6C
+    JEQ_K, JGE_K, JSET_K, RET_K = 0x15, 0x35, 0x45, 0x06
+    deny = _RET_ERRNO | _EPERM
     prog = [
         _bpf(LD_W_ABS, 0, 0, 4),  # arch
         _bpf(JEQ_K, 1, 0, _AUDIT_ARCH_X86_64),
@@ -358,12 +366,28 @@ def seccomp_filter_bytes() -> bytes:
         _bpf(LD_W_ABS, 0, 0, 16),  # args[0] low word (little endian)
         _bpf(JSET_K, 0, 1, _CLONE_THREAD),
         _bpf(RET_K, 0, 0, _RET_ALLOW),
-        _bpf(RET_K, 0, 0, _RET_ERRNO | _EPERM),
+        _bpf(RET_K, 0, 0, deny),
+        # A = nr: M[0] = nr, M[1] = 1 << (nr & 31), A = nr >> 5
+        _bpf(ST, 0, 0, 0),
+        _bpf(AND_K, 0, 0, 31),
+        _bpf(TAX, 0, 0, 0),
+        _bpf(LD_IMM, 0, 0, 1),
+        _bpf(LSH_X, 0, 0, 0),
+        _bpf(ST, 0, 0, 1),
+        _bpf(LD_MEM, 0, 0, 0),
+        _bpf(RSH_K, 0, 0, 5),
     ]
-    for nr in sorted(set(_DENY_X86_64.values())):
-        prog.append(_bpf(JEQ_K, 0, 1, nr))
-        prog.append(_bpf(RET_K, 0, 0, _RET_ERRNO | _EPERM))
-    prog.append(_bpf(RET_K, 0, 0, _RET_ALLOW))
+    words: dict[int, int] = {}
+    for nr in set(_DENY_X86_64.values()):
+        words[nr >> 5] = words.get(nr >> 5, 0) | 1 << (nr & 31)
+    order = sorted(words)
+    n = len(order)
+    for i, w in enumerate(order):  # word w -> its block (3 instructions each, after the "allow" below)
+        prog.append(_bpf(JEQ_K, (n - i - 1) + 1 + 3 * i, 0, w))
+    prog.append(_bpf(RET_K, 0, 0, _RET_ALLOW))  # no denied syscall in this word
+    for i, w in enumerate(order):  # bit set -> the final deny; else allow
+        prog += [_bpf(LD_MEM, 0, 0, 1), _bpf(JSET_K, 3 * (n - i - 1) + 1, 0, words[w]), _bpf(RET_K, 0, 0, _RET_ALLOW)]
+    prog.append(_bpf(RET_K, 0, 0, deny))
     return b"".join(prog)
 
 

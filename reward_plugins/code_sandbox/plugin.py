@@ -8,6 +8,10 @@ columns, one entry per completion:
 * ``test`` + ``entry_point`` (HumanEval style: ``check(candidate)``);
 * ``io_tests`` (list of ``{"input": str, "output": str}`` over stdin/stdout).
 
+Asserts and ``check`` functions take the value path when their shape allows (``routing``: the
+sandbox only evaluates the calls, the host judges), else the worker's tester process runs them.
+A ``check`` function is one test, whichever path it takes.
+
 Score: 1.0 when every test ran to its end and passed, else 0.0; with ``partial_credit=True`` the
 fraction passed. A row without any test column gets ``None`` (not applicable: TRL turns it into
 NaN and ignores it). Broken programs, timeouts and internal errors score 0 and are counted in the
@@ -173,6 +177,6 @@ class CodeSandboxReward:
 def code_sandbox(**options) -> CodeSandboxReward:
     """Factory (entry point ``code_sandbox`` in ``trl_rlvr.rewards``): options are
     ``partial_credit`` (False), ``isolation`` ("bwrap"; "rlimits" only on explicit request),
-    ``num_workers`` (cores), ``timeout`` (5 s wall per run), ``memory_mb`` (1024),
+    ``num_workers`` (2 per core, at most 16), ``timeout`` (5 s wall per run), ``memory_mb`` (1024),
     ``max_output_bytes`` (8 MiB), ``max_processes`` (64)."""
     return CodeSandboxReward(**options)

@@ -243,7 +243,9 @@ class SandboxPool:
         if isolation_mode == "bwrap":
             isolation.find_bwrap()
         self.mode, self.limits = isolation_mode, limits
-        self.n = max(1, min(16, num_workers or len(os.sched_getaffinity(0))))
+        # two per core by default: while one worker waits on the host (or the host on it), the
+        # other forks; measured on 2 cores, 4 workers ran the trivial program ~30% faster than 2
+        self.n = max(1, min(16, num_workers or 2 * len(os.sched_getaffinity(0))))
         self.python = isolation.sandbox_python()
         self.pid = os.getpid()
         global _POOL_SEQ
