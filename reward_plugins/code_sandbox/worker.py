@@ -109,14 +109,13 @@ _NULL = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
 
 
 def _child(keep, rlimits, scratch, stdin=None, stdout=None):
-    """Common start of every child: own session, own scratch dir, no fds but ``keep`` (and 0-2:
-    stdin/stdout /dev/null unless given, stderr always /dev/null), all inner layers (Landlock
+    """Common start of every child: own session, own scratch dir, no fds but ``keep`` (and 0-2,
+    /dev/null like the worker's own, but stdin/stdout when given), all inner layers (Landlock
     before the fds are closed: its ruleset is an fd; rlimits after: NOFILE is low)."""
     if stdin is not None:
         os.dup2(stdin, 0)
     if stdout is not None:
         os.dup2(stdout, 1)
-    os.dup2(_NULL, 2)  # the worker's own stderr goes to a file of the host's
     os.setsid()
     os.chdir(scratch.path)
     if scratch.ruleset >= 0:
@@ -519,7 +518,7 @@ _RUN = {b"values": run_values, b"call": run_call, b"io": run_io}
 def main():
     global SCRATCH_A, SCRATCH_B, TESTER
     sock = socket.socket(fileno=CTRL_FD)
-    os.dup2(_NULL, 0)  # children keep these two unless a test gives its own stdin/stdout
+    os.dup2(_NULL, 0)  # children keep these (and 2, below) unless a test gives its own stdin/stdout
     os.dup2(_NULL, 1)
     SCRATCH_A, SCRATCH_B = Scratch("a"), Scratch("b")
     isolation.no_new_privs()  # for this process and every fork: Landlock and seccomp need it
@@ -530,6 +529,7 @@ def main():
 
     gc.collect()
     gc.freeze()  # children's collections skip the worker's objects: fewer copy-on-write faults
+    os.dup2(_NULL, 2)  # set up: from here on, nothing of ours (nor any child) writes to the host's log file
     TESTER.ensure()  # forked now, before any sample data exists
     caps = {"ready": True, "uid": os.getuid(), "landlock": isolation.landlock_abi(), "seccomp": isolation._X86_64}
     sock.send(protocol.dumps(caps))
