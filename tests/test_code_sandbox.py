@@ -293,6 +293,11 @@ def test_check_routes_give_the_same_scores(reward):
     got_fast = [o.passed for o in reward.pool.run(fast)]
     got_slow = [o.passed for o in reward.pool.run(slow)]
     assert got_fast == got_slow == [[True], [False], [False], [False], [True], [False]]
+    # like check() itself, a call that raises ends the test: the hang after it never runs
+    stops = "def add(a, b):\n    if a < 0:\n        raise ValueError\n    while a == 0:\n        pass\n    return a + b\n"
+    metrics = {}
+    assert reward(prompts=[""], completions=[stops], test=[test], entry_point=["add"], log_metric=metrics.__setitem__) == [0.0]
+    assert metrics["code_sandbox/timeouts"] == 0.0
     pc = code_sandbox(num_workers=1, partial_credit=True)
     try:  # check() is one test, with or without partial credit
         assert pc(prompts=[""], completions=[progs[2]], test=[test], entry_point=["add"]) == [0.0]

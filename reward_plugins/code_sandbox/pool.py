@@ -151,7 +151,8 @@ class _Worker:
         hdr = f"{job.mode} {job.n}".encode()  # the worker has the pool's limits from its command line
         code = job.code.encode("utf-8", errors="replace")
         if job.mode == "values":  # the calls only, never the expectations; then the program
-            code_fd = _memfd("program", "\n".join(job.spec["exprs"]).encode() + b"\0" + code)
+            calls = "\n".join(["one" if job.one_test else "each", *job.spec["exprs"]]).encode()
+            code_fd = _memfd("program", calls + b"\0" + code)
         else:
             code_fd = _memfd("program", code)
         if job.mode in ("call", "values"):

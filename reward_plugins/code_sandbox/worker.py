@@ -201,11 +201,14 @@ def candidate_main(code_fd, req_fd, rep_fd):
 
 
 def values_main(payload_fd, result_fd):
-    """Return-value tests: evaluate each test's call and stream its typed value; the host, which
-    alone holds the expectations, judges. Nothing here is a verdict. The payload is the test
-    calls, one per line, a NUL (which Python source cannot contain), then the program."""
+    """Return-value tests: evaluate each test's call and send its typed value; the host, which
+    alone holds the expectations, judges. Nothing here is a verdict. The payload is a first line
+    ``each`` (every call its own test: each record goes out at once, so that what ran before a
+    timeout still counts) or ``one`` (the calls form one test, a check(): the records go out
+    together, and a call that raises ends it), the calls one per line, a NUL (which Python source
+    cannot contain), then the program."""
     head, _, code = _read_fd(payload_fd).partition(b"\0")
-    exprs = head.decode("utf-8").split("\n")
+    mode, *exprs = head.decode("utf-8").split("\n")
     code = code.decode("utf-8", errors="replace")
     ns = {"__name__": "__sandbox__", "__builtins__": builtins}
     try:
@@ -213,12 +216,19 @@ def values_main(payload_fd, result_fd):
     except BaseException:  # noqa: BLE001
         os.write(result_fd, protocol.dumps({"flag": "load_error"}) + b"\n")
         os._exit(0)
+    out = []
     for i, src in enumerate(exprs):
         try:
             rec = {"i": i, "v": protocol.encode(eval(compile(src, f"<test {i}>", "eval"), ns))}
         except BaseException:  # noqa: BLE001
             rec = {"i": i, "x": 1}
-        protocol._write_all(result_fd, protocol.dumps(rec) + b"\n")
+        if mode == "each":
+            protocol._write_all(result_fd, protocol.dumps(rec) + b"\n")
+            continue
+        out.append(protocol.dumps(rec) + b"\n")
+        if "x" in rec:
+            break
+    protocol._write_all(result_fd, b"".join(out))
     os._exit(0)
 
 
