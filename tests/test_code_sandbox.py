@@ -196,6 +196,35 @@ def test_seccomp_filter_verdict_for_every_syscall_number():
     assert {41, 57, 59, 62, 101} <= deny  # socket, fork, execve, kill, ptrace
 
 
+def test_frames_over_a_pipe():
+    import threading
+
+    r, w = os.pipe()
+
+    def writer():
+        for obj in ({"a": 1}, [1, 2], "x" * 200_000, "y" * 3_000_000):
+            protocol.send_frame(w, obj)
+        os.write(w, b"\x00\x00\x01")  # a length cut short, then the end
+        os.close(w)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert protocol.recv_frame(r) == {"a": 1} and protocol.recv_frame(r) == [1, 2]
+        assert len(protocol.recv_frame(r)) == 200_000 and len(protocol.recv_frame(r)) == 3_000_000
+        with pytest.raises(EOFError):
+            protocol.recv_frame(r)
+    finally:
+        t.join()
+        os.close(r)
+    r, w = os.pipe()
+    os.write(w, (protocol.MAX_FRAME + 1).to_bytes(4, "big"))
+    with pytest.raises(protocol.ProtocolError):
+        protocol.recv_frame(r)
+    os.close(r)
+    os.close(w)
+
+
 def test_codec_is_typed_and_strict():
     v = [1, 1.0, True, None, "s", (1, [2]), {3}, frozenset({4}), {(1, 2): {"a": b"x"}}, float("inf"), 2j, bytearray(b"z"), int]
     back = protocol.decode(protocol.loads(protocol.dumps(protocol.encode(v))))

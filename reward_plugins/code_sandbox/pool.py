@@ -177,8 +177,9 @@ class _Worker:
             raw = b""
             if job.mode != "io":
                 cap = MAX_RESULT_BYTES if job.mode == "call" else limits.max_output_bytes
-                raw = self._drain(res_r, deadline, cap)
-            reply = self._reply(deadline)
+                raw, reply = self._results(res_r, deadline, cap)
+            else:
+                reply = self._reply(deadline)
             if job.mode != "io":
                 if job.mode == "call":
                     passed, status, flags = protocol.parse_records(raw, job.n)
@@ -205,27 +206,34 @@ class _Worker:
             for fd in keep:
                 os.close(fd)
 
-    def _drain(self, fd, deadline, cap) -> bytes:
-        chunks, total = [], 0
-        while True:
+    def _results(self, fd, deadline, cap) -> tuple[bytes, dict]:
+        """The result pipe to its end (at most ``cap`` bytes kept) and the worker's reply, waited
+        for together: one wakeup when both are there."""
+        chunks, total, reply = [], 0, None
+        while fd is not None or reply is None:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError("result pipe stayed open past the deadline")
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                continue
-            b = os.read(fd, 65536)
-            if not b:
-                return b"".join(chunks)
-            total += len(b)
-            if total <= cap:
-                chunks.append(b)
+                raise TimeoutError("no end of results or no reply before the deadline")
+            ready, _, _ = select.select([f for f in (fd, None if reply else self.sock) if f is not None], [], [], left)
+            if self.sock in ready:
+                reply = self._read_reply()
+            if fd in ready:
+                b = os.read(fd, 65536)
+                if not b:
+                    fd = None
+                total += len(b)
+                if total <= cap:
+                    chunks.append(b)
+        return b"".join(chunks), reply
 
     def _reply(self, deadline) -> dict:
         left = deadline - time.monotonic()
         ready, _, _ = select.select([self.sock], [], [], max(left, 0))
         if not ready:
             raise TimeoutError("worker did not answer in time")
+        return self._read_reply()
+
+    def _read_reply(self) -> dict:
         msg = self.sock.recv(1 << 16)
         if not msg:
             raise EOFError("worker closed its channel")

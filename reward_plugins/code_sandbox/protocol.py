@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 
 MAX_FRAME = 32 << 20  # bytes, one value crossing candidate -> tester
@@ -178,8 +179,6 @@ def dumps(obj) -> bytes:
 
 # ---------------------------------------------------------------- length-prefixed frames on pipes
 def _write_all(fd, data):
-    import os
-
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
@@ -193,24 +192,30 @@ def send_frame(fd, obj):
     _write_all(fd, _LEN.pack(len(raw)) + raw)
 
 
-def _read_exact(fd, n):
-    import os
-
-    chunks, got = [], 0
-    while got < n:
-        b = os.read(fd, min(n - got, 1 << 20))
-        if not b:
-            raise EOFError("peer closed the channel")
-        chunks.append(b)
-        got += len(b)
-    return b"".join(chunks)
+_PENDING: dict = {}  # fd -> bytes read past the end of the last frame
 
 
 def recv_frame(fd):
-    (n,) = _LEN.unpack(_read_exact(fd, 4))
-    if n > MAX_FRAME:
-        raise ProtocolError("frame too large")
-    return loads(_read_exact(fd, n))
+    """One frame, read in as few ``read`` calls as it arrived in (usually one: the length and the
+    body come in a single write); bytes past it wait for the next call on the same fd."""
+    buf = bytearray(_PENDING.pop(fd, b""))
+    need = 4
+    while True:
+        if len(buf) >= need:
+            if need == 4:
+                (n,) = _LEN.unpack_from(buf)
+                if n > MAX_FRAME:
+                    raise ProtocolError("frame too large")
+                need = 4 + n
+                continue
+            break
+        b = os.read(fd, max(need - len(buf), 1 << 16))
+        if not b:
+            raise EOFError("peer closed the channel")
+        buf += b
+    if len(buf) > need:
+        _PENDING[fd] = bytes(buf[need:])
+    return loads(bytes(buf[4:need]))
 
 
 # ---------------------------------------------------------------- verdict records (tester -> host)

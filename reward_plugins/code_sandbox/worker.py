@@ -51,6 +51,7 @@ class Scratch:
     inode, so the dir is emptied between runs, not replaced; if emptying fails it is rebuilt)."""
 
     def __init__(self, role):
+        self.role = role
         self.path = os.path.join("/tmp", f"sbx-{os.getpid()}-{role}")
         self.ruleset = -1
         self._make()
@@ -61,6 +62,8 @@ class Scratch:
             os.rename(self.path, old)  # out of every ruleset: no later child can read it
             _remove_tree(old)
         os.mkdir(self.path, 0o700)
+        if self.role == "a":
+            os.chdir(self.path)
         if self.ruleset >= 0:
             os.close(self.ruleset)
         self.ruleset = isolation.landlock_ruleset(RO_PATHS, [self.path])
@@ -121,7 +124,8 @@ def _child(keep, rlimits, scratch, stdin=None, stdout=None):
     if stdout is not None:
         os.dup2(stdout, 1)
     os.setsid()
-    os.chdir(scratch.path)
+    if scratch is not SCRATCH_A:  # the worker itself works in SCRATCH_A: its forks start there
+        os.chdir(scratch.path)
     if scratch.ruleset >= 0:
         isolation.landlock_enter(scratch.ruleset)
     elif MODE == "bwrap":
