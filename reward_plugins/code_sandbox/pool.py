@@ -252,9 +252,11 @@ class SandboxPool:
         if isolation_mode == "bwrap":
             isolation.find_bwrap()
         self.mode, self.limits = isolation_mode, limits
-        # two per core by default: while one worker waits on the host (or the host on it), the
-        # other forks; measured on 2 cores, 4 workers ran the trivial program ~30% faster than 2
-        self.n = max(1, min(16, num_workers or 2 * len(os.sched_getaffinity(0))))
+        # one more than the cores by default: the spare worker forks while another waits on the host
+        # (or the host on it). Measured on 2 cores (benchmarks/sandbox.py): 3 workers ran trivial
+        # programs ~30% faster than 2 and HumanEval faster than 4, where a long execution (HumanEval/75
+        # computes for 0.3 s) shares its core with more workers and finishes last.
+        self.n = max(1, min(16, num_workers or len(os.sched_getaffinity(0)) + 1))
         self.python = isolation.sandbox_python()
         self.pid = os.getpid()
         global _POOL_SEQ
