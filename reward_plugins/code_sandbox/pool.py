@@ -43,7 +43,7 @@ class Limits:
 
 @dataclasses.dataclass
 class Job:
-    mode: str  # "values" (assert f(x) == literal), "call" (any asserts / check(candidate)) or "io"
+    mode: str  # "values" (verdicts on literal calls: routing.py), "call" (any asserts / check(candidate)) or "io"
     code: str
     n: int  # number of tests
     spec: dict | None = None  # call: tests for the tester process; values: {"exprs": [...]}

@@ -1,8 +1,9 @@
 """Fork server: runs inside the sandbox as
 ``python -I -S -B worker.py CTRL_FD CODE_DIR ISOLATION LIMITS_JSON``.
 
-It never reads sample data: each request arrives as a small header (counts and limits) plus file
-descriptors (memfds with the program / the tests / stdin, the result pipe, stdout memfds). Only
+It never reads sample data: each request arrives as a small header (``<mode> <number of tests>``;
+the limits came once, on the command line) plus file descriptors (memfds with the program / the
+tests / stdin, the result pipe, stdout memfds). Only
 the forked children read them, after they have locked themselves down, so nothing a sample leaves
 in memory can reach the next one (each untrusted child is a fresh fork of this clean process).
 
