@@ -37,6 +37,7 @@ counts as the answer (use the same ``think_tag`` for both).
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 
 from reward_plugins._text import (
@@ -183,17 +184,7 @@ class BoxedMathReward:
         self.__dict__.update(state)
 
 
-def boxed_math(
-    gold_column: str | None = None,
-    timeout: float = 5.0,
-    batch_timeout: float | None = None,
-    answer_line: bool = False,
-    think_tag: str = "think",
-    max_answer_chars: int = 2000,
-    num_workers: int | None = None,
-    prestart: bool = True,
-    prefilled: bool = False,
-) -> BoxedMathReward:
+def boxed_math(**options) -> BoxedMathReward:
     """Math answer correctness: the last \\boxed{} after the reasoning, checked against the gold by math-verify.
 
     Args:
@@ -211,14 +202,9 @@ def boxed_math(
         prefilled: the prompt already ends with ``<think>`` (the assistant turn is pre-filled), so the
             completion starts inside the reasoning: without ``</think>`` there is no answer (scores 0).
     """
-    return BoxedMathReward(
-        gold_column=gold_column,
-        timeout=timeout,
-        batch_timeout=batch_timeout,
-        answer_line=answer_line,
-        think_tag=think_tag,
-        max_answer_chars=max_answer_chars,
-        num_workers=num_workers,
-        prestart=prestart,
-        prefilled=prefilled,
-    )
+    return BoxedMathReward(**options)
+
+
+# The registry (``trl-rlvr rewards show``, option checking in ``load_reward``) reads the options from
+# the factory's signature: it is the class's, so that it is written once.
+boxed_math.__signature__ = inspect.signature(BoxedMathReward).replace(return_annotation=BoxedMathReward)
