@@ -410,7 +410,7 @@ class Tester:
     """The fork server's handle on its tester process (see ``tester_loop``)."""
 
     RECYCLE_AFTER = 500  # jobs; a fresh tester bounds what test code can accumulate
-    GRACE_S = 1.0  # after a timeout, how long the tester may take to finish the job
+    GRACE_S = 2.0  # after a timeout, how long the tester may take to finish the job (generous: a loaded machine)
 
     def __init__(self, limits):
         life = (limits["cpu"] + 1) * self.RECYCLE_AFTER  # CPU over its whole life
