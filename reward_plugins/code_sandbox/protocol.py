@@ -223,32 +223,38 @@ def record(i: int, ok: bool) -> bytes:
     return dumps({"i": i, "ok": bool(ok)}) + b"\n"
 
 
-def parse_records(raw: bytes, n_tests: int):
-    """-> (passed: list[bool] of length n_tests, status: "ok" | "void", flags: set[str]).
-
-    Only complete lines count (a record cut off by a kill is dropped); a test without a record
-    failed; a duplicate, out-of-range or malformed record voids the whole sample."""
-    passed = [False] * n_tests
-    seen = set()
-    flags = set()
-    lines = raw.split(b"\n")
-    for line in lines[:-1]:  # the last element is incomplete (or empty)
+def _indexed_records(raw: bytes, n: int, fields: tuple, flag_names: tuple):
+    """The records of ``raw`` for tests 0..n-1 and the flags seen: only complete lines count (a
+    record cut off by a kill is dropped); a line that is not a JSON object with exactly one of the
+    ``fields`` sets, an index out of range or seen before makes the list None (the sample is void)."""
+    out, seen, flags = [], set(), set()
+    for line in raw.split(b"\n")[:-1]:  # the last element is incomplete (or empty)
         try:
             rec = loads(line)
         except ProtocolError:
-            return [False] * n_tests, "void", flags
+            return None, flags
         if type(rec) is not dict:
-            return [False] * n_tests, "void", flags
-        if set(rec) == {"flag"} and rec["flag"] in ("load_error", "end"):
+            return None, flags
+        if set(rec) == {"flag"} and rec["flag"] in flag_names:
             flags.add(rec["flag"])
             continue
-        i, ok = rec.get("i"), rec.get("ok")
-        if set(rec) != {"i", "ok"} or type(i) is not int or type(ok) is not bool:
-            return [False] * n_tests, "void", flags
-        if not 0 <= i < n_tests or i in seen:
-            return [False] * n_tests, "void", flags
+        i = rec.get("i")
+        if set(rec) not in fields or type(i) is not int or not 0 <= i < n or i in seen:
+            return None, flags
         seen.add(i)
-        passed[i] = ok
+        out.append(rec)
+    return out, flags
+
+
+def parse_records(raw: bytes, n_tests: int):
+    """Verdict records ``{"i": k, "ok": bool}`` -> (passed: list[bool] of length n_tests, status:
+    "ok" | "void", flags: set[str]). A test without a record failed; a malformed record voids."""
+    recs, flags = _indexed_records(raw, n_tests, ({"i", "ok"},), ("load_error", "end"))
+    if recs is None or any(type(r["ok"]) is not bool for r in recs):
+        return [False] * n_tests, "void", flags
+    passed = [False] * n_tests
+    for r in recs:
+        passed[r["i"]] = r["ok"]
     return passed, "ok", flags
 
 
@@ -257,26 +263,16 @@ def parse_values(raw: bytes, expects: list):
     here, on the host, by ``expects[k].matches(value)`` (an ``Expect`` of ``routing``: the
     expectation never left the host). -> (passed, status, flags)."""
     n = len(expects)
-    passed, seen, flags = [False] * n, set(), set()
-    for line in raw.split(b"\n")[:-1]:
-        try:
-            rec = loads(line)
-        except ProtocolError:
-            return [False] * n, "void", flags
-        if type(rec) is dict and set(rec) == {"flag"} and rec["flag"] == "load_error":
-            flags.add("load_error")
-            continue
-        if type(rec) is not dict or set(rec) not in ({"i", "v"}, {"i", "x"}) or type(rec["i"]) is not int:
-            return [False] * n, "void", flags
-        i = rec["i"]
-        if not 0 <= i < n or i in seen:
-            return [False] * n, "void", flags
-        seen.add(i)
-        if "v" in rec:
+    recs, flags = _indexed_records(raw, n, ({"i", "v"}, {"i", "x"}), ("load_error",))
+    if recs is None:
+        return [False] * n, "void", flags
+    passed = [False] * n
+    for r in recs:
+        if "v" in r:
             try:
-                passed[i] = expects[i].matches(decode(rec["v"]))
+                passed[r["i"]] = expects[r["i"]].matches(decode(r["v"]))
             except (ProtocolError, RecursionError):
-                passed[i] = False
+                passed[r["i"]] = False
     return passed, "ok", flags
 
 
