@@ -178,8 +178,8 @@ class _Worker:
             if job.mode != "io":
                 cap = MAX_RESULT_BYTES if job.mode == "call" else limits.max_output_bytes
                 raw, reply = self._results(res_r, deadline, cap)
-            else:
-                reply = self._reply(deadline)
+            else:  # io: stdout is in the memfds, only the reply to wait for
+                _, reply = self._results(None, deadline, 0)
             if job.mode != "io":
                 if job.mode == "call":
                     passed, status, flags = protocol.parse_records(raw, job.n)
@@ -207,8 +207,8 @@ class _Worker:
                 os.close(fd)
 
     def _results(self, fd, deadline, cap) -> tuple[bytes, dict]:
-        """The result pipe to its end (at most ``cap`` bytes kept) and the worker's reply, waited
-        for together: one wakeup when both are there."""
+        """The result pipe ``fd`` (None: none) to its end, at most ``cap`` bytes kept, and the
+        worker's reply, waited for together: one wakeup when both are there."""
         chunks, total, reply = [], 0, None
         while fd is not None or reply is None:
             left = deadline - time.monotonic()
@@ -225,13 +225,6 @@ class _Worker:
                 if total <= cap:
                     chunks.append(b)
         return b"".join(chunks), reply
-
-    def _reply(self, deadline) -> dict:
-        left = deadline - time.monotonic()
-        ready, _, _ = select.select([self.sock], [], [], max(left, 0))
-        if not ready:
-            raise TimeoutError("worker did not answer in time")
-        return self._read_reply()
 
     def _read_reply(self) -> dict:
         msg = self.sock.recv(1 << 16)
