@@ -294,7 +294,7 @@ def build_datasets(script_args, tokenizer):
     )
 
 
-def resolve_reward_funcs(names):
+def import_dotted_reward_funcs(names):
     """Registry names stay strings (RLVRTrainer loads them); dotted paths are imported."""
     import importlib
 
@@ -369,7 +369,7 @@ def main(script_args, training_args, model_args):
 
     # Data and rewards.
     data = build_datasets(script_args, tokenizer)
-    reward_funcs = resolve_reward_funcs(script_args.reward_funcs)
+    reward_funcs = import_dotted_reward_funcs(script_args.reward_funcs)
     if script_args.prompt_style in ("chat_prefill", "r1zero"):
         # The prompt ends with <think>: the completion starts inside the reasoning block, and an answer exists
         # only after </think> (boxed_math gives no credit to a box inside unclosed reasoning).
