@@ -75,8 +75,11 @@ def reference_grads(model_dir, rows, normalization, **kw) -> dict[str, torch.Ten
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def make_trainer(model_dir, reward_funcs=None, **overrides):
-    """An RLVRTrainer on the tiny model with CPU settings; `overrides` are RLVRConfig fields."""
+def make_trainer(model_dir, reward_funcs=None, model=None, peft_config=None, **overrides):
+    """An RLVRTrainer on the tiny model with CPU settings; `overrides` are RLVRConfig fields.
+
+    ``model`` replaces the fp32 model loaded from ``model_dir`` (e.g. a 4-bit one); ``peft_config`` goes to the trainer.
+    """
     import tempfile
 
     from datasets import Dataset
@@ -93,12 +96,13 @@ def make_trainer(model_dir, reward_funcs=None, **overrides):
     )
     settings.update(overrides)
     tokenizer = load_tokenizer(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if model is None:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     dataset = Dataset.from_dict({"prompt": [f"q{i}" for i in range(64)]})
     if reward_funcs is None:
         reward_funcs = [lambda completions, **_: [0.0] * len(completions)]
     return RLVRTrainer(model=model, reward_funcs=reward_funcs, args=RLVRConfig(**settings),
-                       train_dataset=dataset, processing_class=tokenizer)
+                       train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config)
 
 
 def run_trainer(model_dir, normalization: str, steps_per_generation: int = 2, grad_accum: int = 2,

@@ -31,6 +31,7 @@ from .advantages import group_advantages
 from .config import RLVRConfig
 from .losses import per_step_num_items
 from .metrics import rollout_metrics
+from .quantized import keep_4bit_weights_trainable
 from .sampling import ROW_KEYS, PromptStream, concat_rows, informative_rows, rows_per_process
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class RLVRTrainer(GRPOTrainer):
             args = copy.copy(args)  # the caller's config is left as it was
             args.reward_weights = [*args.reward_weights, 1.0]  # the appended overlong penalty, weight 1
         super().__init__(model, reward_funcs, args, *pos, **kwargs)
+        for trained_or_reference in (self.model, self.ref_model):
+            keep_4bit_weights_trainable(trained_or_reference)  # QLoRA on AVX512-BF16 CPUs (see quantized.py)
         self._success_index = self._find_success_reward(args.success_reward)
         self._prompt_stream = self._make_prompt_stream() if args.dynamic_sampling else None
         self._skip_optimizer_steps = 0
