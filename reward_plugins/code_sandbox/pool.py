@@ -111,9 +111,9 @@ class _Worker:
         ready, _, _ = select.select([self.sock], [], [], 30)
         hello = self.sock.recv(4096) if ready else b""
         if not hello:
-            self.kill()
             self.err.seek(0)
             why = self.err.read().decode(errors="replace").strip()[-2000:]
+            self.kill()
             raise isolation.IsolationUnavailable(
                 f"the sandbox worker did not start ({' '.join(argv[:1])} exited with "
                 f"{self.proc.returncode}): {why or 'no message'}. " + isolation.INSTALL_HINT
