@@ -173,3 +173,23 @@ def test_vanilla_grpo_trainer_with_registered_rewards(tiny_model_dir, tmp_path):
     for name in ("think_format", "boxed_math", "overlong"):
         assert f"rewards/{name}/mean" in logged, sorted(logged)
     assert "boxed_math/no_box" in logged  # reported through TRL's log_metric
+
+
+def test_builtin_table_matches_pyproject():
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][rewards.GROUP]
+    assert rewards.BUILTIN_REWARDS == declared
+
+
+def test_plain_clone_without_installed_metadata(monkeypatch, tiny_model_dir):
+    """A clone used without `pip install -e .` has no entry-point metadata: the built-ins still resolve, and the
+    trainer's `overlong_buffer_length` switch works (it failed with "none installed")."""
+    monkeypatch.setattr(rewards, "entry_points", lambda group: [])
+    assert set(rewards.reward_specs()) == set(rewards.BUILTIN_REWARDS)
+    assert "source tree" in rewards.reward_specs()["overlong"].version
+    from loss_harness import make_trainer
+
+    trainer = make_trainer(tiny_model_dir, reward_funcs=["think_format"], overlong_buffer_length=4)
+    assert trainer.reward_func_names == ["think_format", "overlong"]
+    assert trainer.reward_funcs[1](None, ["x"], completion_ids=[[0] * 64]) == [-1.0]

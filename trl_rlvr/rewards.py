@@ -26,6 +26,16 @@ from typing import Any
 
 GROUP = "trl_rlvr.rewards"
 
+#: The plugins this project ships, as its ``pyproject.toml`` registers them (a test keeps the two equal). They
+#: stand in for the entry points when the project runs from a plain clone whose metadata is not installed;
+#: installed entry points of the same name win.
+BUILTIN_REWARDS = {
+    "boxed_math": "reward_plugins.boxed_math:boxed_math",
+    "code_sandbox": "reward_plugins.code_sandbox:code_sandbox",
+    "overlong": "reward_plugins.overlong:overlong",
+    "think_format": "reward_plugins.think_format:think_format",
+}
+
 __all__ = [
     "GROUP",
     "RewardPluginError",
@@ -63,6 +73,12 @@ def _entry_points() -> dict[str, tuple[RewardSpec, EntryPoint]]:
             ep.name, ep.value, getattr(dist, "name", None) or "?", getattr(dist, "version", None) or "?"
         )
         found.setdefault(ep.name, (spec, ep))  # first on sys.path wins (as for imports)
+    for name, value in BUILTIN_REWARDS.items():
+        if name not in found:
+            from . import __version__
+
+            spec = RewardSpec(name, value, "trl-rlvr", f"{__version__} (source tree, not installed)")
+            found[name] = (spec, EntryPoint(name, value, GROUP))
     return dict(sorted(found.items()))
 
 
