@@ -13,6 +13,9 @@ What is TRL's and what is ours:
 - DAPO's soft overlong penalty is the ``overlong`` reward plugin, appended with weight 1 (so it is added to the
   reward before the group baseline and logged as ``rewards/overlong/mean``);
 - the ``rlvr/`` diagnostics (:mod:`trl_rlvr.metrics`) are computed from the gathered rewards of each batch.
+
+Every private piece of TRL this glue overrides, reads or swaps is listed in :mod:`trl_rlvr.trl_contract`, which a
+test checks against the installed TRL.
 """
 
 from __future__ import annotations

@@ -1,0 +1,44 @@
+"""The installed TRL still has the shape RLVRTrainer relies on (trl_rlvr/trl_contract.py lists every piece)."""
+
+import importlib.metadata
+import tomllib
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+
+from loss_harness import make_trainer
+from trl_rlvr import trl_contract
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_installed_trl_keeps_the_contract(tiny_model_dir):
+    problems = trl_contract.contract_violations(trainer=make_trainer(tiny_model_dir))
+    assert not problems, "TRL changed under trl-rlvr:\n" + "\n".join(problems)
+
+
+def test_the_pin_is_the_tested_range_and_holds():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    trl_pin = next(d for d in deps if d.startswith("trl"))
+    assert SpecifierSet(trl_pin[len("trl"):]) == SpecifierSet(trl_contract.TESTED_TRL)
+    assert importlib.metadata.version("trl") in SpecifierSet(trl_contract.TESTED_TRL)
+
+
+def test_a_changed_trl_is_named_clearly():
+    """The check can fail: a TRL whose methods moved or changed signature is reported piece by piece."""
+    from trl import GRPOTrainer
+
+    class MovedTRL(GRPOTrainer):
+        def _calculate_rewards(self, inputs, prompts, completions):  # completion_ids_list dropped
+            raise NotImplementedError
+
+        def _compute_loss(self, model, inputs):  # dr_grpo's divisor no longer max_completion_length
+            return {"grpo": 0, "dapo": 0, "dr_grpo": 0}
+
+    MovedTRL._prepare_inputs = None  # gone
+    problems = "\n".join(trl_contract.contract_violations(MovedTRL, trainer=object()))
+    assert "MovedTRL._calculate_rewards" in problems and "completion_ids_list" in problems
+    assert "MovedTRL._prepare_inputs is gone" in problems
+    assert "no longer reads self.max_completion_length" in problems
+    assert "no longer have ._buffered_inputs" in problems
+    assert "tested with trl>=1.16,<1.17" in problems
