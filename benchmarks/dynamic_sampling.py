@@ -157,7 +157,7 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
             top_p=1.0, top_k=0, shuffle_dataset=False, max_steps=a.max_updates, learning_rate=a.lr,
             optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0,
             max_grad_norm=0.0, lr_scheduler_type="constant", warmup_steps=0, seed=seed, use_cpu=True, bf16=False,
-            gradient_checkpointing=False, report_to="none", save_strategy="no", logging_strategy="no",
+            activation_checkpointing=False, report_to="none", save_strategy="no", logging_strategy="no",
             disable_tqdm=True, dataloader_pin_memory=False, **extra,
         )
         trainer = Probe(model=build_policy(), reward_funcs=[first_token_reward], args=args, train_dataset=dataset,

@@ -136,7 +136,7 @@ def run_once(kind: str, model_dir: str, opts) -> dict:
         output_dir=tempfile.mkdtemp(prefix="overhead-"), per_device_train_batch_size=opts.batch_size,
         num_generations=opts.num_generations, max_completion_length=opts.completion_length,
         learning_rate=opts.learning_rate, max_steps=opts.warmup + opts.steps, bf16=False,
-        gradient_checkpointing=False, report_to="none", logging_steps=1, save_strategy="no",
+        activation_checkpointing=False, report_to="none", logging_steps=1, save_strategy="no",
         disable_tqdm=True, seed=opts.seed, use_cpu=True,
     )
     if kind == "grpo":

@@ -146,7 +146,7 @@ def trainer_run(method: str, group_size: int, seed: int, updates: int, lr: float
             seed=seed,
             use_cpu=True,
             bf16=False,
-            gradient_checkpointing=False,
+            activation_checkpointing=False,
             report_to="none",
             save_strategy="no",
             logging_strategy="no",

@@ -111,7 +111,7 @@ DEFAULTS = dict(
     overlong_buffer_length=16,  # penalty from 48 tokens, -1 at 64
     overlong_penalty_factor=1.0,
     success_reward="boxed_math",
-    gradient_checkpointing=False,
+    activation_checkpointing=False,
     logging_steps=1,
     save_strategy="no",
     report_to="none",
@@ -122,9 +122,9 @@ DEFAULTS = dict(
 
 def make_parser():
     import torch
-    from trl import ModelConfig, TrlParser
 
-    from trl_rlvr import RLVRConfig
+    from trl_rlvr import RLVRConfig  # first: it quiets a bitsandbytes import notice (trl_rlvr.quantized)
+    from trl import ModelConfig, TrlParser  # noqa: I001
 
     parser = TrlParser((R1ZeroArguments, RLVRConfig, ModelConfig))
     defaults = dict(DEFAULTS)

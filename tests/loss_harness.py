@@ -91,7 +91,7 @@ def make_trainer(model_dir, reward_funcs=None, model=None, peft_config=None, **o
     settings = dict(
         output_dir=tempfile.mkdtemp(), per_device_train_batch_size=4, num_generations=GROUP_SIZE,
         max_completion_length=MAX_COMPLETION, epsilon=0.2, epsilon_high=0.28, learning_rate=0.0,
-        max_grad_norm=0.0, max_steps=1, bf16=False, gradient_checkpointing=False, report_to="none",
+        max_grad_norm=0.0, max_steps=1, bf16=False, activation_checkpointing=False, report_to="none",
         logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
     )
     settings.update(overrides)

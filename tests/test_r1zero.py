@@ -141,7 +141,7 @@ def test_parser_defaults_yaml_and_cli(tmp_path):
     assert train_args.loss_normalization == "per_batch_token" and train_args.loss_type == "dapo"
     assert (train_args.epsilon, train_args.epsilon_high) == (0.2, 0.28)
     assert train_args.dynamic_sampling and train_args.overlong_buffer_length == 16
-    assert train_args.beta == 0.0 and not train_args.gradient_checkpointing
+    assert train_args.beta == 0.0 and not train_args.activation_checkpointing
     assert not train_args.bf16  # CPU here
     assert train_args.success_reward == "boxed_math"
 

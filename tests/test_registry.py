@@ -164,7 +164,7 @@ def test_vanilla_grpo_trainer_with_registered_rewards(tiny_model_dir, tmp_path):
     )
     args = GRPOConfig(
         output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, max_completion_length=8,
-        max_steps=1, logging_steps=1, report_to=[], bf16=False, use_cpu=True, gradient_checkpointing=False,
+        max_steps=1, logging_steps=1, report_to=[], bf16=False, use_cpu=True, activation_checkpointing=False,
         save_strategy="no",
     )
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=dataset, processing_class=tokenizer)

@@ -4,8 +4,12 @@
 registry (``trl_rlvr.rewards``) and the CLI stay light.
 """
 
+from .quantized import silence_cpu_kernel_notice
+
 __version__ = "0.1.0"
 __all__ = ["RLVRConfig", "RLVRTrainer"]
+
+silence_cpu_kernel_notice()  # before anything imports transformers (-> peft -> bitsandbytes)
 
 
 def __getattr__(name):

@@ -114,7 +114,18 @@ class RLVRConfig(GRPOConfig):
         },
     )
 
+    # transformers 5 renamed gradient_checkpointing to activation_checkpointing and warns whenever the old name
+    # holds a value the new one lacks; TRL 1.16 still gives the old name a default (True), so every plain
+    # GRPOConfig warns. Here the old name defaults to None and TRL's default is given to the new one instead:
+    # the warning then appears only when a user really passes the deprecated name.
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={"help": "Deprecated alias of activation_checkpointing (transformers 5); use that instead."},
+    )
+
     def __post_init__(self):
+        if self.gradient_checkpointing is None and self.activation_checkpointing is None:
+            self.activation_checkpointing = True  # TRL's default for GRPO
         self._resolve_loss_normalization()
         if isinstance(self.reward_options, str):
             import json

@@ -14,6 +14,7 @@ trainer calls it on its models, so every user of ``RLVRTrainer`` gets it. On a G
 
 from __future__ import annotations
 
+import logging
 import sys
 
 #: The module attribute bitsandbytes reads before repacking a CPU weight for inference.
@@ -46,3 +47,24 @@ def keep_4bit_weights_trainable(model) -> int:
             )
         changed += was_on or packed
     return changed
+
+
+#: What bitsandbytes logs at import on AVX512-BF16 CPUs when the optional ``kernels`` package is absent.
+_CPU_KERNEL_NOTICE = "Failed to load CPU gemm_4bit_forward from kernels-community"
+
+
+def _not_the_cpu_kernel_notice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_CPU_KERNEL_NOTICE)
+
+
+def silence_cpu_kernel_notice() -> None:
+    """Drop bitsandbytes' import-time notice about its optional CPU inference kernel.
+
+    transformers imports peft, which imports bitsandbytes whenever it is installed, so every run printed the
+    notice, with or without a 4-bit model. The kernel serves only the packed inference layout, which
+    :func:`keep_4bit_weights_trainable` keeps out of training: the notice is never actionable here. Only that
+    one message is filtered; bitsandbytes' other warnings pass. Must run before bitsandbytes is imported.
+    """
+    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    if _not_the_cpu_kernel_notice not in logger.filters:
+        logger.addFilter(_not_the_cpu_kernel_notice)

@@ -25,10 +25,15 @@ import copy
 import json
 import logging
 import os
+import warnings
 
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
+
+# TRL 1.16's generation helper (trl.models.utils.unwrap_model_for_generation) reads a property transformers 5
+# deprecated; the notice is TRL's to act on, not the user's.
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 from .advantages import group_advantages
 from .config import RLVRConfig
