@@ -325,6 +325,7 @@ def use_cpu_threads(requested: int | None, num_processes: int) -> None:
 
 def main(script_args, training_args, model_args):
     from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
     from rich.console import Console
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl import get_peft_config
@@ -335,7 +336,9 @@ def main(script_args, training_args, model_args):
 
     t_start = time.time()
     timings = {}
-    state = PartialState()
+    # cpu=...: on CPU a bare PartialState() built before the trainer's Accelerator says "1 process" on every rank
+    # (every rank would then convert the model and print as the main process).
+    state = PartialState(cpu=training_args.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU"))
     use_cpu_threads(script_args.cpu_threads, state.num_processes)
     console = Console(stderr=False, soft_wrap=True)
     say = console.print if state.is_main_process else (lambda *a, **k: None)
@@ -437,6 +440,7 @@ def main(script_args, training_args, model_args):
             "model": model_path,
             "dataset": script_args.dataset_name or "arithmetic",
             "num_processes": trainer.accelerator.num_processes,
+            "script_num_processes": state.num_processes,  # what the script's own split of work saw
             "before": before,
             "after": after,
             "wasted_group_share": _mean(history, "rlvr/zero_signal_frac"),

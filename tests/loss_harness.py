@@ -9,11 +9,12 @@ The reference below does not use TRL: one forward pass of the same weights over 
 step, the PPO-clip token loss, and the normalisation of `RLVRConfig`'s docstring.
 
 Run directly (also under `accelerate launch`) to write the gradients of every optimizer step to a file:
-    python tests/loss_harness.py MODEL_DIR OUT.pt NORMALIZATION[,NORMALIZATION...] [SPG GA]
+    python tests/loss_harness.py MODEL_DIR OUT.pt NORMALIZATION[,NORMALIZATION...] [SPG GA [ADVANTAGE_BASELINE]]
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -105,16 +106,39 @@ def make_trainer(model_dir, reward_funcs=None, model=None, peft_config=None, **o
                        train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config)
 
 
+#: Rewards of the fixed batch's two groups, for runs where the trainer computes the advantages itself.
+FIXED_REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.0, 1.0, 1.0])
+
+
+def reference_advantages(rewards: torch.Tensor, baseline: str, scale_rewards: str, eps: float = 1e-4) -> torch.Tensor:
+    """Advantages written out answer by answer: r_i minus the group mean (itself included) or the mean of the
+    others, divided by the group's population std ("group") or not at all ("none")."""
+    out = []
+    for group in rewards.double().view(-1, GROUP_SIZE).tolist():
+        mean = sum(group) / len(group)
+        std = (sum((r - mean) ** 2 for r in group) / len(group)) ** 0.5
+        for i, r in enumerate(group):
+            others = group[:i] + group[i + 1 :]
+            a = r - (mean if baseline == "group_mean" else sum(others) / len(others))
+            out.append(a / (std + eps) if scale_rewards == "group" else a)
+    return torch.tensor(out, dtype=torch.float32)
+
+
 def run_trainer(model_dir, normalization: str, steps_per_generation: int = 2, grad_accum: int = 2,
-                num_optimizer_steps: int = 1, loss_constant: int | None = None):
-    """Train on the fixed batch; return (grads per optimizer step, rows of each optimizer step, trainer)."""
+                num_optimizer_steps: int = 1, loss_constant: int | None = None, rewards: torch.Tensor | None = None,
+                **config):
+    """Train on the fixed batch; return (grads per optimizer step, rows of each optimizer step, trainer).
+
+    With ``rewards``, the advantages are left to the trainer: TRL's generation step is replaced at the
+    ``GRPOTrainer`` level, so RLVRTrainer's own advantage computation (``config``: e.g. ``advantage_baseline``,
+    ``scale_rewards``) runs on those global rewards."""
     from transformers import TrainerCallback
     from transformers.trainer_callback import TrainerControl
 
-    import accelerate
-
-    state = accelerate.PartialState()
-    num_processes, rank = state.num_processes, state.process_index
+    # From the launcher's environment: a bare accelerate.PartialState() built before the trainer's Accelerator
+    # reads ACCELERATE_USE_CPU says "1 process, rank 0" on every CPU rank, and every rank would then train
+    # on the whole batch (the DDP average of equal gradients hides it).
+    num_processes, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     trainer = make_trainer(
         model_dir,
         loss_normalization=normalization,
@@ -123,7 +147,9 @@ def run_trainer(model_dir, normalization: str, steps_per_generation: int = 2, gr
         gradient_accumulation_steps=grad_accum,
         steps_per_generation=steps_per_generation,
         max_steps=num_optimizer_steps,
+        **config,
     )
+    assert (trainer.accelerator.num_processes, trainer.accelerator.process_index) == (num_processes, rank)
     batch = fixed_batch(len(trainer.processing_class))
     local = slice(rank * GLOBAL_ROWS // num_processes, (rank + 1) * GLOBAL_ROWS // num_processes)
 
@@ -132,7 +158,19 @@ def run_trainer(model_dir, normalization: str, steps_per_generation: int = 2, gr
         out["num_items_in_batch"] = batch["completion_mask"].sum()  # global, as TRL computes it
         return out
 
-    trainer._generate_and_score_completions = fake_generate
+    if rewards is None:
+        trainer._generate_and_score_completions = fake_generate
+    else:
+        from trl import GRPOTrainer
+
+        def fake_trl_generate(self, inputs):  # what TRL's step leaves behind: the gathered rewards, local rows
+            self._batch_rewards = rewards.clone()
+            out = fake_generate(inputs)
+            out["advantages"] = torch.full_like(out["advantages"], float("nan"))  # must be recomputed
+            return out
+
+        trl_generate = GRPOTrainer._generate_and_score_completions
+        GRPOTrainer._generate_and_score_completions = fake_trl_generate
     step_rows: list[list[torch.Tensor]] = [[]]
     original_compute_loss = trainer.compute_loss
 
@@ -151,7 +189,11 @@ def run_trainer(model_dir, normalization: str, steps_per_generation: int = 2, gr
             return control
 
     trainer.add_callback(GradCatcher())
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        if rewards is not None:
+            GRPOTrainer._generate_and_score_completions = trl_generate
     # This process's rows of each step -> global rows (each process logs its own; gather them).
     rows_per_step = [torch.cat(r) for r in step_rows[:-1]]
     if num_processes > 1:
@@ -175,9 +217,11 @@ if __name__ == "__main__":
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
     model_dir, out_path, norms = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
     spg, ga = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else (2, 2)
+    # optional 6th argument, an advantage_baseline: the trainer computes the advantages of FIXED_REWARDS
+    baseline = dict(rewards=FIXED_REWARDS, advantage_baseline=sys.argv[6], scale_rewards="none") if len(sys.argv) > 6 else {}
     results = {}
     for norm in norms:
-        grads, rows, trainer = run_trainer(model_dir, norm, spg, ga)
+        grads, rows, trainer = run_trainer(model_dir, norm, spg, ga, **baseline)
         results[norm] = {"grads": [strip_ddp_prefix(g) for g in grads], "rows": rows}
     if trainer.accelerator.is_main_process:
         results["num_processes"] = trainer.accelerator.num_processes

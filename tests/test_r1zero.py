@@ -223,4 +223,4 @@ def test_main_two_processes(tiny_model_dir, tmp_path):
     out = tmp_path / "out"
     launch_on_cpu(SCRIPT, *_tiny_args(tiny_model_dir, out), cwd=ROOT)
     metrics = _check_outputs(out)
-    assert metrics["num_processes"] == 2
+    assert metrics["num_processes"] == metrics["script_num_processes"] == 2

@@ -14,6 +14,19 @@ p^G + (1-p)^G (66% at p=0.9, G=4; 19% at G=16).
 TRL 1.16 computes the same advantages inside its trainer but with the *sample* standard deviation
 (Bessel's correction, dividing by G-1): for (1, 0, 0, 1) it gives +-0.87, not +-1. RLVRTrainer therefore
 recomputes them with :func:`group_advantages`, the formula above.
+
+RLOO (Ahmadian et al., 2024, "Back to Basics: Revisiting REINFORCE-Style Optimization for Learning from Human
+Feedback in LLMs") leaves each answer out of its own baseline::
+
+    A_i = r_i - (1/(G-1)) sum_{j != i} r_j  =  G/(G-1) (r_i - mean(r_1..r_G))      baseline="leave_one_out"
+
+The baseline no longer depends on the answer it is subtracted from, so (1/G) sum_i A_i grad log pi(y_i) is an
+unbiased estimate of the policy gradient; the group-mean version equals (G-1)/G times it, so its expectation
+is (G-1)/G times the true gradient (a scale, not a direction, error; tests/test_advantages_rloo.py derives
+and checks both exactly). The paper and verl's ``rloo`` estimator do not divide by a std: that is
+``scale_rewards="none"``. With ``"group"``/``"batch"`` the leave-one-out difference is divided by the same
+population std as GRPO's (so it is G/(G-1) times GRPO's advantage); the std depends on r_i, so exact
+unbiasedness then no longer holds, as for GRPO (Liu et al., 2025, "Understanding R1-Zero-Like Training").
 """
 
 from __future__ import annotations
@@ -21,18 +34,34 @@ from __future__ import annotations
 import torch
 
 
+#: ``advantage_baseline`` values: the group mean (GRPO) or the mean of the other answers (RLOO).
+BASELINES = ("group_mean", "leave_one_out")
+
+
 def group_advantages(
-    rewards: torch.Tensor, group_size: int, scale_rewards: str = "group", eps: float = 1e-4
+    rewards: torch.Tensor,
+    group_size: int,
+    scale_rewards: str = "group",
+    eps: float = 1e-4,
+    baseline: str = "group_mean",
 ) -> torch.Tensor:
     """Advantages of a flat reward vector laid out group after group (``len(rewards) % group_size == 0``).
 
-    ``scale_rewards``: "group" divides by the group's population std, "batch" by the whole batch's, "none"
-    only centres (Dr. GRPO). NaN rewards (unscorable answers) are left out of the statistics and get advantage 0.
+    ``baseline``: "group_mean" subtracts the group's mean (GRPO), "leave_one_out" the mean of the group's other
+    answers (RLOO; see the module docstring). ``scale_rewards``: "group" divides by the group's population std,
+    "batch" by the whole batch's, "none" does not divide (Dr. GRPO; RLOO as published). NaN rewards (unscorable
+    answers) are left out of the statistics and get advantage 0; with the leave-one-out baseline a group with
+    fewer than two scored answers gets 0 everywhere.
     """
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards={scale_rewards!r} is not valid; allowed values: 'group', 'batch', 'none'")
+    if baseline not in BASELINES:
+        raise ValueError(f"advantage_baseline={baseline!r} is not valid; allowed values: {', '.join(map(repr, BASELINES))}")
     grouped = rewards.view(-1, group_size)
     centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+    if baseline == "leave_one_out":  # r_i - mean of the other n-1 scored answers = n/(n-1) (r_i - mean of n)
+        n = (~torch.isnan(grouped)).sum(dim=1, keepdim=True).to(centred.dtype)
+        centred = centred * torch.where(n > 1, n / (n - 1).clamp(min=1), torch.zeros_like(n))
     if scale_rewards == "group":
         centred = centred / (_population_nanstd(grouped, dim=1) + eps)
     elif scale_rewards == "batch":

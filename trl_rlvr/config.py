@@ -13,6 +13,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from .advantages import BASELINES
 from .shaping import validate_overlong
 
 #: `loss_normalization` -> the TRL `loss_type` whose aggregation is that normalisation (checked
@@ -106,6 +107,16 @@ class RLVRConfig(GRPOConfig):
             "informative groups found so far."
         },
     )
+    advantage_baseline: str = field(
+        default="group_mean",
+        metadata={
+            "help": "The baseline subtracted from each answer's reward: 'group_mean' (GRPO, Shao et al. 2024: the "
+            "mean of its group, itself included) or 'leave_one_out' (RLOO, Ahmadian et al. 2024: the mean of the "
+            "other G-1 answers, = G/(G-1) x (r_i - group mean); an unbiased policy gradient with "
+            "scale_rewards='none', as in the paper and verl's 'rloo'). scale_rewards still applies on top.",
+            "choices": ["group_mean", "leave_one_out"],
+        },
+    )
     dynamic_sampling_tolerance: float = field(
         default=0.0,
         metadata={
@@ -172,6 +183,13 @@ class RLVRConfig(GRPOConfig):
         if self.max_sampling_rounds < 0:
             raise ValueError(
                 f"max_sampling_rounds must be >= 0 (0 = up to one pass over the data), got {self.max_sampling_rounds!r}"
+            )
+        if self.advantage_baseline not in BASELINES:
+            raise _choice_error("advantage_baseline", self.advantage_baseline, BASELINES)
+        if self.advantage_baseline != "group_mean" and self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"advantage_baseline={self.advantage_baseline!r} needs multi_objective_aggregation='sum_then_normalize' "
+                f"(the baseline is taken of the summed reward), got {self.multi_objective_aggregation!r}"
             )
         if not self.dynamic_sampling_tolerance >= 0:
             raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance!r}")

@@ -6,6 +6,7 @@ What is TRL's and what is ours:
   TRL's code, used as is (tests hold them to independent references);
 - the group advantages are recomputed with the population std of the GRPO paper
   (:func:`trl_rlvr.advantages.group_advantages`): TRL 1.16 divides by the sample std (Bessel), 0.87x at G=4;
+  ``advantage_baseline="leave_one_out"`` takes RLOO's baseline instead of the group mean;
 - ``loss_normalization`` selects TRL's ``loss_type``; for ``per_batch_token`` we give every micro-batch the exact
   token count of its optimizer step (:func:`trl_rlvr.losses.per_step_num_items`); for ``constant`` we let
   ``loss_constant`` replace ``max_completion_length`` as Dr. GRPO's divisor;
@@ -154,7 +155,9 @@ class RLVRTrainer(GRPOTrainer):
         if self.multi_objective_aggregation == "sum_then_normalize":  # else TRL's own scheme is kept
             mode = "train" if self.model.training else "eval"
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
-            advantages = group_advantages(self._batch_rewards, group_size, self.scale_rewards)
+            advantages = group_advantages(
+                self._batch_rewards, group_size, self.scale_rewards, baseline=self.args.advantage_baseline
+            )
             rows = len(output["advantages"])
             start = self.accelerator.process_index * rows
             output["advantages"] = advantages[start : start + rows].to(output["advantages"].dtype)
@@ -202,7 +205,9 @@ class RLVRTrainer(GRPOTrainer):
         kept = concat_rows(pieces, self._pad_values())
         rewards = kept.pop("rewards")
         if self.scale_rewards == "batch":  # the batch std of the groups trained on, not of those dropped (as verl)
-            kept["advantages"] = group_advantages(rewards, group_size, "batch").to(kept["advantages"].dtype)
+            kept["advantages"] = group_advantages(
+                rewards, group_size, "batch", baseline=self.args.advantage_baseline
+            ).to(kept["advantages"].dtype)
         start = self.accelerator.process_index * rows
         batch = {k: v[start : start + rows] for k, v in kept.items()}
         batch["num_items_in_batch"] = self.accelerator.reduce(_loss_mask(batch).sum(), reduction="sum")
