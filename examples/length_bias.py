@@ -3,12 +3,17 @@
 The seed text's experiment ("An experiment: the length bias"): a toy where length never affects the reward. Sixteen
 questions; an answer is at most 8 tokens from 4 answer tokens plus an end token (the end token counts in the length,
 an empty answer is wrong); the reward is 1 when the first token is the question's answer. The policy is a table of
-logits per (question, position, previous token), starting at 0. Four learners differ only in the loss:
+logits per (question, position, previous token), starting at 0. Six learners differ only in the loss:
 
     GRPO                   loss_normalization="per_answer", scale_rewards="group"
     GRPO, summed           loss_normalization="constant",   scale_rewards="group"
     Dr. GRPO, per answer   loss_normalization="per_answer", scale_rewards="none"
     Dr. GRPO               loss_normalization="constant",   scale_rewards="none"
+    RLOO, per answer       loss_normalization="per_answer", scale_rewards="none", advantage_baseline="leave_one_out"
+    RLOO                   loss_normalization="constant",   scale_rewards="none", advantage_baseline="leave_one_out"
+
+The RLOO rows (Ahmadian et al. 2024) ask whether the baseline matters for the length bias: it should not, the bias
+comes from the per-answer normalisation. The seed text has no RLOO rows.
 
 Every learner takes one Adam step (lr 0.05) per batch of 16 questions x G answers, so the PPO ratio is 1 and the clip
 never binds, with no KL term (beta=0). The policy (examples/length_bias_toy.py) is a transformers model, so the
@@ -55,12 +60,14 @@ from length_bias_toy import (  # noqa: E402
     reference_run,
 )
 
-#: learner -> (loss_normalization, scale_rewards)
+#: learner -> (loss_normalization, scale_rewards, advantage_baseline)
 LEARNERS = {
-    "GRPO": ("per_answer", "group"),
-    "GRPO, summed": ("constant", "group"),
-    "Dr. GRPO, per answer": ("per_answer", "none"),
-    "Dr. GRPO": ("constant", "none"),
+    "GRPO": ("per_answer", "group", "group_mean"),
+    "GRPO, summed": ("constant", "group", "group_mean"),
+    "Dr. GRPO, per answer": ("per_answer", "none", "group_mean"),
+    "Dr. GRPO": ("constant", "none", "group_mean"),
+    "RLOO, per answer": ("per_answer", "none", "leave_one_out"),
+    "RLOO": ("constant", "none", "leave_one_out"),
 }
 assert tuple(LEARNERS) == METHODS
 REPORT_AT = (1, 50, 100, 400)
@@ -99,7 +106,7 @@ def trainer_run(method: str, group_size: int, seed: int, updates: int, lr: float
 
     from trl_rlvr import RLVRConfig, RLVRTrainer
 
-    normalization, scale_rewards = LEARNERS[method]
+    normalization, scale_rewards, baseline = LEARNERS[method]
     answers = question_answers(seed)
     history: list[dict] = []
 
@@ -122,6 +129,7 @@ def trainer_run(method: str, group_size: int, seed: int, updates: int, lr: float
             output_dir=out,
             loss_normalization=normalization,
             scale_rewards=scale_rewards,
+            advantage_baseline=baseline,
             beta=0.0,
             num_iterations=1,  # one gradient step per batch: ratio 1, the clip never binds
             num_generations=group_size,
@@ -396,7 +404,7 @@ def main(argv=None):
                              if seed_row else None})
         payload = {
             "settings": {"group_sizes": a.group_sizes, "seeds": a.seeds, "reference_seeds": ref_seeds, "updates": a.updates, "lr": LR,
-                         "learners": {m: dict(zip(("loss_normalization", "scale_rewards"), LEARNERS[m]))
+                         "learners": {m: dict(zip(("loss_normalization", "scale_rewards", "advantage_baseline"), LEARNERS[m]))
                                       for m in a.methods}, "workers": a.workers, "wall_seconds": wall},
             "rows": rows,
             # every run at the reported updates, and the seed-mean curves (one point per update, for the plot)

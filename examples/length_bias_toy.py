@@ -36,7 +36,9 @@ QUESTION_TOKENS = [f"q{i}" for i in range(Q)]
 VOCAB = ANSWER_TOKENS + [EOS_TOKEN, PAD_TOKEN] + QUESTION_TOKENS
 EOS_ID, PAD_ID, FIRST_QUESTION_ID = V, V + 1, V + 2
 
-METHODS = ("GRPO", "GRPO, summed", "Dr. GRPO, per answer", "Dr. GRPO")
+METHODS = ("GRPO", "GRPO, summed", "Dr. GRPO, per answer", "Dr. GRPO", "RLOO, per answer", "RLOO")
+#: Learners whose baseline leaves each answer out (RLOO, Ahmadian et al. 2024): A_i = r_i - mean of the others.
+LEAVE_ONE_OUT = ("RLOO, per answer", "RLOO")
 
 
 def build_tokenizer():
@@ -203,10 +205,14 @@ def sample_answers(logits: torch.Tensor, q: torch.Tensor, gen: torch.Generator):
 
 
 def reference_loss(logits, toks, length, R, q, method: str, group_size: int) -> torch.Tensor:
-    """The seed's loss for one batch, verbatim apart from names (rows laid out group after group)."""
+    """The seed's loss for one batch, verbatim apart from names (rows laid out group after group); the RLOO
+    learners subtract the mean of the other G-1 rewards instead of the group mean, and do not divide by a std."""
     N = len(q)
     Rg = R.view(-1, group_size)
-    adv = Rg - Rg.mean(1, keepdim=True)
+    if method in LEAVE_ONE_OUT:
+        adv = Rg - (Rg.sum(1, keepdim=True) - Rg) / (group_size - 1)
+    else:
+        adv = Rg - Rg.mean(1, keepdim=True)
     if method in ("GRPO", "GRPO, summed"):
         adv = adv / (Rg.std(1, keepdim=True, unbiased=False) + 1e-4)  # population std, as in the worked example
     adv = adv.reshape(-1)
@@ -217,7 +223,7 @@ def reference_loss(logits, toks, length, R, q, method: str, group_size: int) -> 
     lp = logits[q[:, None], torch.arange(LMAX)[None], prev].log_softmax(-1).gather(-1, toks[..., None])[..., 0]
     mask = torch.arange(LMAX)[None] < length[:, None]
     tok_loss = -(adv[:, None] * lp) * mask
-    if method in ("GRPO", "Dr. GRPO, per answer"):
+    if method in ("GRPO", "Dr. GRPO, per answer", "RLOO, per answer"):
         return (tok_loss.sum(1) / length).mean()
     return tok_loss.sum(1).mean() / LMAX
 
