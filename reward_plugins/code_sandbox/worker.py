@@ -350,6 +350,15 @@ def run_tests(tests_fd, result_fd, req_fd, rep_fd):
         return
     if entries is None:
         os.write(result_fd, protocol.dumps({"flag": "load_error"}) + b"\n")
+    try:
+        _run_spec(spec, g, conn, result_fd)
+    finally:
+        conn.dead = True  # a proxy kept by test code must not reach the next job's channel (same fd numbers)
+    os.write(result_fd, protocol.dumps({"flag": "void" if conn.void else "end"}) + b"\n")
+
+
+def _run_spec(spec, g, conn, result_fd):
+    """The test code of one job in globals ``g``: asserts (one record each) or a check() (one record)."""
     if spec["kind"] == "asserts":
         try:
             exec(compile(spec.get("setup") or "", "<setup>", "exec"), g)
@@ -372,7 +381,6 @@ def run_tests(tests_fd, result_fd, req_fd, rep_fd):
         except BaseException:  # noqa: BLE001
             ok = False
         os.write(result_fd, protocol.record(0, ok))
-    os.write(result_fd, protocol.dumps({"flag": "void" if conn.void else "end"}) + b"\n")
 
 
 def tester_loop(sock_fd):
