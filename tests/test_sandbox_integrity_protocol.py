@@ -258,17 +258,18 @@ def _colliding_set_record(n, as_hex):
 @pytest.mark.parametrize("as_hex", [False, True], ids=["decimal", "hex"])
 def test_hash_flood_decodes_in_bounded_time(as_hex):
     """A 1.5 MB result record holding a set whose elements all hash alike (quadratic to build:
-    47 s on the host before) is refused in linear time."""
+    47 s on the host before, on a quiet machine) is refused in linear time (well under a second
+    on a quiet machine; the bound leaves room for a loaded one)."""
     raw = _colliding_set_record(70_000 if not as_hex else 55_000, as_hex)
     assert len(raw) >= 1_500_000
     t = time.perf_counter()
-    passed, status, _ = protocol.parse_values(raw, [Expect("==", {1, 2})], seconds=TIMEOUT)
-    assert time.perf_counter() - t < 1.5
+    passed, status, _ = protocol.parse_values(raw, [Expect("==", {1, 2})])  # no deadline: bounded by design
+    assert time.perf_counter() - t < 5.0
     assert passed == [False]
     t = time.perf_counter()
     with pytest.raises(protocol.ProtocolError):  # the tester's decoding of a reply, the same way
-        protocol.decode(protocol.parse(raw.rstrip(b"\n"))["v"])
-    assert time.perf_counter() - t < 1.5
+        protocol.decode(protocol.loads(raw.rstrip(b"\n"))["v"])
+    assert time.perf_counter() - t < 5.0
 
 
 def test_set_and_dict_keys_of_few_equal_hashes_still_decode():
@@ -291,6 +292,33 @@ def test_parser_bounds_are_checked_while_parsing():
     with pytest.raises(protocol.ProtocolError):  # the deadline is checked while it goes, not after
         protocol.parse(b"[" + b"0," * 3_000_000 + b"0]", protocol.Budget(items=10**8, seconds=0.05))
     assert time.perf_counter() - t < 1.0
+
+
+def test_decoding_any_bytes_raises_nothing_but_protocol_error():
+    """Whatever bytes or JSON arrive, reading them ends in plain data or ProtocolError (never a
+    TypeError from an unhashable set element or dict key, which would crash the reader)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    tagged = st.recursive(
+        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6)),
+        lambda c: st.one_of(
+            st.lists(c, max_size=4),
+            st.dictionaries(st.sampled_from(list("tszdIbyTFch") + ["x", "names"]), c, min_size=1, max_size=2),
+        ),
+        max_leaves=20,
+    )
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.one_of(st.binary(max_size=64), tagged.map(lambda v: json.dumps(v).encode())))
+    def run(raw):
+        try:
+            v = protocol.decode(protocol.loads(raw), lambda ref: protocol.Remote(ref, None))
+        except protocol.ProtocolError:
+            return
+        assert v is None or type(v) in (bool, int, float, str, list, tuple, dict, set, frozenset, bytes, bytearray, complex, type, protocol.Remote)
+
+    run()
 
 
 HASH_FLOOD = """

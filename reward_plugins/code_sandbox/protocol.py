@@ -318,8 +318,6 @@ def no_hash_flood(items):
     is unhashable): then building a set or dict of them costs at most MAX_SAME_HASH comparisons
     per element instead of one per earlier element. The counting dict itself cannot be flooded:
     its keys are the hash values, distinct ints, which hash to themselves."""
-    if len(items) <= MAX_SAME_HASH:
-        return
     seen = {}
     try:
         for x in items:
@@ -360,7 +358,7 @@ def decode(data, handle=None, _depth=0):
                     raise ProtocolError("bad dict item")
                 pairs.append((decode(kv[0], handle, d), decode(kv[1], handle, d)))
             no_hash_flood([k for k, _ in pairs])
-            return dict(pairs)
+            return dict(pairs)  # every key hashable: checked by no_hash_flood
         if tag == "I" and tv is str and _HEX.fullmatch(v):
             return int(v, 16)
         if (tag == "b" or tag == "y") and tv is str and _HEXPAIRS.fullmatch(v):
@@ -535,7 +533,7 @@ def parse_values(raw: bytes, expects: list, seconds: float | None = None):
         if "v" in r:
             try:
                 passed[r["i"]] = expects[r["i"]].matches(decode(r["v"]))
-            except (ProtocolError, RecursionError):
+            except (ProtocolError, RecursionError, MemoryError):
                 passed[r["i"]] = False
     return passed, "ok", flags
 
