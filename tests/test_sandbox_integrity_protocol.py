@@ -179,6 +179,14 @@ def test_candidate_cannot_stand_in_for_a_stdlib_module(reward):
     _then_scored_right(reward, "tester")
 
 
+def test_only_the_test_codes_own_check_runs(reward):
+    """Test code without a ``check`` (a broken row) must not run the candidate's ``check``."""
+    prog = "def check(candidate):\n    return True\n" + WRONG
+    kw = dict(test=["def helper(candidate):\n    assert candidate(1, 2) == 3\n"] * 2, entry_point=["add"] * 2)
+    assert reward(prompts=[""] * 2, completions=[prog, "def check(c):\n    pass\n" + CORRECT], **kw) == [0.0, 0.0]
+    _then_scored_right(reward, "check")
+
+
 def test_manifest_schema():
     ok = {"names": {"add": {"f": 1}, "math": {"m": "math"}, "K": {"v": [1, {"t": [2]}]}}}
     assert protocol.manifest(ok) == [("add", "f", 1), ("math", "m", "math"), ("K", "v", [1, {"t": [2]}])]

@@ -175,7 +175,7 @@ def candidate_main(code_fd, req_fd, rep_fd):
     try:
         exec(compile(code, "<program>", "exec"), ns)
     except BaseException as e:  # noqa: BLE001 - anything the program does is its own failure
-        protocol.send_frame(rep_fd, {"load_error": type(e).__name__})
+        protocol.send_frame(rep_fd, {"load_error": _error(e)[0]})
         os._exit(0)
     manifest = {}
     for name, val in list(ns.items()):
@@ -375,6 +375,7 @@ def _run_spec(spec, g, conn, result_fd):
     else:  # "check": HumanEval-style test code defining check(candidate)
         try:  # the prompt's helper functions first: trusted, they replace the candidate's own
             exec(compile(spec.get("prelude") or "", "<prompt helpers>", "exec"), g)
+            g.pop("check", None)  # only the test code's own check() may run (never a candidate's)
             exec(compile(spec["test"], "<test>", "exec"), g)
             g["check"](protocol.Remote(spec["entry_point"], conn))
             ok = True
