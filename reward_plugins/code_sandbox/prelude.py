@@ -14,6 +14,7 @@ or ``pass``/``...``, is for the completion to write, like the entry point itself
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 from .._text import completion_text
@@ -22,10 +23,9 @@ _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTAL
 _PARSE_ERRORS = (SyntaxError, ValueError, MemoryError, RecursionError)
 
 
-def _source(prompt) -> ast.Module | None:
+def _source(text: str) -> ast.Module | None:
     """The prompt's code: the whole text when it parses as Python (HumanEval's own prompts), else
     its last fenced block that does (a chat prompt that quotes the code)."""
-    text = completion_text(prompt)
     for candidate in [text, *reversed(_FENCE.findall(text))]:
         try:
             return ast.parse(candidate)
@@ -46,8 +46,13 @@ def _is_docstring(stmt) -> bool:
 def prompt_helpers(prompt, entry_point: str) -> str:
     """Source of the prompt's imports and helper definitions (every top-level function or class
     with a body, other than ``entry_point``), or "" when there are none or the prompt has no
-    parseable code."""
-    tree = _source(prompt)
+    parseable code. ``prompt`` is plain text or a conversation (its last message)."""
+    return _helpers(completion_text(prompt), entry_point)
+
+
+@functools.lru_cache(maxsize=512)  # a group's completions share their prompt
+def _helpers(text: str, entry_point: str) -> str:
+    tree = _source(text)
     if tree is None:
         return ""
     keep, helpers = [], 0
