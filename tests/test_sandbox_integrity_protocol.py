@@ -412,6 +412,21 @@ def test_prompt_helpers_cannot_be_redefined_by_the_completion(reward, task):
     assert reward(prompts=chat, completions=[hostile, correct], **kw) == [0.0, 1.0]  # a chat prompt quoting the code
 
 
+def test_prompt_helpers_keep_imports_and_bodies_not_stubs():
+    from reward_plugins.code_sandbox.prelude import prompt_helpers
+
+    prompt = (
+        "import math\n\ndef poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n"
+        'def other_stub(x):\n    """to write too"""\n    ...\n\ndef find_zero(xs):\n    """doc"""\n'
+    )
+    got = prompt_helpers(prompt, "find_zero")
+    assert "import math" in got and "def poly" in got and "other_stub" not in got and "find_zero" not in got
+    assert prompt_helpers([{"role": "user", "content": f"Solve:\n```python\n{prompt}```"}], "find_zero") == got
+    assert prompt_helpers("Write a function add(a, b).", "add") == ""
+    assert prompt_helpers(None, "add") == ""
+    assert prompt_helpers('def add(a, b):\n    """doc"""\n', "add") == ""  # only the entry point: no prelude
+
+
 FACTORIAL = "import math\ndef factorial(n):\n    return math.factorial(n)\n"
 FACTORIAL_WRONG = "import math\ndef factorial(n):\n    return math.factorial(n) + 1\n"
 
