@@ -17,6 +17,8 @@ import textwrap
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("reward_plugins.code_sandbox")
 from reward_plugins.code_sandbox import code_sandbox, protocol  # noqa: E402
@@ -305,9 +307,6 @@ def test_parser_bounds_are_checked_while_parsing():
 def test_decoding_any_bytes_raises_nothing_but_protocol_error():
     """Whatever bytes or JSON arrive, reading them ends in plain data or ProtocolError (never a
     TypeError from an unhashable set element or dict key, which would crash the reader)."""
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
     tagged = st.recursive(
         st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=6)),
         lambda c: st.one_of(
@@ -472,10 +471,6 @@ def test_io_cases_stop_after_a_timeout():
 
 
 # ================================================================ protocol fuzzing
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
 FUZZ_TESTS = ["assert add(123456, 654321) == 777777", "assert add(-4242, 10000) == 5758", "assert add(31337, 1) == 31338"]
 FUZZ_EXPECTED = {777777, 5758, 31338}
 FUZZ_CHECK_VALUES = "def check(candidate):\n" + "".join(f"    {t.replace('add(', 'candidate(')}\n" for t in FUZZ_TESTS)
