@@ -195,7 +195,7 @@ def candidate_main(code_fd, req_fd, rep_fd):
     protocol.send_frame(rep_fd, {"names": manifest})
     while True:
         try:
-            req = protocol.recv_frame(req_fd)
+            req = protocol.recv_frame(req_fd, trusted=True)  # from the tester
         except EOFError:
             os._exit(0)
         try:
@@ -338,7 +338,7 @@ def run_tests(tests_fd, result_fd, req_fd, rep_fd):
     candidate's names; one record per test on ``result_fd`` (which only this process holds). A
     candidate that breaks the protocol (its names or a reply outside the schema) voids the
     sample: a ``void`` flag, after which no record counts."""
-    spec = protocol.loads(_read_fd(tests_fd))
+    spec = protocol.loads_trusted(_read_fd(tests_fd))  # from the host
     conn = Conn(req_fd, rep_fd)
     try:
         entries = protocol.manifest(protocol.recv_frame(rep_fd))
