@@ -541,14 +541,17 @@ _VALUE_FIELDS = {frozenset(("i", "v")): lambda r: True, frozenset(("i", "x")): l
 def parse_values(raw: bytes, expects: list, seconds: float | None = None):
     """Return-value records ``{"i": k, "v": value}`` (or ``{"i": k, "x": 1}``: it raised), judged
     here, on the host, by ``expects[k].matches(value)`` (an ``Expect`` of ``routing``: the
-    expectation never left the host). Reading all of them may take at most MAX_ITEMS items and
-    ``seconds``. -> (passed, status, flags)."""
+    expectation never left the host). Reading and judging all of them may take at most MAX_ITEMS
+    items and ``seconds`` (past it, the sample is void). -> (passed, status, flags)."""
     n = len(expects)
-    recs, flags = _indexed_records(raw, n, _VALUE_FIELDS, ("load_error",), Budget(seconds=seconds))
+    budget = Budget(seconds=seconds)
+    recs, flags = _indexed_records(raw, n, _VALUE_FIELDS, ("load_error",), budget)
     if recs is None:
         return [False] * n, "void", flags
     passed = [False] * n
     for r in recs:
+        if budget.deadline is not None and time.monotonic() > budget.deadline:
+            return [False] * n, "void", flags
         if "v" in r:
             try:
                 passed[r["i"]] = expects[r["i"]].matches(decode(r["v"]))
