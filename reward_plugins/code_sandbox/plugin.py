@@ -5,7 +5,9 @@ answer part (after the last ``</think>``) when there is none. The test format fo
 columns, one entry per completion:
 
 * ``tests`` (list of assert statements, MBPP style) with optional ``test_setup_code``;
-* ``test`` + ``entry_point`` (HumanEval style: ``check(candidate)``);
+* ``test`` + ``entry_point`` (HumanEval style: ``check(candidate)``); helper functions that the
+  prompt defines (HumanEval's ``poly``, ``encode_cyclic``) are taken from the prompt, not from the
+  completion, when ``check`` runs (``prelude``);
 * ``io_tests`` (list of ``{"input": str, "output": str}`` over stdin/stdout).
 
 Asserts and ``check`` functions take the value path when their shape allows (``routing``: the
@@ -29,6 +31,7 @@ import weakref
 
 from .._text import completion_text
 from .pool import Job, Limits, SandboxPool
+from .prelude import prompt_helpers
 from .routing import check_value_tests, value_tests
 
 log = logging.getLogger("reward_plugins.code_sandbox")
@@ -116,7 +119,7 @@ class CodeSandboxReward:
             self._pool.close()
             self._pool = None
 
-    def _job(self, completion, k: int, kwargs: dict) -> Job | None:
+    def _job(self, completion, k: int, kwargs: dict, prompt=None) -> Job | None:
         def col(name):
             v = kwargs.get(name)
             return None if v is None else v[k]
@@ -137,7 +140,8 @@ class CodeSandboxReward:
             fast = check_value_tests(str(test), entry)
             if fast is not None:
                 return Job("values", code, 1, spec={"exprs": fast[0]}, expected=fast[1], one_test=True)
-            return Job("call", code, 1, spec={"kind": "check", "test": str(test), "entry_point": entry})
+            spec = {"kind": "check", "test": str(test), "entry_point": entry, "prelude": prompt_helpers(prompt, entry)}
+            return Job("call", code, 1, spec=spec)
         if io_tests is not None:
             if isinstance(io_tests, str):
                 import json
@@ -150,7 +154,8 @@ class CodeSandboxReward:
 
     def __call__(self, prompts=None, completions=None, **kwargs) -> list:
         completions = list(completions or [])
-        jobs = [self._job(c, k, kwargs) for k, c in enumerate(completions)]
+        prompts = list(prompts) if prompts is not None and len(prompts) == len(completions) else [None] * len(completions)
+        jobs = [self._job(c, k, kwargs, prompts[k]) for k, c in enumerate(completions)]
         todo = [(k, j) for k, j in enumerate(jobs) if j is not None and j.n > 0]
         outcomes = dict(zip((k for k, _ in todo), self.pool.run([j for _, j in todo]))) if todo else {}
         rewards, timeouts, errors = [], 0, 0

@@ -181,10 +181,10 @@ class _Worker:
             else:  # io: stdout is in the memfds, only the reply to wait for
                 _, reply = self._results(None, deadline, 0)
             if job.mode != "io":
-                if job.mode == "call":
-                    passed, status, flags = protocol.parse_records(raw, job.n)
+                if job.mode == "call":  # reading what a sample sent never takes longer than it may run
+                    passed, status, flags = protocol.parse_records(raw, job.n, seconds=limits.timeout)
                 else:
-                    passed, status, flags = protocol.parse_values(raw, job.expected)
+                    passed, status, flags = protocol.parse_values(raw, job.expected, seconds=limits.timeout)
                     if job.one_test:
                         passed = [all(passed)]
                 err = "void" if status != "ok" else ("program" if "load_error" in flags else None)
@@ -195,7 +195,11 @@ class _Worker:
             if type(cases) is not list or len(cases) != job.n:
                 raise RuntimeError("bad io reply")
             passed, crashed = [], False
-            for (code, timed_out), fd, want in zip(cases, outs, job.expected):
+            for case, fd, want in zip(cases, outs, job.expected):
+                if case is None:  # not run: an earlier case timed out
+                    passed.append(False)
+                    continue
+                code, timed_out = case
                 os.lseek(fd, 0, os.SEEK_SET)
                 got = os.read(fd, limits.max_output_bytes + 1)
                 ok = code == 0 and not timed_out and len(got) <= limits.max_output_bytes
@@ -315,7 +319,22 @@ class SandboxPool:
             else:
                 out.append([job])
         flat = [j for parts in out for j in parts]
-        results = iter(list(self._exec.map(self._one, flat)))
+        stops = {}  # id(part) -> the event shared by the parts of one split io sample
+        for parts in out:
+            if len(parts) > 1:
+                stop = threading.Event()
+                stops.update((id(j), stop) for j in parts)
+
+        def one(job: Job) -> Outcome:  # the parts of one io sample: none starts after one timed out
+            stop = stops.get(id(job))
+            if stop is not None and stop.is_set():
+                return Outcome([False] * job.n, timeout=True)
+            outcome = self._one(job)
+            if stop is not None and outcome.timeout:
+                stop.set()
+            return outcome
+
+        results = iter(list(self._exec.map(one, flat)))
         merged = []
         for parts in out:
             rs = [next(results) for _ in parts]

