@@ -193,7 +193,8 @@ def test_seccomp_allowlist_verdict_for_every_syscall_number():
     enotty = isolation._RET_ERRNO | isolation._ENOTTY
     plain = set(isolation._ALLOW_X86_64.values())
     by_pid = set(isolation._SELF_PID_ARG0.values())
-    checked = by_pid | {isolation._NR_CLONE, isolation._NR_CLONE3, isolation._NR_IOCTL, isolation._NR_FCNTL}
+    exits = {isolation._NR_EXIT, isolation._NR_EXIT_GROUP}
+    checked = by_pid | exits | {isolation._NR_CLONE, isolation._NR_CLONE3, isolation._NR_IOCTL, isolation._NR_FCNTL}
     assert not plain & checked
     assert len(prog) // 8 < 128  # the kernel prepares it for every child
     garbage = (0, 1, 2, me + 1, 0xFFFFFFFF, 0x7FFF_FFFF_FFFF_FFFF)
@@ -218,6 +219,10 @@ def test_seccomp_allowlist_verdict_for_every_syscall_number():
         assert _run_cbpf(prog, isolation._NR_FCNTL, arch, 3, cmd) == allow
     for cmd in (8, 10, 15, 1024, 1026, 5, 6, 7):  # F_SETOWN, F_SETSIG, F_SETOWN_EX, leases, notify, locks
         assert _run_cbpf(prog, isolation._NR_FCNTL, arch, 3, cmd) == eperm
+    for nr in exits:  # any status but the two that mean "failed before its lockdown" to the worker
+        assert [_run_cbpf(prog, nr, arch, st) for st in (0, 1, 69, 72, 255, 257)] == [allow] * 6
+        assert [_run_cbpf(prog, nr, arch, st) for st in (70, 71, 256 + 70, -186)] == [eperm] * 4
+    assert set(isolation.RESERVED_EXIT_STATUSES) == {70, 71}
     assert _run_cbpf(prog, 1, 0x40000003) == isolation._RET_KILL_PROCESS  # another architecture (i386)
     must_deny = {  # what reaches other processes or the kernel's shared state, by number (independent of the table)
         "socket": 41, "socketpair": 53, "fork": 57, "vfork": 58, "execve": 59, "ptrace": 101, "setpriority": 141,

@@ -59,3 +59,146 @@ def test_stdlib_modules_solutions_use_work_on_every_path(one_worker):
     assert failed == {"values": [], "tester": [], "io": []}
     assert [o.error for o in outs] == [None, None, None]
     assert one_worker(prompts=[""], completions=[CORRECT], tests=[TESTS]) == [1.0]
+
+
+# ---------------------------------------------------------------- class 3: no syscall reaches another process
+OTHER_PROCESS_ATTACK = r'''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+me = os.getpid()
+tiny = (ctypes.c_uint64 * 2)(32 << 20, 32 << 20)
+one_fd = (ctypes.c_uint64 * 2)(3, 3)
+out = (ctypes.c_uint64 * 8)()
+cpu0 = ctypes.c_uint64(1)
+prio = ctypes.c_int(0)
+attr = (ctypes.c_uint32 * 14)(56, 5)  # struct sched_attr: size 56, SCHED_IDLE
+hits = []
+for pid in range(1, 80):
+    if pid == me:
+        continue
+    for name, nr, args in (
+        ("prlimit64 AS", 302, (pid, 9, ctypes.byref(tiny), None)),
+        ("prlimit64 NOFILE", 302, (pid, 7, ctypes.byref(one_fd), None)),
+        ("prlimit64 read", 302, (pid, 7, None, ctypes.byref(out))),
+        ("sched_setaffinity", 203, (pid, 8, ctypes.byref(cpu0))),
+        ("sched_getaffinity", 204, (pid, 8, ctypes.byref(out))),
+        ("sched_setparam", 142, (pid, ctypes.byref(prio))),
+        ("sched_setscheduler", 144, (pid, 5, ctypes.byref(prio))),
+        ("sched_setattr", 314, (pid, ctypes.byref(attr), 0)),
+        ("setpriority", 141, (0, pid, 19)),
+        ("getpriority", 140, (0, pid)),
+        ("ioprio_set", 251, (1, pid, 3 << 13)),
+        ("kill", 62, (pid, 0)), ("tkill", 200, (pid, 0)), ("tgkill", 234, (pid, pid, 0)),
+        ("rt_sigqueueinfo", 129, (pid, 0, ctypes.byref(out))),
+        ("get_robust_list", 274, (pid, ctypes.byref(out), ctypes.byref(out, 8))),
+        ("migrate_pages", 256, (pid, 64, ctypes.byref(cpu0), ctypes.byref(cpu0))),
+        ("move_pages", 279, (pid, 1, ctypes.byref(out), None, ctypes.byref(out, 16), 0)),
+        ("process_vm_readv", 310, (pid, ctypes.byref(out), 1, ctypes.byref(out), 1, 0)),
+        ("pidfd_open", 434, (pid, 0)), ("ptrace attach", 101, (16, pid, 0, 0)), ("kcmp", 312, (me, pid, 0, 0, 0)),
+        ("fcntl F_SETOWN", 72, (1, 8, pid)),
+    ):
+        if libc.syscall(nr, *args) >= 0:
+            hits.append((name, pid))
+'''
+ATTACK_ADD = OTHER_PROCESS_ATTACK + "def add(a, b):\n    return a + b if hits else a - b\n"  # right only if something got through
+ATTACK_IO = OTHER_PROCESS_ATTACK + "print('reached' if hits else 'refused')\n"
+
+
+def _pool_processes(pool):
+    """{pid: role} of the pool's sandboxed processes seen from the host: per worker bwrap ->
+    fork server -> tester, all as the slot's uid."""
+    uids, owner = set(pool.uids), {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                owner[pid] = (os.stat(f"/proc/{pid}").st_uid, open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                pass
+    ours = {p for p, (uid, _) in owner.items() if uid in uids}
+    depth = {}
+    for p in ours:
+        d, q = 0, p
+        while owner.get(q, (None, None))[1] in ours:
+            d, q = d + 1, owner[q][1]
+        depth[p] = d
+    return {p: ("bwrap", "worker", "tester")[min(d, 2)] for p, d in depth.items()}
+
+
+def _os_state(pid):
+    """What the host sees of a process: its limits, CPU affinity, nice value and policy."""
+    stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return open(f"/proc/{pid}/limits").read(), sorted(os.sched_getaffinity(int(pid))), stat[16], stat[38]
+
+
+@pytest.mark.parametrize("path", ["values", "tester", "io"])
+def test_no_syscall_reaches_another_process(one_worker, path):
+    """A sample tries every syscall that names a process against every other pid of its
+    namespace (the fork server, the tester): each is refused, nothing about those processes
+    changes, and the worker goes on scoring correctly (the old deny list let prlimit64,
+    sched_setaffinity, sched_setparam, ... through, and every later sample scored 0)."""
+    procs = _pool_processes(one_worker.pool)
+    assert sorted(procs.values()) == ["bwrap", "tester", "worker"]
+    before = {p: _os_state(p) for p in procs}
+    if path == "io":
+        io = [[{"input": "", "output": "reached"}]] * 2
+        r = one_worker(prompts=[""] * 2, completions=[ATTACK_IO, "print('reached')"], io_tests=io)
+    else:
+        kw = {"tests": [TESTS, TESTS]} if path == "values" else {"tests": [TESTS, TESTS], "test_setup_code": ["S = 1"] * 2}
+        r = one_worker(prompts=[""] * 2, completions=[ATTACK_ADD, CORRECT], **kw)
+    assert r == [0.0, 1.0]
+    assert {p: _os_state(p) for p in procs if p in before} == before
+    assert one_worker.pool.restarts == 0
+    assert one_worker(prompts=[""] * 2, completions=[CORRECT, WRONG], tests=[TESTS] * 2) == [1.0, 0.0]
+
+
+# ---------------------------------------------------------------- a worker cannot be poisoned silently
+def _poison(pool, role):
+    """Change what no job may change, from outside, as the sandbox's own uid (as a hole in the
+    filter would let a sample do): the fork server's address-space limit (every child inherits
+    it), or the tester's nice value."""
+    import subprocess
+
+    (pid,) = [int(p) for p, r in _pool_processes(pool).items() if r == role]
+    if role == "worker":
+        code = f"import resource; resource.prlimit({pid}, resource.RLIMIT_AS, (256 << 20, 256 << 20))"
+    else:
+        code = f"import os; os.setpriority(os.PRIO_PROCESS, {pid}, 10)"
+    uid = pool.uids[0]
+    ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
+    subprocess.run([pool.python, "-I", "-c", code], check=True, timeout=30, cwd="/", **ids)
+
+
+RESERVED_EXITS = [
+    "import os\nos._exit(70)\n" + WRONG,
+    "import ctypes\nctypes.CDLL(None).syscall(231, 256 + 71)\n" + WRONG,
+    "import ctypes, threading\nctypes.CDLL(None).syscall(60, 70)\n" + WRONG,  # the main thread alone: exit()
+]
+
+
+@pytest.mark.parametrize("role", ["worker", "tester"])
+def test_a_poisoned_worker_is_replaced_logged_and_counted(role, caplog):
+    """A worker whose own or whose tester's limits or priority changed under it (or whose child
+    died before its lockdown) answers the job with an internal error: the sample scores 0, counts
+    in code_sandbox/errors, the reason is logged and a fresh worker takes the next sample; the old
+    code went on with the poisoned worker and every later sample scored 0 without an error. A
+    program cannot fake that error: the exit statuses it means are refused to sandboxed code."""
+    import logging
+
+    f = code_sandbox(num_workers=1, timeout=3.0)
+    try:
+        f.pool.start()
+        m = {}
+        assert f(prompts=[""], completions=[CORRECT], tests=[TESTS]) == [1.0]
+        _poison(f.pool, role)
+        with caplog.at_level(logging.WARNING, logger="reward_plugins.code_sandbox"):
+            r = f(prompts=[""] * 2, completions=[CORRECT] * 2, tests=[TESTS] * 2, log_metric=m.__setitem__)
+        assert r == [0.0, 1.0] and m["code_sandbox/errors"] == 1.0 and f.pool.restarts == 1
+        want = "RLIMIT_AS" if role == "worker" else "nice 0 -> 10"
+        assert f"the {role}'s limits, affinity or priority changed" in caplog.text and want in caplog.text
+        if role == "worker":  # its candidate could not set its own (higher) limit: it died before its lockdown
+            assert "exited with 70 before its lockdown was complete" in caplog.text
+        r = f(prompts=[""] * 4, completions=[*RESERVED_EXITS, CORRECT], tests=[TESTS] * 4, log_metric=m.__setitem__)
+        assert r == [0.0, 0.0, 0.0, 1.0] and m["code_sandbox/errors"] == 0.0 and f.pool.restarts == 1
+    finally:
+        f.close()

@@ -75,13 +75,19 @@ def sandbox_python() -> str:
     )
 
 
-def slot_uid(slot: int, pool_seq: int = 0) -> int | None:
-    """An ordinary uid for a worker slot, distinct per host process and pool (so RLIMIT_NPROC and
-    signals never couple two workers), or None when we are not root (then the code runs as our
-    own, already unprivileged, uid)."""
+POOL_IDS = 1 << 26  # pool ids are drawn from 1 .. POOL_IDS - 1 (``claim.PoolClaim``)
+
+
+def slot_uid(slot: int, pool_id: int) -> int | None:
+    """An ordinary uid for worker slot ``slot`` (< 16) of the pool whose claimed id is ``pool_id``:
+    as unique as that id (so RLIMIT_NPROC and signals never couple two workers; never derived from
+    the pid, which two hosts in containers share), all below 2**31. None when we are not root (then
+    the code runs as our own, already unprivileged, uid)."""
     if os.geteuid() != 0:
         return None
-    return 1_000_000 + (os.getpid() % 262_144) * 4096 + (pool_seq % 256) * 16 + (slot % 16)
+    if not (0 < pool_id < POOL_IDS and 0 <= slot < 16):
+        raise ValueError(f"pool id {pool_id} or slot {slot} out of range")
+    return 1_000_000 + pool_id * 16 + slot
 
 
 SCRATCH_MB = 64
@@ -99,6 +105,40 @@ def _own_cgroup(controller: str) -> str | None:
     return None
 
 
+def cgroup_base(ctrl: str) -> str:
+    own = _own_cgroup(ctrl)
+    return f"/sys/fs/cgroup/{ctrl}{own if own and own != '/' else ''}"
+
+
+def cgroup_claim(name: str) -> list[str]:
+    """Make ``name`` under our own cgroup in each controller (memory, pids), exclusively: a pool's
+    claim, under which its workers' cgroups go. FileExistsError (after undoing the rest) when any
+    exists already: another pool that shares this hierarchy holds the name. [] where not root."""
+    if os.geteuid() != 0:
+        return []
+    made = []
+    for ctrl in ("memory", "pids"):
+        d = os.path.join(cgroup_base(ctrl), name)
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            cgroup_remove(made)
+            raise
+        except OSError:
+            continue
+        made.append(d)
+    return made
+
+
+def cgroup_subdirs(d: str) -> list[str]:
+    """The child cgroups of ``d`` (its subdirectories; its knobs are files)."""
+    try:
+        with os.scandir(d) as entries:
+            return [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
 def cgroup_create(name: str, mem_bytes: int, pids_max: int) -> list[str]:
     """Child cgroups (memory, pids) under our own, capped; [] where not root or not writable.
     The worker is moved in before it starts (``wrap_in_cgroups``), so everything it forks is capped."""
@@ -106,9 +146,7 @@ def cgroup_create(name: str, mem_bytes: int, pids_max: int) -> list[str]:
         return []
     made = []
     for ctrl, knobs in (("memory", {"memory.limit_in_bytes": mem_bytes}), ("pids", {"pids.max": pids_max})):
-        own = _own_cgroup(ctrl)
-        base = f"/sys/fs/cgroup/{ctrl}{own if own and own != '/' else ''}"
-        d = os.path.join(base, name)
+        d = os.path.join(cgroup_base(ctrl), name)
         try:
             os.mkdir(d)
         except FileExistsError:
@@ -125,13 +163,18 @@ def cgroup_create(name: str, mem_bytes: int, pids_max: int) -> list[str]:
     return made
 
 
-def cgroup_remove(dirs, wait_s: float = 2.0):
-    """Kill whatever is still in our cgroups (only processes we started are there), then remove them."""
+def cgroup_remove(dirs, wait_s: float = 2.0) -> list[str]:
+    """Kill whatever is still in our cgroups (only processes we started are there), then remove
+    them (their child cgroups first), waiting up to ``wait_s`` for the killed to be gone (0: try
+    once). -> the dirs not removed yet (still busy: a dying process may take a while, e.g. to free
+    a tmpfs full of files)."""
     import signal
     import time
 
     deadline = time.monotonic() + wait_s
+    left = []
     for d in dirs:
+        left += cgroup_remove(cgroup_subdirs(d), max(0.0, deadline - time.monotonic()))
         while True:
             try:
                 pids = [int(x) for x in open(os.path.join(d, "cgroup.procs")).read().split()]
@@ -149,8 +192,10 @@ def cgroup_remove(dirs, wait_s: float = 2.0):
                 break
             except OSError:
                 if time.monotonic() > deadline:
+                    left.append(d)
                     break
                 time.sleep(0.01)
+    return left
 
 
 def wrap_in_cgroups(argv: list[str], cgroups: list[str], uid: int | None) -> list[str]:
@@ -218,9 +263,44 @@ def rlimit_plan(mem_bytes: int, cpu_s: int, nproc: int, nofile: int = 64) -> lis
     ])  # fmt: skip
 
 
-def apply_rlimits(plan):
+def apply_rlimits(plan, pid: int = 0):
+    """Set the limits of ``plan`` on this process, or (``pid``) on a child of ours."""
     for res, limits in plan:
-        resource.setrlimit(res, limits)
+        if pid:
+            resource.prlimit(pid, res, limits)
+        else:
+            resource.setrlimit(res, limits)
+
+
+_ALL_RLIMITS = tuple(sorted({getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")}))
+
+
+def process_state(pid: int = 0) -> tuple:
+    """What no job may change on a long-lived process (the worker, its tester), since every later
+    sample depends on it: each rlimit, the CPU affinity, the nice value, the scheduling policy and
+    priority. ``pid`` 0: this process. OSError (ESRCH) when ``pid`` is gone."""
+    return (
+        tuple(resource.prlimit(pid, r) for r in _ALL_RLIMITS),
+        tuple(sorted(os.sched_getaffinity(pid))),
+        os.getpriority(os.PRIO_PROCESS, pid),
+        os.sched_getscheduler(pid),
+        os.sched_getparam(pid).sched_priority,
+    )
+
+
+def state_changes(was: tuple, now: tuple) -> str:
+    """What differs between two ``process_state`` results, for the log."""
+    names = {getattr(resource, n): n for n in dir(resource) if n.startswith("RLIMIT_") and n != "RLIMIT_OFILE"}
+    out = [f"{names.get(r, r)} {a} -> {b}" for r, a, b in zip(_ALL_RLIMITS, was[0], now[0]) if a != b]
+    out += [f"{k} {a} -> {b}" for k, a, b in zip(("affinity", "nice", "policy", "priority"), was[1:], now[1:]) if a != b]
+    return ", ".join(out)
+
+
+def with_rlimits(state: tuple, plan) -> tuple:
+    """``state`` (``process_state``) as it is in a fork that applied the rlimit ``plan``."""
+    limits = dict(zip(_ALL_RLIMITS, state[0]))
+    limits.update({res: tuple(v) for res, v in plan})
+    return (tuple(limits[r] for r in _ALL_RLIMITS), *state[1:])
 
 
 # ---------------------------------------------------------------- worker side: Landlock (ctypes)
@@ -334,7 +414,7 @@ _ALLOW_X86_64 = {
     "pselect6": 270, "poll": 7, "epoll_create1": 291, "epoll_ctl": 233, "epoll_wait": 232,
     "select": 23, "ppoll": 271, "epoll_pwait": 281,  # (equiv)
     # threads (clone itself: only with CLONE_THREAD, see below)
-    "futex": 202, "set_robust_list": 273, "rseq": 334, "gettid": 186, "exit": 60,
+    "futex": 202, "set_robust_list": 273, "rseq": 334, "gettid": 186,
     # signals within the process (kill, tkill, tgkill: only to itself, see below), timers
     "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15, "setitimer": 38, "alarm": 37,
     "restart_syscall": 219,  # (kernel): resumes a sleep that a stopped process was in
@@ -342,7 +422,7 @@ _ALLOW_X86_64 = {
     "clock_gettime": 228, "clock_nanosleep": 230, "times": 100, "getrusage": 98,
     "clock_getres": 229, "gettimeofday": 96, "time": 201, "nanosleep": 35,  # (vDSO) and (equiv)
     # about itself, and leaving
-    "getpid": 39, "getuid": 102, "uname": 63, "getrandom": 318, "exit_group": 231,
+    "getpid": 39, "getuid": 102, "uname": 63, "getrandom": 318,
     "geteuid": 107, "getgid": 104, "getegid": 108, "getrlimit": 97, "setrlimit": 160,  # (equiv)
     # the tester's job socket, held from its start; no sandboxed process can create a socket
     "recvmsg": 47, "sendto": 44, "getsockname": 51, "getsockopt": 55,
@@ -355,7 +435,12 @@ _ALLOW_X86_64 = {
 # sched_set*, setpriority, ioprio_set, migrate_pages, move_pages, get_robust_list, rt_sigqueueinfo,
 # ...) is not in the allowlist at all.
 _SELF_PID_ARG0 = {"kill": 62, "tkill": 200, "tgkill": 234, "prlimit64": 302, "sched_getaffinity": 204}
-_NR_CLONE, _NR_CLONE3, _NR_IOCTL, _NR_FCNTL = 56, 435, 16, 72
+_NR_CLONE, _NR_CLONE3, _NR_IOCTL, _NR_FCNTL, _NR_EXIT, _NR_EXIT_GROUP = 56, 435, 16, 72, 60, 231
+# exit, exit_group: any status but these, which the worker's own code uses for "this child failed
+# before its lockdown was complete" (``worker._fork``, ``worker._child``). Only a process not yet
+# under the filter can exit with them, so the worker can tell that internal error from anything a
+# program does (a program that tries dies of SIGSEGV: glibc's _exit halts when exit_group fails).
+RESERVED_EXIT_STATUSES = (70, 71)
 # ioctl: isatty (TCGETS), os.set_inheritable (FIOCLEX/FIONCLEX), os.set_blocking (FIONBIO); any other
 # request fails with ENOTTY, what a file that is not a terminal answers.
 _IOCTLS = {"TCGETS": 0x5401, "FIONBIO": 0x5421, "FIONCLEX": 0x5450, "FIOCLEX": 0x5451}
@@ -363,7 +448,7 @@ _IOCTLS = {"TCGETS": 0x5401, "FIONBIO": 0x5421, "FIONCLEX": 0x5450, "FIOCLEX": 0
 # process; leases, notifications and locks are not needed.
 _FCNTLS = {"F_DUPFD": 0, "F_GETFD": 1, "F_SETFD": 2, "F_GETFL": 3, "F_SETFL": 4, "F_DUPFD_CLOEXEC": 1030}
 
-_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_LD_W_ABS, _AND_K, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x54, 0x15, 0x35, 0x45, 0x06
 _ARG0_LO, _ARG1_LO = 16, 24  # offsets in struct seccomp_data (little endian: the low word first)
 
 
@@ -374,10 +459,11 @@ def _bpf(code, jt, jf, k):
 def syscall_actions() -> dict:
     """nr -> what the filter does with it: "allow", "enosys" (clone3, so that libc falls back to
     clone and threads work), or the name of an argument check ("self_pid", "clone", "ioctl",
-    "fcntl"). Every other number: EPERM."""
+    "fcntl", "exit"). Every other number: EPERM."""
     acts = {nr: "allow" for nr in _ALLOW_X86_64.values()}
     acts.update({nr: "self_pid" for nr in _SELF_PID_ARG0.values()})
     acts.update({_NR_CLONE: "clone", _NR_CLONE3: "enosys", _NR_IOCTL: "ioctl", _NR_FCNTL: "fcntl"})
+    acts.update({_NR_EXIT: "exit", _NR_EXIT_GROUP: "exit"})
     return acts
 
 
@@ -426,6 +512,11 @@ def _assemble():
     labels["clone"] = len(out)
     emit(_LD_W_ABS, k=_ARG0_LO)
     emit(_JSET_K, "allow", "deny", _CLONE_THREAD)
+    labels["exit"] = len(out)
+    emit(_LD_W_ABS, k=_ARG0_LO)
+    emit(_AND_K, k=0xFF)  # the status a parent sees
+    for i, status in enumerate(RESERVED_EXIT_STATUSES):
+        emit(_JEQ_K, "deny", "allow" if i == len(RESERVED_EXIT_STATUSES) - 1 else 0, status)
     for name, allowed, otherwise in (("ioctl", _IOCTLS, "enotty"), ("fcntl", _FCNTLS, "deny")):
         labels[name] = len(out)
         emit(_LD_W_ABS, k=_ARG1_LO)
