@@ -202,3 +202,111 @@ def test_a_poisoned_worker_is_replaced_logged_and_counted(role, caplog):
         assert r == [0.0, 0.0, 0.0, 1.0] and m["code_sandbox/errors"] == 0.0 and f.pool.restarts == 1
     finally:
         f.close()
+
+
+# ---------------------------------------------------------------- class 5 (OS): per-pool ids, reclaiming, bounded cleanup
+HOST = r'''
+import json, os, sys
+from reward_plugins.code_sandbox import code_sandbox
+f = code_sandbox(num_workers=2, timeout=3.0)
+f.pool.start()
+score = f(prompts=[""], completions=["def add(a, b):\n    return a + b\n"], tests=[["assert add(1, 2) == 3"]])
+workers = [slot[1] for slot in f.pool._idle.queue]
+print(json.dumps({"pid": os.getpid(), "uids": f.pool.uids, "cgroups": [d for w in workers for d in w.cgroups],
+                  "claim": getattr(getattr(f.pool, "claim", None), "cgroups", []), "dir": f.pool._dir, "score": score}),
+      flush=True)
+sys.stdin.read()  # hold the pool until told to go
+f.close()
+'''
+
+
+def _host(*prefix):
+    """A trainer process with its own pool (``prefix``: e.g. a new PID namespace) -> (process, what it holds)."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    p = subprocess.Popen([*prefix, sys.executable, "-c", HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    line = p.stdout.readline()
+    assert line, "the host process did not start its pool"
+    return p, json.loads(line)
+
+
+def _done(p):
+    p.stdin.close()
+    assert p.wait(timeout=60) == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/unshare"), reason="PID namespaces: root and unshare(1)")
+def test_pools_of_two_hosts_that_are_both_pid_1_share_nothing():
+    """Two trainers in their own PID namespaces are both pid 1: their sandbox uids, cgroups and
+    code dirs must still differ (the old code derived uids and cgroup names from the pid)."""
+    ns = ("/usr/bin/unshare", "--pid", "--fork", "--kill-child")
+    (a, ia), (b, ib) = _host(*ns), _host(*ns)
+    try:
+        assert ia["pid"] == ib["pid"] == 1 and ia["score"] == ib["score"] == [1.0]
+        assert not set(ia["uids"]) & set(ib["uids"])
+        assert not set(ia["cgroups"] + ia["claim"]) & set(ib["cgroups"] + ib["claim"])
+        assert ia["dir"] != ib["dir"]
+        if os.path.isdir("/sys/fs/cgroup/pids"):
+            assert len(ia["cgroups"]) == len(ib["cgroups"]) == 4  # memory and pids, two workers
+    finally:
+        _done(a)
+        _done(b)
+    assert not any(os.path.exists(d) for d in ia["cgroups"] + ib["cgroups"] + [ia["dir"], ib["dir"]])
+
+
+def test_what_a_sigkilled_host_left_is_reclaimed_at_the_next_start_and_nothing_of_a_live_one():
+    """A host killed with SIGKILL leaves its cgroups and code dir; the next pool to start removes
+    them (their lock is free: provably dead), and leaves those of a live host alone."""
+    import signal
+
+    victim, iv = _host()
+    keeper, ik = _host()
+    try:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+        left = iv["cgroups"] + iv["claim"] + [iv["dir"]]
+        assert all(os.path.exists(d) for d in left)  # what the old code left for good
+        f = code_sandbox(num_workers=1, timeout=3.0)
+        try:
+            assert f(prompts=[""], completions=[CORRECT], tests=[TESTS]) == [1.0]
+            assert [d for d in left if os.path.exists(d)] == []
+            assert all(os.path.exists(d) for d in ik["cgroups"] + ik["claim"] + [ik["dir"]])
+        finally:
+            f.close()
+    finally:
+        _done(keeper)
+    assert not any(os.path.exists(d) for d in ik["cgroups"] + ik["claim"] + [ik["dir"]])
+
+
+FLOOD = "import os\ni = 0\nwhile True:\n    os.mkdir('d%d' % i)\n    i += 1\n"  # the slowest kind to remove
+LOOKS_FOR_LEFTOVERS = "import os\nleft = os.listdir('.')\ndef add(a, b):\n    return a + b if not left else a - b\n"
+
+
+@pytest.mark.parametrize("path", ["values", "io"])
+def test_a_file_flood_costs_its_worker_not_the_next_samples_time(path):
+    """A sample that fills its scratch dir until its timeout: the cleanup stops at its budget, the
+    worker is replaced (the kernel drops its tmpfs at once) and the sample counts as an error; the
+    host's time for it stays near the timeout (the old cleanup took several times the timeout), and
+    the samples after it, on the same slot, are scored correctly in a clean dir."""
+    import time
+
+    timeout = 1.5
+    f = code_sandbox(num_workers=1, timeout=timeout)
+    try:
+        f.pool.start()
+        m = {}
+        t = time.monotonic()
+        if path == "io":
+            r = f(prompts=[""], completions=[FLOOD], io_tests=[[{"input": "", "output": ""}] * 2], log_metric=m.__setitem__)
+        else:
+            r = f(prompts=[""], completions=[FLOOD], tests=[TESTS], log_metric=m.__setitem__)
+        took = time.monotonic() - t
+        assert r == [0.0] and m["code_sandbox/errors"] == 1.0 and f.pool.restarts == 1
+        budget = timeout * (2 if path == "io" else 1) + 2 * 0.5 + 1.0  # timeouts, cleanup budgets, slack
+        assert took < budget, took
+        r = f(prompts=[""] * 3, completions=[LOOKS_FOR_LEFTOVERS, WRONG, CORRECT], tests=[TESTS] * 3)
+        assert r == [1.0, 0.0, 1.0] and f.pool.restarts == 1
+    finally:
+        f.close()

@@ -415,7 +415,7 @@ _ALLOW_X86_64 = {
     "select": 23, "ppoll": 271, "epoll_pwait": 281,  # (equiv)
     # threads (clone itself: only with CLONE_THREAD, see below)
     "futex": 202, "set_robust_list": 273, "rseq": 334, "gettid": 186,
-    # signals within the process (kill, tkill, tgkill: only to itself, see below), timers
+    # signals within the process (kill: only to itself, see below), timers
     "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15, "setitimer": 38, "alarm": 37,
     "restart_syscall": 219,  # (kernel): resumes a sleep that a stopped process was in
     # clocks and its own usage
@@ -427,14 +427,15 @@ _ALLOW_X86_64 = {
     # the tester's job socket, held from its start; no sandboxed process can create a socket
     "recvmsg": 47, "sendto": 44, "getsockname": 51, "getsockopt": 55,
 }  # fmt: skip
-# Syscalls that name a process: allowed only when their first argument is 0 (the caller itself, or
-# its own process group, which after setsid() is the caller alone) or the caller's own pid, which
-# the filter holds as a constant written into each child's copy just before it is installed
-# (``apply_seccomp``). The kernel reads that argument as a 32-bit pid_t: its low word is all that
-# counts. Everything else that names another process (ptrace, process_vm_*, pidfd_*, kcmp,
-# sched_set*, setpriority, ioprio_set, migrate_pages, move_pages, get_robust_list, rt_sigqueueinfo,
-# ...) is not in the allowlist at all.
-_SELF_PID_ARG0 = {"kill": 62, "tkill": 200, "tgkill": 234, "prlimit64": 302, "sched_getaffinity": 204}
+# Syscalls that name a process, allowed only in their "pid 0" form: the caller itself (prlimit64,
+# sched_getaffinity: how libc's getrlimit/setrlimit and os.cpu_count call them), or its own process
+# group (kill), which after setsid() is the caller alone. Its own pid is not accepted: the filter is
+# prepared once for every fork, and writing each child's pid into its copy costs that child more
+# than the rest of its lockdown (page faults). The kernel reads the argument as a 32-bit pid_t: its
+# low word is all that counts. Every other syscall that names a process (tkill, tgkill, ptrace,
+# process_vm_*, pidfd_*, kcmp, sched_set*, setpriority, getpriority, ioprio_set, migrate_pages,
+# move_pages, get_robust_list, rt_sigqueueinfo, ...) is not in the allowlist at all.
+_PID_ZERO_ARG0 = {"kill": 62, "prlimit64": 302, "sched_getaffinity": 204}
 _NR_CLONE, _NR_CLONE3, _NR_IOCTL, _NR_FCNTL, _NR_EXIT, _NR_EXIT_GROUP = 56, 435, 16, 72, 60, 231
 # exit, exit_group: any status but these, which the worker's own code uses for "this child failed
 # before its lockdown was complete" (``worker._fork``, ``worker._child``). Only a process not yet
@@ -458,17 +459,17 @@ def _bpf(code, jt, jf, k):
 
 def syscall_actions() -> dict:
     """nr -> what the filter does with it: "allow", "enosys" (clone3, so that libc falls back to
-    clone and threads work), or the name of an argument check ("self_pid", "clone", "ioctl",
+    clone and threads work), or the name of an argument check ("pid_zero", "clone", "ioctl",
     "fcntl", "exit"). Every other number: EPERM."""
     acts = {nr: "allow" for nr in _ALLOW_X86_64.values()}
-    acts.update({nr: "self_pid" for nr in _SELF_PID_ARG0.values()})
+    acts.update({nr: "pid_zero" for nr in _PID_ZERO_ARG0.values()})
     acts.update({_NR_CLONE: "clone", _NR_CLONE3: "enosys", _NR_IOCTL: "ioctl", _NR_FCNTL: "fcntl"})
     acts.update({_NR_EXIT: "exit", _NR_EXIT_GROUP: "exit"})
     return acts
 
 
-def _assemble():
-    """The filter as (instructions, index of the self-pid constant). Layout: the architecture
+def _assemble() -> list:
+    """The filter's instructions ``[code, jt, jf, k]``. Layout: the architecture
     check, a binary search over the syscall number (one ``jge`` per boundary between runs of
     numbers with the same action, so a syscall costs ~7 comparisons), the argument checks, the
     three shared verdicts. It loads only the number and the arguments and compares constants: the
@@ -504,11 +505,9 @@ def _assemble():
     root = tree(runs)
     if root != "n0":  # (never: the table is not empty) a single run would need a plain jump
         raise AssertionError("empty syscall table")
-    labels["self_pid"] = len(out)
+    labels["pid_zero"] = len(out)
     emit(_LD_W_ABS, k=_ARG0_LO)
-    emit(_JEQ_K, "allow", 0, 0)
-    self_at = len(out)
-    emit(_JEQ_K, "allow", "deny", 0)  # k: the caller's pid, written in by apply_seccomp
+    emit(_JEQ_K, "allow", "deny", 0)
     labels["clone"] = len(out)
     emit(_LD_W_ABS, k=_ARG0_LO)
     emit(_JSET_K, "allow", "deny", _CLONE_THREAD)
@@ -534,21 +533,19 @@ def _assemble():
                 if not 0 <= off <= 255:
                     raise AssertionError(f"jump out of range at {i}")
                 ins[j] = off
-    return out, self_at
+    return out
 
 
-def seccomp_filter_bytes(self_pid: int = 0) -> bytes:
-    """The classic-BPF program (``_assemble``), with ``self_pid`` as the caller's own pid."""
-    prog, self_at = _assemble()
-    prog[self_at][3] = self_pid
-    return b"".join(_bpf(*ins) for ins in prog)
+def seccomp_filter_bytes() -> bytes:
+    """The classic-BPF program (``_assemble``)."""
+    return b"".join(_bpf(*ins) for ins in _assemble())
 
 
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-_PROG = None  # (buffer, sock_fprog, its address, offset of the self-pid constant), built once per worker
+_PROG = None  # (buffer, sock_fprog, its address), built once per worker and inherited by every fork
 
 
 def seccomp_prepare():
@@ -558,17 +555,15 @@ def seccomp_prepare():
         raw = seccomp_filter_bytes()
         buf = ctypes.create_string_buffer(raw, len(raw))
         fprog = _SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
-        _PROG = (buf, fprog, ctypes.addressof(fprog), 8 * _assemble()[1] + 4)
+        _PROG = (buf, fprog, ctypes.addressof(fprog))
 
 
 def apply_seccomp() -> bool:
-    """Install the allowlist filter on this process (and its threads), with this process's pid
-    written in as "itself". False where unsupported. Needs no_new_privs, which the worker sets once
-    for itself and every fork."""
+    """Install the allowlist filter on this process (and its threads). False where unsupported.
+    Needs no_new_privs, which the worker sets once for itself and every fork."""
     if not _X86_64:
         return False
     seccomp_prepare()
-    struct.pack_into("=I", _PROG[0], _PROG[3], os.getpid())  # this child's copy of the page only
     if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, _PROG[2], 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "seccomp filter refused")
     return True
