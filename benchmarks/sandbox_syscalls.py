@@ -2,6 +2,7 @@
 
     python benchmarks/sandbox_syscalls.py [--trace out.txt] -- COMMAND ...
     python benchmarks/sandbox_syscalls.py --parse out.txt
+    python benchmarks/sandbox_syscalls.py --attach-cost 2000
 
 Runs COMMAND under ``strace -f`` (as root: strace follows into bubblewrap), then keeps only the
 processes that installed the seccomp filter (``prctl(PR_SET_SECCOMP)``: candidates, io programs,
@@ -108,12 +109,47 @@ def report(seen: dict) -> str:
     return "\n".join(out)
 
 
+def attach_cost(n: int) -> str:
+    """Microseconds a child spends installing the seccomp filter (prctl), against installing
+    none: forked n times each, interleaved, timed inside the child. Run as any user."""
+    import struct
+    import time
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reward_plugins", "code_sandbox"))
+    import isolation  # the worker's copy: stdlib only
+
+    isolation.no_new_privs()  # this process and its forks only
+    isolation.seccomp_prepare()
+    r, w = os.pipe()
+    times = {"no filter": [], f"allowlist ({len(isolation.seccomp_filter_bytes()) // 8} instructions)": []}
+    for _ in range(n):
+        for name in times:
+            pid = os.fork()
+            if pid == 0:
+                t = time.perf_counter_ns()
+                if name != "no filter":
+                    isolation.apply_seccomp()
+                os.write(w, struct.pack("q", time.perf_counter_ns() - t))
+                os._exit(0)
+            os.waitpid(pid, 0)
+            times[name].append(struct.unpack("q", os.read(r, 8))[0] / 1000)
+    rows = []
+    for name, ts in times.items():
+        ts.sort()
+        rows.append(f"{name:32s} median {ts[len(ts) // 2]:7.1f} us   p10 {ts[len(ts) // 10]:7.1f} us")
+    return "\n".join(rows) + f"\n(load average {os.getloadavg()[0]:.2f})"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", default=None, help="keep strace's output here")
     ap.add_argument("--parse", default=None, help="only summarise an existing trace")
+    ap.add_argument("--attach-cost", type=int, default=0, metavar="N", help="time installing the filter in N forks instead")
     ap.add_argument("command", nargs="*")
     args = ap.parse_args(argv)
+    if args.attach_cost:
+        print(attach_cost(args.attach_cost))
+        return
     path = args.parse
     if path is None:
         if not args.command:
