@@ -127,8 +127,11 @@ def _pool_processes(pool):
 
 def _os_state(pid):
     """What the host sees of a process: its limits, CPU affinity, nice value and policy."""
-    stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return open(f"/proc/{pid}/limits").read(), sorted(os.sched_getaffinity(int(pid))), stat[16], stat[38]
+    try:
+        stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return open(f"/proc/{pid}/limits").read(), sorted(os.sched_getaffinity(int(pid))), stat[16], stat[38]
+    except OSError:
+        return "gone"
 
 
 @pytest.mark.parametrize("path", ["values", "tester", "io"])
@@ -147,7 +150,9 @@ def test_no_syscall_reaches_another_process(one_worker, path):
         kw = {"tests": [TESTS, TESTS]} if path == "values" else {"tests": [TESTS, TESTS], "test_setup_code": ["S = 1"] * 2}
         r = one_worker(prompts=[""] * 2, completions=[ATTACK_ADD, CORRECT], **kw)
     assert r == [0.0, 1.0]
-    assert {p: _os_state(p) for p in procs if p in before} == before
+    after = {p: _os_state(p) for p in before}
+    retired = {p for p, v in after.items() if procs[p] == "tester" and v == "gone"}  # a tester may retire between jobs
+    assert {p: v for p, v in after.items() if p not in retired} == {p: v for p, v in before.items() if p not in retired}
     assert one_worker.pool.restarts == 0
     assert one_worker(prompts=[""] * 2, completions=[CORRECT, WRONG], tests=[TESTS] * 2) == [1.0, 0.0]
 
