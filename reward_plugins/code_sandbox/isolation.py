@@ -272,35 +272,41 @@ def apply_rlimits(plan, pid: int = 0):
             resource.setrlimit(res, limits)
 
 
-_ALL_RLIMITS = tuple(sorted({getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")}))
+# The rlimits a job could lower on a long-lived process to the harm of later samples (each fork
+# inherits them, or sets its own below the hard limit). Not checked: CORE, MEMLOCK and MSGQUEUE are
+# 0/0 on the worker already (``worker_rlimit_plan``), so nothing unprivileged can change them; RSS
+# and LOCKS are ignored by the kernel; NICE, RTPRIO and RTTIME only bound raising a priority or
+# real-time scheduling, which the sandbox never does.
+_CHECKED_RLIMITS = tuple(getattr(resource, f"RLIMIT_{n}") for n in ("AS", "CPU", "DATA", "FSIZE", "NOFILE", "NPROC", "STACK", "SIGPENDING"))  # fmt: skip
 
 
 def process_state(pid: int = 0) -> tuple:
     """What no job may change on a long-lived process (the worker, its tester), since every later
-    sample depends on it: each rlimit, the CPU affinity, the nice value, the scheduling policy and
-    priority. ``pid`` 0: this process. OSError (ESRCH) when ``pid`` is gone."""
+    sample depends on it: its rlimits (``_CHECKED_RLIMITS``), CPU affinity, nice value and
+    scheduling policy (the static priority can only differ under a real-time policy). ``pid`` 0:
+    this process. OSError (ESRCH) when ``pid`` is gone. One syscall per item: it runs after every
+    job."""
     return (
-        tuple(resource.prlimit(pid, r) for r in _ALL_RLIMITS),
+        tuple(resource.prlimit(pid, r) for r in _CHECKED_RLIMITS),
         tuple(sorted(os.sched_getaffinity(pid))),
         os.getpriority(os.PRIO_PROCESS, pid),
         os.sched_getscheduler(pid),
-        os.sched_getparam(pid).sched_priority,
     )
 
 
 def state_changes(was: tuple, now: tuple) -> str:
     """What differs between two ``process_state`` results, for the log."""
     names = {getattr(resource, n): n for n in dir(resource) if n.startswith("RLIMIT_") and n != "RLIMIT_OFILE"}
-    out = [f"{names.get(r, r)} {a} -> {b}" for r, a, b in zip(_ALL_RLIMITS, was[0], now[0]) if a != b]
-    out += [f"{k} {a} -> {b}" for k, a, b in zip(("affinity", "nice", "policy", "priority"), was[1:], now[1:]) if a != b]
+    out = [f"{names.get(r, r)} {a} -> {b}" for r, a, b in zip(_CHECKED_RLIMITS, was[0], now[0]) if a != b]
+    out += [f"{k} {a} -> {b}" for k, a, b in zip(("affinity", "nice", "policy"), was[1:], now[1:]) if a != b]
     return ", ".join(out)
 
 
 def with_rlimits(state: tuple, plan) -> tuple:
     """``state`` (``process_state``) as it is in a fork that applied the rlimit ``plan``."""
-    limits = dict(zip(_ALL_RLIMITS, state[0]))
-    limits.update({res: tuple(v) for res, v in plan})
-    return (tuple(limits[r] for r in _ALL_RLIMITS), *state[1:])
+    limits = dict(zip(_CHECKED_RLIMITS, state[0]))
+    limits.update({res: tuple(v) for res, v in plan if res in limits})
+    return (tuple(limits[r] for r in _CHECKED_RLIMITS), *state[1:])
 
 
 # ---------------------------------------------------------------- worker side: Landlock (ctypes)
