@@ -147,11 +147,11 @@ def test_rlimits_mode_only_on_request_with_warning(caplog):
         code_sandbox(isolation="none")
 
 
-def _run_cbpf(prog: bytes, nr: int, arch: int, arg0: int = 0) -> int:
+def _run_cbpf(prog: bytes, nr: int, arch: int, arg0: int = 0, arg1: int = 0) -> int:
     """A classic-BPF interpreter for the instructions the seccomp filter uses."""
     import struct
 
-    data = struct.pack("=IIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    data = struct.pack("=IIQ6Q", nr, arch, 0, arg0 & (2**64 - 1), arg1 & (2**64 - 1), 0, 0, 0, 0)
     ins = [struct.unpack("=HBBI", prog[i : i + 8]) for i in range(0, len(prog), 8)]
     a = x = pc = 0
     mem = [0] * 16
@@ -184,18 +184,60 @@ def _run_cbpf(prog: bytes, nr: int, arch: int, arg0: int = 0) -> int:
     raise AssertionError("no return")
 
 
-def test_seccomp_filter_verdict_for_every_syscall_number():
+def test_seccomp_allowlist_verdict_for_every_syscall_number():
+    """Default deny: every number outside the allowlist gets EPERM (x32 numbers too), the allowlist
+    is allowed whatever its arguments, and the argument-checked calls decide on their argument."""
+    me = 4242  # a pid the caller might have: not accepted (only the "pid 0" forms are)
     prog = isolation.seccomp_filter_bytes()
-    arch, deny = isolation._AUDIT_ARCH_X86_64, set(isolation._DENY_X86_64.values())
+    arch = isolation._AUDIT_ARCH_X86_64
+    allow = isolation._RET_ALLOW
     eperm, enosys = isolation._RET_ERRNO | isolation._EPERM, isolation._RET_ERRNO | isolation._ENOSYS
-    assert len(prog) // 8 < 80
-    for nr in range(1024):
-        want = enosys if nr == isolation._NR_CLONE3 else eperm if nr in deny or nr == isolation._NR_CLONE else isolation._RET_ALLOW
-        assert _run_cbpf(prog, nr, arch) == want, nr
-    assert _run_cbpf(prog, isolation._NR_CLONE, arch, isolation._CLONE_THREAD | 0x100) == isolation._RET_ALLOW  # a thread
-    assert _run_cbpf(prog, 0x40000000 | 1, arch) == enosys  # x32
-    assert _run_cbpf(prog, 1, 0x40000003) == isolation._RET_KILL_PROCESS  # another architecture
-    assert {41, 57, 59, 62, 101} <= deny  # socket, fork, execve, kill, ptrace
+    enotty = isolation._RET_ERRNO | isolation._ENOTTY
+    plain = set(isolation._ALLOW_X86_64.values())
+    by_pid = set(isolation._PID_ZERO_ARG0.values())
+    exits = {isolation._NR_EXIT, isolation._NR_EXIT_GROUP}
+    checked = by_pid | exits | {isolation._NR_CLONE, isolation._NR_CLONE3, isolation._NR_IOCTL, isolation._NR_FCNTL}
+    assert not plain & checked
+    assert len(prog) // 8 < 128  # the kernel prepares it for every child
+    garbage = (0, 1, 2, me + 1, 0xFFFFFFFF, 0x7FFF_FFFF_FFFF_FFFF)
+    for nr in list(range(1024)) + [0x40000000 | n for n in (0, 1, 56, 62, 302)]:
+        if nr in plain:
+            assert {_run_cbpf(prog, nr, arch, a, b) for a in garbage for b in garbage} == {allow}, nr
+        elif nr == isolation._NR_CLONE3:
+            assert _run_cbpf(prog, nr, arch) == enosys  # so that libc falls back to clone: threads work
+        elif nr not in checked:
+            assert {_run_cbpf(prog, nr, arch, a, b) for a in (0, me) for b in (0, me)} == {eperm}, nr
+    for nr in by_pid:  # 0: itself, or its own process group (itself after setsid); the kernel reads a 32-bit pid
+        assert [_run_cbpf(prog, nr, arch, pid) for pid in (0, 1 << 32)] == [allow] * 2, nr
+        assert [_run_cbpf(prog, nr, arch, pid) for pid in (1, 2, me, -1, -me, 1 << 31)] == [eperm] * 6, nr
+    clone = isolation._NR_CLONE
+    assert _run_cbpf(prog, clone, arch, isolation._CLONE_THREAD | 0x3D0F00) == allow  # a thread, as glibc makes one
+    assert _run_cbpf(prog, clone, arch, 17) == eperm  # fork: SIGCHLD only
+    for request in isolation._IOCTLS.values():
+        assert _run_cbpf(prog, isolation._NR_IOCTL, arch, 3, request) == allow
+    for request in (0x5412, 0x541C, 0x4004_6F00, 0):  # TIOCSTI, TIOCLINUX, an ioctl of some driver
+        assert _run_cbpf(prog, isolation._NR_IOCTL, arch, 3, request) == enotty
+    for cmd in isolation._FCNTLS.values():
+        assert _run_cbpf(prog, isolation._NR_FCNTL, arch, 3, cmd) == allow
+    for cmd in (8, 10, 15, 1024, 1026, 5, 6, 7):  # F_SETOWN, F_SETSIG, F_SETOWN_EX, leases, notify, locks
+        assert _run_cbpf(prog, isolation._NR_FCNTL, arch, 3, cmd) == eperm
+    for nr in exits:  # any status but the two that mean "failed before its lockdown" to the worker
+        assert [_run_cbpf(prog, nr, arch, st) for st in (0, 1, 69, 72, 255, 257)] == [allow] * 6
+        assert [_run_cbpf(prog, nr, arch, st) for st in (70, 71, 256 + 70, -186)] == [eperm] * 4
+    assert set(isolation.RESERVED_EXIT_STATUSES) == {70, 71}
+    assert _run_cbpf(prog, 1, 0x40000003) == isolation._RET_KILL_PROCESS  # another architecture (i386)
+    must_deny = {  # what reaches other processes or the kernel's shared state, by number (independent of the table)
+        "socket": 41, "socketpair": 53, "fork": 57, "vfork": 58, "execve": 59, "ptrace": 101, "setpriority": 141,
+        "getpriority": 140, "sched_setparam": 142, "sched_setscheduler": 144, "sched_setaffinity": 203,
+        "sched_setattr": 314, "ioprio_set": 251, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
+        "pidfd_open": 434, "pidfd_send_signal": 424, "pidfd_getfd": 438, "process_madvise": 440,
+        "migrate_pages": 256, "move_pages": 279, "get_robust_list": 274, "rt_sigqueueinfo": 129,
+        "rt_tgsigqueueinfo": 297, "tkill": 200, "tgkill": 234, "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240, "unshare": 272,
+        "setns": 308, "mount": 165, "bpf": 321, "perf_event_open": 298, "io_uring_setup": 425, "userfaultfd": 323,
+        "keyctl": 250, "setpgid": 109, "setsid": 112, "prctl": 157, "personality": 135, "memfd_create": 319,
+    }  # fmt: skip
+    for name, nr in must_deny.items():
+        assert _run_cbpf(prog, nr, arch, 0, 0) == eperm, name
 
 
 def test_frames_over_a_pipe():

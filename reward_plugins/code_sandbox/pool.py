@@ -23,14 +23,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import isolation, protocol
+from .claim import PoolClaim
 
 log = logging.getLogger("reward_plugins.code_sandbox")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _WORKER_FILES = ("worker.py", "isolation.py", "protocol.py")
 MAX_RESULT_BYTES = 1 << 20
-MAX_IO_CASES_PER_RUN = 100
-_POOL_SEQ = 0  # fds per message stay well under SCM_MAX_FD (253)
+MAX_IO_CASES_PER_RUN = 100  # fds per message stay well under SCM_MAX_FD (253)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,14 +80,15 @@ def _header(limits: Limits) -> dict:
 
 
 class _Worker:
-    def __init__(self, slot: int, uid: int | None, isolation_mode: str, python: str, code_dir: str, limits: Limits):
+    def __init__(self, slot: int, uid: int | None, isolation_mode: str, python: str, code_dir: str, limits: Limits,
+                 cgroup_name: str = ""):  # fmt: skip
         self.slot, self.mode = slot, isolation_mode
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = host
         argv = isolation.worker_command(isolation_mode, python, code_dir, child.fileno(), protocol.dumps(_header(limits)).decode())
         self.cgroups = []
-        if uid is not None and shutil.which("setpriv") and os.path.exists("/bin/sh"):
-            name = f"code_sandbox-{os.getpid()}-{uid}"
+        if uid is not None and cgroup_name and shutil.which("setpriv") and os.path.exists("/bin/sh"):
+            name = cgroup_name  # under the pool's claim (claim.py), unique per worker start
             mem = 2 * (limits.memory_mb << 20) + (isolation.SCRATCH_MB << 20) + (256 << 20)
             self.cgroups = isolation.cgroup_create(name, mem, 2 * limits.max_processes + 16)
             if self.cgroups:
@@ -133,7 +134,9 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def kill(self):
+    def kill(self, wait_s: float = 2.0) -> list[str]:
+        """Kill the worker and remove its cgroups, waiting up to ``wait_s`` for them to empty.
+        -> the cgroups still busy (the pool removes them later)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -145,7 +148,7 @@ class _Worker:
         self.proc.wait()
         self.sock.close()
         self.err.close()
-        isolation.cgroup_remove(self.cgroups)
+        return isolation.cgroup_remove(self.cgroups, wait_s)
 
     def run(self, job: Job, limits: Limits) -> Outcome:
         hdr = f"{job.mode} {job.n}".encode()  # the worker has the pool's limits from its command line
@@ -256,10 +259,9 @@ class SandboxPool:
         self.n = max(1, min(16, num_workers or len(os.sched_getaffinity(0)) + 1))
         self.python = isolation.sandbox_python()
         self.pid = os.getpid()
-        global _POOL_SEQ
-        _POOL_SEQ += 1
-        self.uids = [isolation.slot_uid(s, _POOL_SEQ) for s in range(self.n)]
-        self._dir = tempfile.mkdtemp(prefix="code_sandbox-")
+        self.claim = PoolClaim.acquire()  # a random id, claimed; what dead pools left is reclaimed first
+        self.uids = [isolation.slot_uid(s, self.claim.id) for s in range(self.n)]
+        self._dir = self.claim.code_dir
         os.chmod(self._dir, 0o755)
         for f in _WORKER_FILES:
             shutil.copyfile(os.path.join(_HERE, f), os.path.join(self._dir, f))
@@ -271,6 +273,8 @@ class SandboxPool:
         self._lock = threading.Lock()
         self.closed = False
         self.restarts = 0
+        self._starts = 0  # worker starts: each gets its own cgroups
+        self._busy_cgroups: list[str] = []  # of killed workers, not empty yet: removed later
 
     def start(self):
         """Start every worker now (in parallel); raises IsolationUnavailable when it cannot."""
@@ -284,11 +288,24 @@ class SandboxPool:
     def _ensure(self, slot):
         if slot[1] is None or not slot[1].alive():
             if slot[1] is not None:
-                slot[1].kill()
+                self._retire(slot[1])
                 self.restarts += 1
             slot[1] = None
-            slot[1] = _Worker(slot[0], self.uids[slot[0]], self.mode, self.python, self._dir, self.limits)
+            with self._lock:
+                self._starts += 1
+                name = f"{self.claim.cgroup_name}/w{slot[0]}.{self._starts}"
+                busy, self._busy_cgroups = self._busy_cgroups, []
+            self._retire(None, busy)
+            slot[1] = _Worker(slot[0], self.uids[slot[0]], self.mode, self.python, self._dir, self.limits, name)
         return slot[1]
+
+    def _retire(self, worker, busy=()):
+        """Kill ``worker`` without waiting for its cgroups to empty (a worker killed with a tmpfs
+        full of files takes a while to go: not the sample's time); they, and ``busy``, are removed
+        when empty, at a later start or at close."""
+        left = isolation.cgroup_remove(busy, 0) + (worker.kill(wait_s=0) if worker is not None else [])
+        with self._lock:
+            self._busy_cgroups += left
 
     def _one(self, job: Job) -> Outcome:
         slot = self._idle.get()
@@ -300,7 +317,7 @@ class SandboxPool:
                 raise
             except Exception as e:  # noqa: BLE001 - never crash training: replace the worker, score 0
                 log.warning("code_sandbox worker %d failed (%s); replacing it", slot[0], e)
-                worker.kill()
+                self._retire(worker)
                 slot[1] = None
                 self.restarts += 1
                 return Outcome([False] * job.n, error="internal")
@@ -354,9 +371,9 @@ class SandboxPool:
                 except queue.Empty:
                     break
                 if slot[1] is not None:
-                    slot[1].kill()
+                    self._retire(slot[1])
             self._exec.shutdown(wait=False)
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self.claim.release()  # every cgroup of the pool (killed workers' too) and the code dir
 
     def __del__(self):
         try:

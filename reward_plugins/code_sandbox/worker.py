@@ -54,12 +54,19 @@ RO_PATHS += ["/dev/null", "/dev/urandom", "/dev/zero"]
 
 class Scratch:
     """A fixed scratch dir per role with its Landlock ruleset built once (rules bind the dir's
-    inode, so the dir is emptied between runs, not replaced; if emptying fails it is rebuilt)."""
+    inode, so the dir is emptied between runs, not replaced). Emptying is bounded in time: a dir a
+    sample filled faster than it can be emptied in ``CLEAN_BUDGET_S`` (or one that cannot be
+    emptied) is this worker's last (``_PROBLEMS``: the host replaces the worker, and the kernel drops
+    its whole tmpfs), rather than a cost to the next sample's time. Named at random, not after the
+    pid: with isolation="rlimits" it sits in the host's /tmp, which other PID namespaces may share."""
+
+    CLEAN_BUDGET_S = 0.5
 
     def __init__(self, role):
         self.role = role
-        self.path = os.path.join("/tmp", f"sbx-{os.getpid()}-{role}")
+        self.path = os.path.join("/tmp", f"sbx-{os.urandom(8).hex()}-{role}")
         self.ruleset = -1
+        self.broken = False
         self._make()
 
     def _make(self):
@@ -75,21 +82,33 @@ class Scratch:
         self.ruleset = isolation.landlock_ruleset(RO_PATHS, [self.path])
 
     def clean(self):
+        if self.broken:
+            return
         try:  # the common case, cheaply: untouched (a child may chmod the dir itself: that counts)
-            if os.stat(self.path).st_mode & 0o7777 == 0o700 and not os.listdir(self.path):
-                return
+            if os.stat(self.path).st_mode & 0o7777 == 0o700:
+                with os.scandir(self.path) as entries:
+                    if next(entries, None) is None:
+                        return
         except OSError:
             pass
-        if not _remove_tree(self.path, keep_top=True):
-            self._make()
+        if not _remove_tree(self.path, keep_top=True, deadline=time.monotonic() + self.CLEAN_BUDGET_S):
+            self.broken = True
+            _PROBLEMS.append(f"scratch dir {self.role} not emptied within {self.CLEAN_BUDGET_S} s")
 
 
-def _remove_tree(top, keep_top=False) -> bool:
+def _remove_tree(top, keep_top=False, deadline=None) -> bool:
     """Remove ``top`` and all under it (iteratively: a child may nest dirs deeper than Python
     recurses), making dirs writable on the way (a child may chmod them); symlinks are removed,
     never followed. (Not shutil: importing it would map bz2, lzma and zlib into every fork.)
-    True when it is all gone (``keep_top``: everything but ``top`` itself, left mode 0700)."""
-    dirs, stack = [], [top]
+    True when it is all gone (``keep_top``: everything but ``top`` itself, left mode 0700); False
+    when something could not be removed, or at ``deadline`` (time.monotonic()) if one is given."""
+    dirs, stack, n = [], [top], 0
+
+    def late():  # every 256 steps (a step: one entry, one dir), has the deadline passed?
+        nonlocal n
+        n += 1
+        return deadline is not None and not n & 255 and time.monotonic() > deadline
+
     try:
         while stack:
             d = stack.pop()
@@ -97,11 +116,17 @@ def _remove_tree(top, keep_top=False) -> bool:
             dirs.append(d)
             with os.scandir(d) as entries:
                 for e in entries:
+                    if late():
+                        return False
                     if e.is_dir(follow_symlinks=False):
                         stack.append(e.path)
                     else:
                         os.unlink(e.path)
+            if late():
+                return False
         for d in reversed(dirs[1:] if keep_top else dirs):
+            if late():
+                return False
             os.rmdir(d)
         return True
     except OSError:
@@ -446,8 +471,21 @@ def _fork(fn, *args):
             fn(*args)
         except BaseException:  # noqa: BLE001
             pass
-        os._exit(70)
+        os._exit(70)  # before the lockdown: _note_exit tells; after it, the filter refuses 70 (-> SIGSEGV)
     return pid
+
+
+# Why this worker must not serve another sample, found during the current job (see ``_after_job``).
+_PROBLEMS: list = []
+
+
+def _note_exit(status):
+    """A child's wait status: exiting with a status that only the worker's own code can use
+    (``isolation.RESERVED_EXIT_STATUSES``, refused to sandboxed code by the seccomp filter) means it
+    failed before its lockdown was complete: an internal error, never the program's failure."""
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) in isolation.RESERVED_EXIT_STATUSES:
+        _PROBLEMS.append(f"a child exited with {os.WEXITSTATUS(status)} before its lockdown was complete")
+    return status
 
 
 def _wait_one(pid, deadline):
@@ -460,7 +498,7 @@ def _wait_one(pid, deadline):
             signal.pidfd_send_signal(fd, signal.SIGKILL)
     finally:
         os.close(fd)
-    return timed_out, os.waitpid(pid, 0)[1]
+    return timed_out, _note_exit(os.waitpid(pid, 0)[1])
 
 
 class Tester:
@@ -486,6 +524,7 @@ class Tester:
             tester_loop(there.fileno())
 
         self.pid = _fork(t)
+        isolation.apply_rlimits(self.rlimits, self.pid)  # as the tester does too: they hold from here on (_after_job)
         there.close()
         self.sock, self.jobs = here, 0
         return self
@@ -545,7 +584,9 @@ def run_call(fds, n):
         os.close(f)
     state = TESTER.wait_done(time.monotonic() + LIMITS["timeout"]) if sent else "died"
     os.kill(pa, signal.SIGKILL)
-    os.waitpid(pa, 0)
+    _note_exit(os.waitpid(pa, 0)[1])
+    if state == "died":  # the trusted tester process never dies by itself
+        _PROBLEMS.append("the tester process died")
     if state == "timeout" and TESTER.wait_done(time.monotonic() + Tester.GRACE_S) != "done":
         TESTER.stop()  # the candidate's death normally ends a blocked tester; this one hangs
     TESTER.ensure()  # a tester that retired or died is replaced now, not in the next call's time
@@ -594,8 +635,23 @@ _CALL_REPLY = {s: protocol.dumps({"timeout": s == "timeout", "tester_died": s ==
 _RUN = {b"values": run_values, b"call": run_call, b"io": run_io}
 
 
+def _after_job():
+    """Why this worker must not serve another sample, or None. Besides what the job noted
+    (``_PROBLEMS``): no job may change this worker's or its tester's rlimits, CPU affinity, nice
+    value or scheduling (the seccomp filter already refuses every syscall that could, on another
+    process); should one ever, every later child would inherit it and fail quietly."""
+    try:
+        for who, pid, want in (("worker", 0, BASELINE), ("tester", TESTER.pid, TESTER_BASELINE)):
+            now = isolation.process_state(pid) if pid is not None else want
+            if now != want:
+                _PROBLEMS.append(f"the {who}'s limits, affinity or priority changed: {isolation.state_changes(want, now)}")
+    except OSError as e:
+        _PROBLEMS.append(f"state check failed: {e}")
+    return "; ".join(_PROBLEMS) or None
+
+
 def main():
-    global SCRATCH_A, SCRATCH_B, TESTER
+    global SCRATCH_A, SCRATCH_B, TESTER, BASELINE, TESTER_BASELINE
     sock = socket.socket(fileno=CTRL_FD)
     os.dup2(_NULL, 0)  # children keep these (and 2, below) unless a test gives its own stdin/stdout
     os.dup2(_NULL, 1)
@@ -604,6 +660,8 @@ def main():
     isolation.apply_rlimits(isolation.worker_rlimit_plan(LIMITS["fsize"]))
     isolation.seccomp_prepare()
     TESTER = Tester(LIMITS)
+    BASELINE = isolation.process_state()
+    TESTER_BASELINE = isolation.with_rlimits(BASELINE, TESTER.rlimits)
     import gc
 
     gc.collect()
@@ -625,6 +683,9 @@ def main():
         try:  # b"<mode> <number of tests>"; the limits are the pool's, from the command line
             mode, _, n = msg.partition(b" ")
             reply = _RUN[mode](fds, int(n))
+            why = _after_job()
+            if why:  # the host logs it, counts the sample as an error and replaces this worker
+                reply = protocol.dumps({"internal": why})
         except Exception as e:  # noqa: BLE001
             reply = protocol.dumps({"internal": f"{type(e).__name__}: {e}"})
         sock.send(reply)
