@@ -1,6 +1,6 @@
 """FSDP2 for real on 2 CPU processes: examples/accelerate/fsdp.yaml through accelerate's own FSDP2 path (gloo).
 
-See tests/fsdp_cpu.py for why a plain CPU launch of an FSDP config does not shard (and what the one patch does).
+See tests/engine_launch.py for why a plain CPU launch of an FSDP config does not shard (and what the one patch does).
 The run must show sharding (every parameter a DTensor, half of it on each rank), the exact `per_batch_token`
 gradient of the reference with gradient accumulation 2, and dynamic sampling training 2 steps.
 """
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engine_harness import plain_name
-from fsdp_cpu import launch_fsdp_on_cpu
+from engine_launch import launch_on_cpu_with
 from loss_harness import fixed_batch, reference_grads, select_rows
 from tiny import load_tokenizer
 
@@ -21,7 +21,7 @@ HARNESS = Path(__file__).parent / "engine_harness.py"
 @pytest.fixture(scope="module")
 def fsdp_ranks(tiny_model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("fsdp") / "run"
-    launch_fsdp_on_cpu(HARNESS, tiny_model_dir, out)
+    launch_on_cpu_with("fsdp.yaml", HARNESS, tiny_model_dir, out)
     return [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
 
 
