@@ -196,8 +196,13 @@ def missing_pieces(model_dir: str | None, smoke: bool, vllm_python: str) -> list
                            + (f" (pip install -e '.[{extra}]')" if extra else ""))
     if not _importable(vllm_python, "vllm"):
         missing.append(f"vllm is not importable by {vllm_python} (choose an interpreter with --vllm-python)")
-    elif not _importable(vllm_python, "trl_rlvr"):
-        missing.append(f"trl_rlvr is not installed in {vllm_python} (pip install -e . there)")
+    else:
+        imports = "import trl_rlvr.trainer, trl_rlvr.vllm_cpu, reward_plugins.boxed_math"
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        failed = subprocess.run([vllm_python, "-c", imports], capture_output=True, text=True, env=env)
+        if failed.returncode != 0:
+            error = (failed.stderr.strip().splitlines() or ["?"])[-1]
+            missing.append(f"{vllm_python} cannot import trl_rlvr ({error}): pip install -e . there")
     if shutil.which("nvidia-smi") is None and not smoke:
         missing.append("nvidia-smi not found (no NVIDIA driver?)")
     return missing

@@ -4,9 +4,8 @@ Run under `accelerate launch` with the patch of tests/engine_launch.py:
     python tests/engine_harness.py MODEL_DIR OUT
 Every rank writes OUT.rank{r}.pt with
 - "engine": what the engine did to the model, read from the prepared model itself (`engine_report`),
-- "loss": the full gradient of one optimizer step (under DeepSpeed read inside `DeepSpeedEngine.step`, which
-  accelerate calls from `backward`, so before the optimizer and TRL's callbacks), `per_batch_token`, steps_per_generation 2, gradient
-  accumulation 2, on the fixed batch of tests/loss_harness.py, and the rows of that step,
+- "loss": the full gradient of one optimizer step (`per_batch_token`, steps_per_generation 2, gradient
+  accumulation 2, the fixed batch of tests/loss_harness.py) and the rows of that step,
 - "dynamic": the advantages that reached the loss and the log history of a 2-step dynamic-sampling run
   (tests/dynamic_sampling_harness.py, real generation).
 """
@@ -61,7 +60,6 @@ def engine_report(trainer) -> dict:
         report["ds_global_numel"] = sum(p.ds_numel for p in partitioned)
         report["ds_resident_numel"] = sum(p.data.numel() for p in partitioned)  # 0 per param while partitioned
         report["ds_status"] = sorted({str(p.ds_status) for p in partitioned})
-        report["ds_persistent"] = sum(bool(getattr(p, "ds_persist", False)) for p in partitioned)
         report["ds_threshold"] = model.zero_param_persistence_threshold()
     return report
 
