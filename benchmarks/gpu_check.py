@@ -11,7 +11,8 @@ Checks, each in its own process with a time bound:
 - qlora: the model in bitsandbytes nf4 4-bit + LoRA r16 on all linear layers, RLVRTrainer, 16 answers x 64 tokens
   per step, 3 steps: median time of steps 2-3 and peak memory (GPU: max allocated; CPU: max RSS).
 - vllm: RLVRTrainer with `use_vllm=True, vllm_mode="colocate"`, 2 steps of 64 answers x 128 tokens: generated
-  tokens per second inside vLLM's generate, engine start time; fails unless every batch came from vLLM.
+  tokens per second inside vLLM's generate (first call left out as warm-up), engine start time; fails unless
+  every batch came from vLLM.
 - zero2: `accelerate launch --config_file examples/accelerate/deepspeed_zero2.yaml --num_processes 1`, 2 steps
   with dynamic sampling: step time; fails unless the DeepSpeed engine reports ZeRO stage 2.
 Before anything runs, every precondition is checked (GPU, model directory, bitsandbytes, peft, deepspeed, vLLM in
@@ -124,15 +125,13 @@ def check_vllm(model_dir: str, smoke: bool) -> dict:
                             vllm_gpu_memory_utilization=0.3, vllm_max_model_length=512)
     engine_start = time.perf_counter() - start
     generation = trainer.vllm_generation
-    counted = {"tokens": 0, "seconds": 0.0, "calls": 0}
+    calls = []  # (generated tokens, seconds) per vLLM generate call
     generate = generation.generate
 
     def timed_generate(*args, **kwargs):
         t0 = time.perf_counter()
         out = generate(*args, **kwargs)
-        counted["seconds"] += time.perf_counter() - t0
-        counted["tokens"] += sum(len(ids) for ids in out[1])
-        counted["calls"] += 1
+        calls.append((sum(len(ids) for ids in out[1]), time.perf_counter() - t0))
         return out
 
     def no_hf_generate(*args, **kwargs):
@@ -143,9 +142,10 @@ def check_vllm(model_dir: str, smoke: bool) -> dict:
     timer = StepTimer()
     trainer.add_callback(timer)
     trainer.train()
-    if counted["calls"] < 2:
-        raise RuntimeError(f"vLLM generated {counted['calls']} times in 2 steps")
-    return {"tokens_per_s": counted["tokens"] / counted["seconds"], "engine_start_s": engine_start,
+    if len(calls) < 2:
+        raise RuntimeError(f"vLLM generated {len(calls)} times in 2 steps")
+    timed = calls[1:]  # the first call warms up
+    return {"tokens_per_s": sum(n for n, _ in timed) / sum(t for _, t in timed), "engine_start_s": engine_start,
             "step_s": statistics.median(timer.times), "engine_on_cpu": runs_on_cpu(generation),
             "answers_x_tokens": f"{answers}x{tokens}"}
 
