@@ -348,6 +348,16 @@ class RLVRTrainer(GRPOTrainer):
         with _swapped(self, "max_completion_length", self.args.loss_constant):
             return super()._compute_loss(model, inputs)
 
+    # -- generation engines -------------------------------------------------------------------------------------
+
+    def _generate_single_turn(self, *args, **kwargs):
+        # TRL's vLLM weight sync fails when vLLM runs on a CPU; route it through vLLM's reload path (vllm_cpu).
+        if self.use_vllm:
+            from .vllm_cpu import adapt_weight_sync
+
+            adapt_weight_sync(self.vllm_generation)
+        return super()._generate_single_turn(*args, **kwargs)
+
 
 class _SkipEmptyUpdates(TrainerCallback):
     """Optimizer steps fed only by an empty dynamic-sampling batch run with learning rate 0: weights stay put."""
