@@ -114,3 +114,11 @@ def test_weights_reach_vllm_after_a_step(vllm_runs, dynamic_sampling):
         assert call["vllm_vs_model"] < AGREE, call
     second_step = [c for c in run["calls"] if c["step"] == 1]
     assert second_step and all(c["model_moved"] > MOVED for c in second_step), run["calls"]
+
+
+def test_vllm_keeps_the_contract():
+    """The parts of TRL's VLLMGeneration and of vLLM's CPU model runner that trl_rlvr.vllm_cpu relies on."""
+    from trl_rlvr import trl_contract
+
+    problems = trl_contract.contract_violations() + trl_contract.vllm_contract_violations()
+    assert not problems, "\n".join(problems)

@@ -22,6 +22,7 @@ OVERRIDDEN_METHODS = {
     "_compute_loss": ("model", "inputs"),
     "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep"),
     "log": ("logs", "start_time"),
+    "_generate_single_turn": ("prompt_ids",),  # where TRL syncs vLLM's weights before generating (vllm_cpu)
     # transformers.Trainer
     "_save_checkpoint": ("model", "trial"),
     "_load_optimizer_and_scheduler": ("checkpoint",),
@@ -46,6 +47,7 @@ READ_ATTRIBUTES = (
     "accelerator",
     "beta",
     "max_completion_length",
+    "use_vllm",  # with use_vllm=True, also .vllm_generation: a trl.generation.vllm_generation.VLLMGeneration
 )
 
 #: Attributes swapped for the duration of one call -> where TRL must read them for the swap to mean anything.
@@ -59,6 +61,12 @@ SWAPPED_ATTRIBUTES = {
 
 #: Module-level helpers imported from TRL.
 MODULE_FUNCTIONS = {"trl.trainer.grpo_trainer": ("use_adapter",)}
+
+#: What trl_rlvr.vllm_cpu uses of TRL's VLLMGeneration (methods; ``llm``, ``mode`` and ``enable_sleep_mode`` are
+#: attributes it sets), and of vLLM's CPU model runner (checked where vLLM is installed).
+VLLM_GENERATION_METHODS = ("sync_weights", "_iter_named_params", "generate")
+VLLM_GENERATION_ATTRIBUTES = ("llm", "mode", "enable_sleep_mode")
+VLLM_RUNNER_RELOAD = ("reload_weights", ("weights_iterator", "is_checkpoint_format"))
 
 #: ``loss_type`` values our ``loss_normalization`` maps onto.
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
@@ -99,6 +107,28 @@ def contract_violations(trainer_cls=None, trainer=None) -> list[str]:
         for t in LOSS_TYPES
         if f'"{t}"' not in loss_source
     ]
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    problems += [
+        f"VLLMGeneration.{m} is gone in {where}" for m in VLLM_GENERATION_METHODS if not callable(getattr(VLLMGeneration, m, None))
+    ]
+    class_source = inspect.getsource(VLLMGeneration)
+    problems += [
+        f"VLLMGeneration no longer sets .{a} in {where}" for a in VLLM_GENERATION_ATTRIBUTES if f"self.{a} =" not in class_source
+    ]
     if trainer is not None:
         problems += [f"GRPOTrainer instances no longer have .{a} in {where}" for a in READ_ATTRIBUTES if not hasattr(trainer, a)]
     return problems
+
+
+def vllm_contract_violations() -> list[str]:
+    """What trl_rlvr.vllm_cpu relies on of the installed vLLM: its CPU model runner's reload path."""
+    import vllm
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+    name, params = VLLM_RUNNER_RELOAD
+    method = getattr(CPUModelRunner, name, None)
+    if not callable(method):
+        return [f"vLLM {vllm.__version__}: the model runner has no {name}()"]
+    missing = [p for p in params if p not in inspect.signature(method).parameters]
+    return [f"vLLM {vllm.__version__}: {name}() lacks {missing}"] if missing else []
