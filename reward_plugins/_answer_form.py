@@ -89,7 +89,7 @@ _TEXT_CHARS_RE = re.compile(r"^[A-Za-z0-9\s.,:;'()/%°\-]*$")
 _UNIT_TEXT_RE = re.compile(r"^[a-z°][a-z°\s./-]*$")
 _APPROX_RE = re.compile(r"\\approx(?![A-Za-z])|\\thickapprox(?![A-Za-z])|≈|~=")
 _DECIMAL_RE = re.compile(r"^-?\d+(?:\.\d+)?$")
-_NUMERAL_SUBSCRIPT_RE = re.compile(r"\d\s*_\s*(\{[^{}]*\}|[^\s{}\\])")
+_NUMERAL_SUBSCRIPT_RE = re.compile(r"\d\s*_\s*")
 #: The exponent of a dropped unit (``\\text{cm}^2``), dropped with it.
 _EXPONENT_RE = re.compile(r"^\s*\^\s*(?:\{\s*[23]\s*\}|[23])")
 _BARE_UNITS_RE = re.compile(r"(?<=[\d}\s])\s*((?:[A-Za-z]{2,}\s*)+)$")
@@ -98,6 +98,9 @@ _DOUBLED_BACKSLASH_RE = re.compile(r"\\\\(?=[A-Za-z])")
 _DOLLAR_RE = re.compile(r"(?<!\\)\$")
 _PERCENT_RE = re.compile(r"\s*(?<!\\)%")
 _FONT_SYMBOL_RE = re.compile(r"\{[A-Za-z]\}")
+_ADJACENT_DIGITS_RE = re.compile(r"(?<=\d)((?:\s|\\[,;: ]|\\q?quad(?![A-Za-z])|~)+)(?=\d)")
+_THOUSANDS_SEPARATOR_RE = re.compile(r"\s*(?:\\[,; ]|~|\s)\s*")
+_THREE_DIGITS_RE = re.compile(r"\d{3}(?!\d)")
 
 
 def canonical_text(text: str) -> str:
@@ -185,8 +188,20 @@ class GoldText:
     bases: frozenset[str]  # subscripts written on the gold's numerals
 
 
-def _subscripts(math: str) -> set[str]:
-    return {re.sub(r"[\s{}]", "", b) for b in _NUMERAL_SUBSCRIPT_RE.findall(math)}
+def _subscripts(math: str) -> set[str] | None:
+    """The subscripts written on numerals (``101_2``, ``12_{10}``), spacing removed; ``None`` if malformed."""
+    found = set()
+    for m in _NUMERAL_SUBSCRIPT_RE.finditer(math):
+        i = m.end()
+        if i < len(math) and math[i] == "{":
+            group, end, _ = _scan_group(math, i, len(math))
+            if group is None:
+                return None
+        else:
+            command = _COMMAND_RE.match(math, i)
+            end = command.end() if command else i + 1
+        found.add(re.sub(r"\s+", "", math[i:end]).removeprefix("{").removesuffix("}"))
+    return found
 
 
 def gold_text(gold: str) -> GoldText:
@@ -198,7 +213,7 @@ def gold_text(gold: str) -> GoldText:
             if text and text not in _CONNECTIVES and text not in _PERCENT_WORDS:
                 texts.add(text)
     math = "".join(p.value for p in pieces if p.kind == "math")
-    return GoldText(frozenset(texts), frozenset(_subscripts(math)))
+    return GoldText(frozenset(texts), frozenset(_subscripts(math) or ()))
 
 
 @dataclass(frozen=True)
@@ -263,6 +278,21 @@ def _commands_allowed(math: str) -> bool:
     return all(c.isascii() and (c.isprintable() or c in "\t\n") or c in _UNICODE_SYMBOLS for c in math)
 
 
+def _join_digit_groups(math: str) -> str | None:
+    """Numerals side by side with only spacing between them: a thousands grouping (``1\\,234\\,567``, groups of
+    three digits) is one number; anything else (``3 \\; 0``, which the parser reads as a product, and a reader as
+    two numbers) asserts two numbers: ``None``."""
+    out, pos = [], 0
+    for m in _ADJACENT_DIGITS_RE.finditer(math):
+        separator = m.group(1)
+        if not _THOUSANDS_SEPARATOR_RE.fullmatch(separator) or not _THREE_DIGITS_RE.match(math, m.end()):
+            return None
+        out.append(math[pos : m.start(1)])
+        pos = m.end()
+    out.append(math[pos:])
+    return "".join(out)
+
+
 def _top_level_split(math: str, pattern: re.Pattern) -> list[str]:
     """``math`` split at the matches of ``pattern`` outside any brace group."""
     parts, depth, start, i = [], 0, 0, 0
@@ -314,9 +344,13 @@ def read_form(content: str, gold: GoldText) -> Form:
     bare = _BARE_UNITS_RE.search(math)
     if bare and math[: bare.start()].strip() and _text_as_math(bare.group(1), gold) == "":
         math = math[: bare.start()]  # 5 feet: a unit written without \text
+    math = _join_digit_groups(math)
+    if math is None:
+        return Form(refused="hedged")
     if not _environments_allowed(math) or not _commands_allowed(math):
         return Form(refused="unparsed")
-    if not _subscripts(math) <= gold.bases:
+    subscripts = _subscripts(math)
+    if subscripts is None or not subscripts <= gold.bases:
         return Form(refused="unparsed")
     exact, *approx = _top_level_split(math, _APPROX_RE)
     approx = [re.sub(r"\s+|\\[,;:! ]", "", a) for a in approx]

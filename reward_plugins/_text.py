@@ -170,9 +170,11 @@ def find_boxes(text: str, max_chars: int = 2000) -> list[Box]:
             j = i
             while j < len(text) and not text[j].isspace() and text[j] not in "$\\":
                 j += 1
-            if j > i:
-                token = text[i:j].rstrip(".,;")
-                boxes.append(Box(token, "", m.start(), j) if len(token) <= max_chars else Box(None, "too_long"))
+            token = text[i:j].rstrip(".,;")
+            if not token:  # \boxed \frac12, \boxed at the end: a box whose content cannot be told
+                boxes.append(Box(None, "unbalanced", m.start(), len(text)))
+                return boxes
+            boxes.append(Box(token, "", m.start(), j) if len(token) <= max_chars else Box(None, "too_long"))
             pos = max(j, m.end())
 
 
