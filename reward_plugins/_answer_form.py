@@ -98,7 +98,7 @@ _DOUBLED_BACKSLASH_RE = re.compile(r"\\\\(?=[A-Za-z])")
 _DOLLAR_RE = re.compile(r"(?<!\\)\$")
 _PERCENT_RE = re.compile(r"\s*(?<!\\)%")
 _FONT_SYMBOL_RE = re.compile(r"\{[A-Za-z]\}")
-_ADJACENT_DIGITS_RE = re.compile(r"(?<=\d)((?:\s|\\[,;: ]|\\q?quad(?![A-Za-z])|~)+)(?=\d)")
+_ADJACENT_DIGITS_RE = re.compile(r"(?<=[\d})\]])((?:\s|\\[,;: ]|\\q?quad(?![A-Za-z])|~)+)(?=\d)")
 _THOUSANDS_SEPARATOR_RE = re.compile(r"\s*(?:\\[,; ]|~|\s)\s*")
 _THREE_DIGITS_RE = re.compile(r"\d{3}(?!\d)")
 
@@ -279,13 +279,15 @@ def _commands_allowed(math: str) -> bool:
 
 
 def _join_digit_groups(math: str) -> str | None:
-    """Numerals side by side with only spacing between them: a thousands grouping (``1\\,234\\,567``, groups of
-    three digits) is one number; anything else (``3 \\; 0``, which the parser reads as a product, and a reader as
-    two numbers) asserts two numbers: ``None``."""
+    """A numeral after a value (a numeral, a closing brace or bracket) with only spacing between them: a
+    thousands grouping (``1\\,234\\,567``, groups of three digits) is one number; anything else (``3 \\; 0``,
+    ``\\frac{5}{2} \\quad 1``, which the parser reads as a product, and a reader as two numbers) asserts two
+    values: ``None``."""
     out, pos = [], 0
     for m in _ADJACENT_DIGITS_RE.finditer(math):
         separator = m.group(1)
-        if not _THOUSANDS_SEPARATOR_RE.fullmatch(separator) or not _THREE_DIGITS_RE.match(math, m.end()):
+        grouping = math[m.start(1) - 1].isdigit() and _THOUSANDS_SEPARATOR_RE.fullmatch(separator)
+        if not grouping or not _THREE_DIGITS_RE.match(math, m.end()):
             return None
         out.append(math[pos : m.start(1)])
         pos = m.end()
