@@ -5,15 +5,24 @@ happens once, in the fork server (see ``boxed_math``), before the workers are fo
 
 Timeouts are not math-verify's job here (its SIGALRM timeouts are disabled): the pool kills a worker that
 overruns its deadline, which works whatever thread the reward function is called from.
+
+The gold is parsed by math-verify as it is (a trusted text: a bare answer or a reference solution). An answer
+is read strictly: the rules of :mod:`reward_plugins._answer_form` first, then its whole content parsed as one
+expression by math-verify's own normalisation and LaTeX parser, without math-verify's fallbacks (which answer
+from a fragment when the whole does not parse); then every equation in it is checked to assert one value
+(:func:`_asserts_one_value`) and every approximation to approximate it (:func:`_approximates`). Only then does
+math-verify's ``verify`` compare it with the gold.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections import OrderedDict
 
-from reward_plugins._text import find_boxes, normalize_candidate
+from reward_plugins._answer_form import Form, answer_key, gold_text, read_form
+from reward_plugins._text import find_boxes
 
 _SEPARATOR_RE = re.compile(r"(?:\s|\$|,|;|\\[,;!]|\\q?quad|\\text\{\s*(?:and|,)?\s*\}|\\[()\[\]]|and|&|\\\\)*")
 _GOLD_CACHE: OrderedDict[str, list] = OrderedDict()
@@ -25,13 +34,26 @@ def _math_verify():
     global _mv
     if _mv is None:
         import math_verify
+        from latex2sympy2_extended import latex2sympy
+        from latex2sympy2_extended.math_normalization import normalize_latex
         from math_verify import LatexExtractionConfig
+        from math_verify.grader import should_treat_as_complex
 
         for name in ("math_verify", "math_verify.parser", "math_verify.grader"):
             logging.getLogger(name).setLevel(logging.CRITICAL)  # "timeout disabled" warnings: intended
-        # one config for gold and answer (NormalizationConfig(units=True), as TRL uses, breaks "\\frac12")
+        # the gold's config (NormalizationConfig(units=True), as TRL uses, breaks "\\frac12")
         config = [LatexExtractionConfig(boxed_match_priority=0)]
-        _mv = (math_verify, config, config)
+        # an answer's: the same normalisation, except that units are not dropped (_answer_form has done it, by
+        # rule; math-verify's rule drops all from the first \\text{ on) and nested boxes are not looked for
+        answer = dataclasses.replace(config[0].normalization_config, units=False, boxed="none")
+
+        def parse_whole(latex: str):
+            normalized = normalize_latex(latex, answer)
+            expr = latex2sympy(normalized, is_real=not should_treat_as_complex(normalized), convert_degrees=False,
+                               normalization_config=None)
+            return [expr, normalized]
+
+        _mv = (math_verify, config, parse_whole)
     return _mv
 
 
@@ -71,9 +93,13 @@ def parse_gold(gold: str) -> list:
     return parsed
 
 
-def _parse_pred(candidate: str) -> list:
-    mv, _, pred_config = _math_verify()
-    return mv.parse("\\boxed{" + candidate + "}", extraction_config=pred_config, parsing_timeout=None)
+def _parse_whole(latex: str) -> list:
+    """An answer's LaTeX parsed as ONE expression (``[expr, normalised text]``); ``[]`` when it does not parse.
+    Unlike ``math_verify.parse``, nothing is extracted from it: no fragment can stand for the whole."""
+    try:
+        return _math_verify()[2](latex)
+    except Exception:  # noqa: BLE001 - the parser's errors are many and untyped
+        return []
 
 
 _PROBES = (0.6180339887, 1.4142135623, -0.7071067811, 2.7182818284)
@@ -116,41 +142,128 @@ def _surely_different(gold_parsed: list, parsed: list) -> bool:
     return True
 
 
+def _equation_chains(expr):
+    """The sides of every equation in ``expr``, in order: ``a = b = c`` gives ``[a, b, c]``."""
+    import sympy
+
+    if isinstance(expr, sympy.And) and all(isinstance(a, sympy.Eq) for a in expr._unsorted_args):
+        args = expr._unsorted_args  # latex2sympy builds a = b = c as And(Eq(a, b), Eq(b, c)), in this order
+        yield [args[0].lhs, *(a.rhs for a in args)]
+        return
+    if isinstance(expr, sympy.Eq):
+        yield [expr.lhs, expr.rhs]
+        return
+    for arg in getattr(expr, "args", ()):
+        yield from _equation_chains(arg)
+
+
+def _asserts_one_value(expr, gold_is_relation: bool) -> bool:
+    """An equation states one value: every side after the first equals the last (``x = 2+1 = 3``), and so does
+    the first unless it has a free symbol (``x = 3``; ``3 = 4`` and ``x = 4 = 3`` assert two numbers). math-verify
+    compares only the last side with a gold that is not an equation, so the others must not differ from it.
+    A two-sided equation is compared whole against a gold that is itself a relation."""
+    mv = _math_verify()[0]
+    for sides in _equation_chains(expr):
+        if len(sides) == 2 and gold_is_relation:
+            continue
+        last, rest = sides[-1], sides[:-1]
+        if getattr(rest[0], "free_symbols", None):
+            rest = rest[1:]
+        for side in rest:
+            if not mv.verify([last], [side], timeout_seconds=None):
+                return False
+    return True
+
+
+def _value(expr):
+    """The value an answer states: the last side of its (last) equation, else the expression itself."""
+    chains = list(_equation_chains(expr))
+    return chains[-1][-1] if chains else expr
+
+
+def _approximates(value, decimal: str) -> bool:
+    """``value`` rounded or truncated to the decimals written in ``decimal`` gives ``decimal``."""
+    from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
+
+    try:
+        number = complex(value.evalf(30))
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return False
+    if number.imag != 0 or not abs(number.real) < 1e300:
+        return False
+    written = Decimal(decimal)
+    step = Decimal(1).scaleb(written.as_tuple().exponent)
+    exact = Decimal(repr(number.real))
+    return any(exact.quantize(step, rounding=r) == written for r in (ROUND_HALF_UP, ROUND_DOWN))
+
+
+def read_answer(form: Form, gold_is_relation: bool) -> tuple[str, list]:
+    """``("ok", parsed)`` for an answer whose form was accepted, else ``("hedged" | "unparsed", [])``."""
+    parsed = _parse_whole(form.exact)
+    if not parsed:
+        return "unparsed", []
+    if not _asserts_one_value(parsed[0], gold_is_relation):
+        return "hedged", []
+    if not form.approx:
+        return "ok", parsed
+    value = _value(parsed[0])
+    if getattr(value, "free_symbols", None):  # x \approx 11: the first decimal is the answer
+        parsed = _parse_whole(form.approx[0])
+        value, approx = parsed[0], form.approx[1:]
+    else:
+        approx = form.approx
+    if not all(_approximates(value, a) for a in approx):
+        return "hedged", []
+    return "ok", parsed
+
+
 def check(task: tuple[str, tuple[str, ...]]) -> str:
     """Grade one answer. ``task = (gold, candidates)``: ``candidates[-1]`` is the final answer, the others are
     the answer's other distinct boxes. Returns ``"correct"``, ``"wrong"``, ``"hedged"`` (the final answer is
-    right but another box holds a different answer), ``"unparsed"`` or ``"bad_gold"``."""
+    right but another box holds a different answer, or a box asserts two values), ``"unparsed"`` (a box the
+    rules do not read) or ``"bad_gold"``."""
     gold, candidates = task
     mv = _math_verify()[0]
     gold_parsed = parse_gold(gold)
     if not gold_parsed:
         return "bad_gold"
-    gold_key = normalize_candidate(gold_answer(gold))
+    gold_latex = gold_answer(gold)
+    gold_key, gold_texts = answer_key(gold_latex), gold_text(gold_latex)
+    from math_verify.grader import is_relation
 
-    def same(candidate: str, parsed) -> bool:  # identical text is equal: no sympy needed (fast path)
-        if normalize_candidate(candidate) == gold_key:
-            return True
-        if not parsed or _surely_different(gold_parsed, parsed):
-            return False
-        return bool(mv.verify(gold_parsed, parsed, timeout_seconds=None))
+    gold_is_relation = is_relation(gold_parsed[0])
 
-    final_text = candidates[-1]
-    final = None if normalize_candidate(final_text) == gold_key else _parse_pred(final_text)
-    status = "unparsed" if final is not None and not final else "wrong"
-    if same(final_text, final):
-        status = "correct"
+    def verdict(candidate: str) -> tuple[str, Form | None]:
+        if answer_key(candidate) == gold_key:  # the gold's own text: no parsing needed (fast path)
+            return "correct", None
+        form = read_form(candidate, gold_texts)
+        if form.refused:
+            return form.refused, None
+        status, parsed = read_answer(form, gold_is_relation)
+        if status != "ok":
+            return status, None
+        if _surely_different(gold_parsed, parsed):
+            return "wrong", form
+        return ("correct" if mv.verify(gold_parsed, parsed, timeout_seconds=None) else "wrong"), form
+
+    status, final_form = verdict(candidates[-1])
+    forms = [final_form]
+    if status == "correct":
         for other in candidates[:-1]:
-            if normalize_candidate(other) == gold_key:
-                continue
-            parsed = _parse_pred(other)
-            if not same(other, parsed):
-                status = "hedged"
-                break
-    if status != "correct" and len(candidates) > 1:
+            other_status, form = verdict(other)
+            if other_status != "correct":
+                return "hedged"
+    elif len(candidates) > 1 and status == "wrong":
         # A multi-part answer boxed part by part (\boxed{1} and \boxed{2} for the gold {1, 2}): the boxes
         # together must equal the gold exactly, so this never rewards a list that merely contains it.
-        joint = _parse_pred(", ".join(candidates))
-        if joint and mv.verify(gold_parsed, joint, timeout_seconds=None):
+        for other in candidates[:-1]:
+            other_status, form = verdict(other)
+            if form is None or form.approx:
+                return status
+            forms.insert(-1, form)
+        joint = Form(exact=", ".join(f.exact for f in forms))
+        joint_status, parsed = read_answer(joint, gold_is_relation)
+        if joint_status == "ok" and mv.verify(gold_parsed, parsed, timeout_seconds=None):
             return "correct"
     return status
 

@@ -2,8 +2,8 @@
 
 * :func:`completion_text`: the text of a TRL completion, plain (``str``) or conversational (a list of
   ``{"role", "content"}`` messages, ``content`` a string or a list of ``{"type": "text", "text"}`` parts).
-* :func:`find_boxes`: every ``\\boxed{...}`` / ``\\fbox{...}`` of a text, found by brace matching (linear time,
-  bounded length). This only *locates* answers; the mathematics is left to math-verify.
+* :func:`find_boxes`: every box (``\\boxed{...}``, ``\\fbox{...}``, ...) of a text, found by brace matching (linear
+  time, bounded length); :func:`unwrap_boxes`: the boxes inside a box. This only *locates* answers.
 * :func:`answer_part`: what comes after the reasoning (after the last ``</think>``).
 """
 
@@ -78,7 +78,11 @@ def answer_part(text: str, close_tag: str = "</think>", open_tag: str = "<think>
     return text
 
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+#: Commands that draw a box around their last argument. Every one of them is an answer box: a box hidden in
+#: another box, or drawn with a command other than ``\boxed``, is still a box the hedging rule reads.
+_BOX_RE = re.compile(r"\\(boxed|fbox|framebox|fcolorbox|colorbox)(?![A-Za-z])")
+#: Brace groups before the boxed content: the colours of ``\colorbox{c}{..}`` and ``\fcolorbox{f}{c}{..}``.
+_BOX_LEADING_GROUPS = {"colorbox": 1, "fcolorbox": 2}
 
 
 @dataclass(frozen=True)
@@ -113,12 +117,39 @@ def _scan_group(text: str, start: int, max_chars: int) -> tuple[str | None, int,
     return None, n, "unbalanced"
 
 
-def find_boxes(text: str, max_chars: int = 2000) -> list[Box]:
-    """Every top-level ``\\boxed{..}`` / ``\\fbox{..}`` (also ``\\boxed 5``) in order, by brace matching.
+def _skip_spaces(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\n":
+        i += 1
+    return i
 
-    Boxes nested in a box are part of the outer box's content. A box longer than ``max_chars`` or unbalanced
-    is returned with ``content=None`` and ends the search (at most ``max_chars`` characters are scanned past
-    a box's opening brace).
+
+def _content_start(text: str, i: int, command: str, max_chars: int) -> int | None:
+    """Index of the boxed argument of ``command`` (whose name ends at ``i``): past ``\\framebox``'s optional
+    ``[..]`` arguments and the colour groups of ``\\colorbox``/``\\fcolorbox``; ``None`` when malformed."""
+    i = _skip_spaces(text, i)
+    if command == "framebox":
+        while i < len(text) and text[i] == "[":
+            j = text.find("]", i, i + max_chars)
+            if j < 0:
+                return None
+            i = _skip_spaces(text, j + 1)
+    for _ in range(_BOX_LEADING_GROUPS.get(command, 0)):
+        if i >= len(text) or text[i] != "{":
+            return None
+        _, i, reason = _scan_group(text, i, max_chars)
+        if reason:
+            return None
+        i = _skip_spaces(text, i)
+    return i
+
+
+def find_boxes(text: str, max_chars: int = 2000) -> list[Box]:
+    """Every top-level box (``\\boxed{..}``, ``\\fbox``, ``\\framebox``, ``\\colorbox``, ``\\fcolorbox``; also
+    ``\\boxed 5``) in order, by brace matching.
+
+    Boxes nested in a box are part of the outer box's content (see :func:`unwrap_boxes`). A box longer than
+    ``max_chars`` or unbalanced is returned with ``content=None`` and ends the search (at most ``max_chars``
+    characters are scanned past a box's opening brace).
     """
     boxes: list[Box] = []
     pos = 0
@@ -126,9 +157,10 @@ def find_boxes(text: str, max_chars: int = 2000) -> list[Box]:
         m = _BOX_RE.search(text, pos)
         if m is None:
             return boxes
-        i = m.end()
-        while i < len(text) and text[i] in " \t":
-            i += 1
+        i = _content_start(text, m.end(), m.group(1), max_chars)
+        if i is None:
+            boxes.append(Box(None, "unbalanced", m.start(), len(text)))
+            return boxes
         if i < len(text) and text[i] == "{":
             content, pos, reason = _scan_group(text, i, max_chars)
             boxes.append(Box(content, reason, m.start(), pos))
@@ -138,10 +170,35 @@ def find_boxes(text: str, max_chars: int = 2000) -> list[Box]:
             j = i
             while j < len(text) and not text[j].isspace() and text[j] not in "$\\":
                 j += 1
-            if j > i:
-                token = text[i:j].rstrip(".,;")
-                boxes.append(Box(token, "", m.start(), j) if len(token) <= max_chars else Box(None, "too_long"))
+            token = text[i:j].rstrip(".,;")
+            if not token:  # \boxed \frac12, \boxed at the end: a box whose content cannot be told
+                boxes.append(Box(None, "unbalanced", m.start(), len(text)))
+                return boxes
+            boxes.append(Box(token, "", m.start(), j) if len(token) <= max_chars else Box(None, "too_long"))
             pos = max(j, m.end())
+
+
+def unwrap_boxes(content: str, max_chars: int = 2000) -> tuple[str, list[str]] | None:
+    """A box's content with every box inside it (at any depth) replaced by that box's content in braces, and
+    the contents of those inner boxes (each unwrapped likewise), outer before inner; ``None`` when a box
+    inside is malformed.
+
+    ``\\boxed{\\boxed{3} 4}`` holds two boxes, ``{3} 4`` and ``3``: the hedging rule reads both.
+    """
+    inner = find_boxes(content, max_chars)
+    if any(b.content is None for b in inner):
+        return None
+    pieces, nested, pos = [], [], 0
+    for box in inner:
+        unwrapped = unwrap_boxes(box.content, max_chars)
+        if unwrapped is None:
+            return None
+        text, deeper = unwrapped
+        pieces += [content[pos : box.start], "{", text, "}"]
+        nested += [text, *deeper]
+        pos = box.end
+    pieces.append(content[pos:])
+    return "".join(pieces), nested
 
 
 _LAYOUT_RE = re.compile(
@@ -153,13 +210,6 @@ _LAYOUT_RE = re.compile(
 def is_layout(content: str) -> bool:
     """A box that holds no answer: empty, or only spacing / ``\\phantom{...}``."""
     return _LAYOUT_RE.sub("", content).strip("{}") == ""
-
-
-def normalize_candidate(content: str) -> str:
-    """A cheap normal form used only to de-duplicate boxes (equivalence is math-verify's job)."""
-    s = re.sub(r"\s+", "", content)
-    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\left", "").replace("\\right", "")
-    return s.rstrip(".,;")
 
 
 _ANSWER_LINE_RE = re.compile(

@@ -40,6 +40,7 @@ from __future__ import annotations
 import inspect
 from collections import Counter
 
+from reward_plugins._answer_form import answer_key
 from reward_plugins._text import (
     answer_line,
     answer_part,
@@ -48,7 +49,7 @@ from reward_plugins._text import (
     find_boxes,
     is_layout,
     log_counts,
-    normalize_candidate,
+    unwrap_boxes,
 )
 
 _MAX_DISTINCT_BOXES = 8  # more distinct boxes than this is hedging, whatever they hold
@@ -100,7 +101,10 @@ class BoxedMathReward:
 
     # -- one answer -> the candidates to check (pure text, in this process) --------------------------------
     def candidates(self, text: str) -> tuple[str, ...] | str:
-        """The distinct boxed answers of ``text`` (final last), or the reason it scores 0 without a check."""
+        """The distinct boxed answers of ``text`` (final last), or the reason it scores 0 without a check.
+
+        Every box counts, also one inside another (``\\boxed{\\boxed{3}} \\boxed{4}`` holds 3 three times and 4
+        once); the final answer is the last top-level box, with the boxes inside it unwrapped."""
         if self.prefilled:  # the prompt ended with <think>: the completion starts inside the reasoning
             text = f"<{self.think_tag}>" + text
         part = answer_part(text, f"</{self.think_tag}>", f"<{self.think_tag}>")
@@ -109,20 +113,29 @@ class BoxedMathReward:
         boxes = find_boxes(part, self.max_answer_chars)
         if any(b.content is None for b in boxes):
             return "rejected"
-        contents = [b.content.strip() for b in boxes if not is_layout(b.content)]
-        if not contents and self.answer_line:
-            line = answer_line(part, self.max_answer_chars)
-            contents = [line] if line else []
-        if not contents:
-            return "no_box"
+        contents, final = [], None
+        for box in boxes:
+            unwrapped = unwrap_boxes(box.content, self.max_answer_chars)
+            if unwrapped is None:
+                return "rejected"
+            outer, inner = unwrapped
+            answers = [c.strip() for c in (outer, *inner) if not is_layout(c)]
+            contents += answers
+            if not is_layout(outer):
+                final = outer.strip()
+        if final is None and self.answer_line and not contents:
+            final = answer_line(part, self.max_answer_chars)
+            contents = [final] if final else []
+        if final is None:
+            return "hedged" if contents else "no_box"  # boxes inside a layout box: answers, none of them final
         seen: dict[str, str] = {}
         for c in contents:
-            seen.setdefault(normalize_candidate(c), c)
-        final_key = normalize_candidate(contents[-1])
+            seen.setdefault(answer_key(c), c)
+        final_key = answer_key(final)
         others = [c for k, c in seen.items() if k != final_key]
         if len(others) >= _MAX_DISTINCT_BOXES:
             return "hedged"
-        return (*others, contents[-1])
+        return (*others, final)
 
     def __call__(self, prompts=None, completions=None, **kwargs) -> list[float | None]:
         if completions is None:

@@ -239,9 +239,9 @@ def test_numeric_probe_is_only_a_shortcut(reward):
     from reward_plugins import _math_check as mc
 
     gold = mc.parse_gold("x^2+33x-33")
-    assert mc._surely_different(gold, mc._parse_pred("37"))
-    assert mc._surely_different(gold, mc._parse_pred("(x-2)^2"))
-    assert not mc._surely_different(gold, mc._parse_pred("x(x+33)-33"))
+    assert mc._surely_different(gold, mc._parse_whole("37"))
+    assert mc._surely_different(gold, mc._parse_whole("(x-2)^2"))
+    assert not mc._surely_different(gold, mc._parse_whole("x(x+33)-33"))
     out = reward(None, [r"\boxed{x(x+33)-33}", r"\boxed{37}", r"\boxed{odd}", r"\boxed{(x+1)^2}"],
                  answer=["x^2+33x-33", "x^2+33x-33", r"\text{odd}", "x^2+2x+1"])
     assert out == [1.0, 0.0, 1.0, 1.0]
@@ -255,3 +255,113 @@ def test_prefilled_prompt_needs_closed_reasoning():
     answers = ["7", "7"]
     assert plain(completions=completions, answer=answers) == [1.0, 1.0]
     assert prefilled(completions=completions, answer=answers) == [0.0, 1.0]
+
+
+# -- hedging: every box, at any depth, and everything in a box must be one answer -----------------------------
+
+@pytest.mark.parametrize(
+    "completion, gold",
+    [
+        (r"\boxed{\boxed{3}} \boxed{4}", "3"),  # a box inside a box is a box
+        (r"\boxed{5 \boxed{12}}", "12"),
+        (r"\boxed{5\fbox{12}}", "12"),
+        (r"\framebox{4} \boxed{3}", "3"),  # other box commands are boxes
+        (r"\boxed{3} \boxed \sqrt{2}", "3"),  # a box whose content cannot be told
+        (r"\boxed{3 \text{ (or 4)}}", "3"),  # text that is not part of the answer
+        (r"\boxed{12 \text{ or four}}", "12"),
+        (r"\boxed{12\mbox{ or 5}}", "12"),
+        (r"\boxed{12\mathrm{ or 5}}", "12"),
+        (r"\boxed{12 \text{ (maybe) } 5 \text{ cm}}", "12"),
+        (r"\boxed{4:30 \text{ a.m.}}", r"4:30\text{ p.m.}"),
+        (r"\boxed{3 = 4}", "4"),  # an equation asserts one value
+        (r"\boxed{x = 4 = 3}", "3"),
+        (r"\boxed{x=5\quad x=12}", "12"),
+        (r"\boxed{5 \equiv 12}", "12"),
+        (r"\boxed{3 \approx 4}", "3"),  # an approximation must approximate
+        (r"\boxed{x = 3 \approx 4}", "3"),
+        (r"\boxed{3 ~= 4}", "3"),
+        (r"\boxed{7 \\ \frac{1}{2}}", HALF),  # a fragment never stands for the whole box
+        (r"\boxed{\begin{cases}7\\\frac{1}{2}\end{cases}}", HALF),
+        (r"\boxed{7\relax \frac{1}{2}}", HALF),
+        (r"\boxed{\overset{\frac{1}{2}}{7}}", HALF),
+        (r"\boxed{12_{5}}", "12"),  # a subscript on a numeral is a base
+    ],
+)
+def test_hedged_boxes_score_zero(reward, completion, gold):
+    assert score(reward, completion, gold=gold) == 0.0
+
+
+def test_equal_answers_up_to_text_wrapping_spacing_and_case(reward):
+    pm = r"4:30\text{ p.m.}"
+    for answer in (r"\text{4:30 p.m.}", r"4:30 \text{pm}", r"4:30\text{ P.M.}", r"4:30\mbox{ p.m.}", r"\text{4:30 PM}"):
+        assert score(reward, rf"\boxed{{{answer}}}", gold=pm) == 1.0, answer
+    assert score(reward, r"\boxed{4:30\text{ p.m.}}", gold=r"\text{4:30 p.m.}") == 1.0
+    assert score(reward, r"\boxed{5:30\text{ p.m.}}", gold=pm) == 0.0
+    assert score(reward, r"\boxed{\text{Evelyn}}", gold=r"\text{evelyn}") == 1.0
+    assert score(reward, r"\boxed{\text{(B)}}", gold="B") == 1.0
+    assert score(reward, r"\boxed{15\,\text{cm}^{2}}", gold=r"15\mbox{ cm}^2") == 1.0
+    assert score(reward, r"\boxed{15\text{ m}^{2}}", gold=r"15\mbox{ cm}^2") == 0.0  # another unit
+
+
+def test_one_answer_in_its_usual_forms_still_scores(reward):
+    """The rules refuse a second value, not the ways one value is written (these passed before them too)."""
+    for completion, gold in [
+        (r"\boxed{x = 3}", "3"), (r"\boxed{x = 2 + 1 = 3}", "3"), (r"\boxed{\frac{1}{3} \approx 0.33}", r"\frac13"),
+        (r"\boxed{x \approx 11}", "11"), (r"\boxed{3\text{ cm}}", "3"), (r"\boxed{1\,234}", "1234"),
+        (r"\boxed{8 \text{ and } 6}", r"6 \text{ and } 8"), (r"\boxed{1011_2}", "1011_2"),
+        (r"\boxed{\boxed{3}}", "3"), (r"\boxed{1 - \frac{1}{\mathrm{e}}}", r"1 - \frac{1}{\mathrm{e}}"),
+    ]:
+        assert score(reward, completion, gold=gold) == 1.0, completion
+
+
+# A composition of the gold G with another value O: in one box (joined, wrapped, hidden) or in another box.
+_JOINERS = [",", ";", r"\text{ or }", r"\text{or}", " or ", r"\lor", r"\vee", r"\quad", r"\;", r"\\", "&", "|",
+            r"\text{ and }", "=", r"\equiv", r"\neq", r"\le", r"\to", r"\Rightarrow", r"\mid", "~", r"\pm", ":="]
+_WRAPPERS = [
+    r"{G}\text{{ (or {O})}}", r"\text{{{G} or {O}}}", r"{G}\mbox{{ or {O}}}", r"{G}\mathrm{{ or {O}}}",
+    r"{G}\textbf{{ (not {O})}}", r"{G} \text{{ cm}} {O}", r"{G}\phantom{{{O}}}", r"\overset{{{O}}}{{{G}}}",
+    r"{G}_{{{O}}}", r"{G}^{{\text{{or }}{O}}}", r"{G}\tag{{{O}}}", r"\begin{{cases}}{G}\\{O}\end{{cases}}",
+    r"{G} \pmod{{{O}}}", r"{G}\color{{white}}{O}", r"\cancel{{{O}}}{G}", r"x = {G} = {O}", r"x = {O} = {G}",
+    r"{G} \approx {O}", r"x = {G} \approx {O}", r"{G}\;{O}",
+]
+_ARRANGEMENTS = [
+    r"\boxed{{{G}}} \boxed{{{O}}}", r"\boxed{{{O}}} \boxed{{{G}}}", r"\boxed{{\boxed{{{G}}}}} \boxed{{{O}}}",
+    r"\boxed{{{G} \boxed{{{O}}}}}", r"\boxed{{\boxed{{{O}}} {G}}}", r"\fbox{{{O}}} \boxed{{{G}}}",
+    r"\framebox[2cm]{{{O}}} \boxed{{{G}}}", r"\colorbox{{white}}{{{O}}} \boxed{{{G}}}",
+    r"\boxed{{{G}}} \boxed{{\text{{{O}}}}}", r"\boxed{{{G}}}\boxed{{}}\boxed{{{O}}}",
+]
+_ACCEPTED = [r"\boxed{{{G}}}", r"\boxed{{\boxed{{{G}}}}}", r"\fbox{{{G}}}", r"So it is $\boxed{{ {G} }}$.",
+             r"\boxed{{x = {G}}}", r"\boxed{{{G}\text{{ cm}}}}", r"\boxed{{{G}}} so \boxed{{{G}}}",
+             r"\boxed{{{G}}}\boxed{{}}", r"\boxed{{\displaystyle {G}}}", r"<think>\boxed{{{O}}}</think> \boxed{{{G}}}"]
+
+
+def _number():
+    from hypothesis import strategies as st
+
+    integers = st.integers(1, 10**6).map(lambda n: (str(n), float(n)))
+    decimals = st.tuples(st.integers(0, 999), st.integers(1, 99)).map(lambda t: (f"{t[0]}.{t[1]:02d}", t[0] + t[1] / 100))
+    fractions = st.tuples(st.integers(1, 99), st.integers(2, 9)).filter(lambda t: t[0] % t[1]).map(
+        lambda t: (rf"\frac{{{t[0]}}}{{{t[1]}}}", t[0] / t[1]))
+    return st.one_of(integers, decimals, fractions)
+
+
+def test_property_no_composition_of_the_gold_with_another_value_scores(reward):
+    """Whatever G and O (at least 1 apart, so that O is not a rounding of G): every composition scores 0, and
+    the plain gold in each accepted wrapping scores 1."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(gold=_number(), other=_number())
+    def check(gold, other):
+        (g, g_value), (o, o_value) = gold, other
+        if abs(g_value - o_value) < 1:
+            return
+        hedges = [rf"\boxed{{{g} {j} {o}}}" for j in _JOINERS] + [rf"\boxed{{{o} {j} {g}}}" for j in _JOINERS]
+        hedges += [r"\boxed{" + w.format(G=g, O=o) + "}" for w in _WRAPPERS]
+        hedges += [a.format(G=g, O=o) for a in _ARRANGEMENTS]
+        accepted = [a.format(G=g, O=o) for a in _ACCEPTED]
+        out = reward(None, hedges + accepted, answer=[g] * (len(hedges) + len(accepted)))
+        assert [c for c, r in zip(hedges, out) if r != 0.0] == []
+        assert [c for c, r in zip(accepted, out[len(hedges):]) if r != 1.0] == []
+
+    check()

@@ -160,3 +160,41 @@ def test_kl_term_uses_reference_log_probs_of_kept_rows(tiny_model_dir):
     assert all((a != 0).all() for a in seen)
     kl = [h["kl"] for h in trainer.state.log_history if "kl" in h]
     assert len(kl) == 2 and all(k >= 0 for k in kl)
+
+
+def _checkpointing_trainer(tiny_model_dir, tmp_path, **overrides):
+    from loss_harness import make_trainer
+
+    settings = dict(dynamic_sampling=True, per_device_train_batch_size=8, max_completion_length=8,
+                    output_dir=str(tmp_path), save_strategy="steps", save_steps=1, max_steps=1)
+    settings.update(overrides)
+    return make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], **settings)
+
+
+def test_prompt_stream_state_is_in_the_checkpoint_before_any_other_file(tiny_model_dir, tmp_path, monkeypatch):
+    """A crash at the first write of a checkpoint (the model) leaves the stream's position, whole, already there."""
+    import json
+
+    from trl_rlvr.trainer import RLVRTrainer
+
+    def crash(self, *args, **kwargs):
+        raise RuntimeError("killed while saving the model")
+
+    monkeypatch.setattr(RLVRTrainer, "save_model", crash)
+    trainer = _checkpointing_trainer(tiny_model_dir, tmp_path)
+    with pytest.raises(RuntimeError, match="killed while saving"):
+        trainer.train()
+    folder = tmp_path / "checkpoint-1"
+    assert sorted(p.name for p in folder.iterdir()) == ["rlvr_prompt_stream.json"]  # no temporary file left
+    assert json.loads((folder / "rlvr_prompt_stream.json").read_text()) == trainer._prompt_stream.state_dict()
+
+
+def test_resume_from_a_checkpoint_without_the_prompt_stream_state_warns(tiny_model_dir, tmp_path, caplog):
+    _checkpointing_trainer(tiny_model_dir, tmp_path).train()
+    (tmp_path / "checkpoint-1" / "rlvr_prompt_stream.json").unlink()
+    resumed = _checkpointing_trainer(tiny_model_dir, tmp_path, max_steps=2)
+    with caplog.at_level(logging.WARNING, logger="trl_rlvr.trainer"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+    warning = [r.getMessage() for r in caplog.records if "rlvr_prompt_stream.json" in r.getMessage()]
+    assert len(warning) == 1 and "restarts from the beginning" in warning[0]
+    assert warning[0].count(str(tmp_path / "checkpoint-1")) == 1

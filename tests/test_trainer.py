@@ -132,3 +132,27 @@ def test_success_reward_defaults_to_the_correctness_verifier(tiny_model_dir):
     trainer = make_trainer(tiny_model_dir, reward_funcs=["think_format", "boxed_math"])
     assert trainer.reward_func_names[trainer._success_index] == "boxed_math"
     assert make_trainer(tiny_model_dir, reward_funcs=[even_length, "think_format"])._success_index == 0
+
+
+def test_require_finite_rewards_names_the_function_and_the_row():
+    from trl_rlvr.trainer import require_finite_rewards
+
+    names = ["accuracy", "spiky"]
+    nan = float("nan")
+    require_finite_rewards(torch.tensor([[1.0, nan], [nan, 0.5], [0.0, -2.0]]), names)  # NaN: "not scored", allowed
+    for bad in (float("inf"), float("-inf")):
+        rewards = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, bad], [bad, 1.0]])
+        with pytest.raises(ValueError, match=r"reward function 'spiky' returned -?inf for row 2 .*2 non-finite rewards"):
+            require_finite_rewards(rewards, names)
+
+
+def test_an_infinite_reward_stops_training_naming_the_function(tiny_model_dir):
+    """One inf reward used to become NaN or all-zero advantages without an error."""
+
+    def spiky(completions, **kwargs):
+        return [float("inf")] + [0.0] * (len(completions) - 1)
+
+    trainer = make_trainer(tiny_model_dir, reward_funcs=[even_length, spiky], per_device_train_batch_size=8,
+                           max_completion_length=8, scale_rewards="none")
+    with pytest.raises(ValueError, match="reward function 'spiky' returned inf for row 0"):
+        trainer.train()

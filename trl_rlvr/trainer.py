@@ -134,6 +134,7 @@ class RLVRTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        require_finite_rewards(rewards_per_func, self.reward_func_names)  # gathered: every rank raises alike
         self._batch_rewards = self._total_rewards(rewards_per_func)
         self._log_rollout_metrics(rewards_per_func, completion_ids_list)
         return rewards_per_func
@@ -272,18 +273,27 @@ class RLVRTrainer(GRPOTrainer):
                 return self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, **kwargs)[0]
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        # The prompt stream's position is written first, atomically: a checkpoint whose model, optimizer or
+        # trainer state exists (and which rotation may keep as the last one) always has it.
         if self._prompt_stream is not None and self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            with open(os.path.join(folder, PROMPT_STREAM_STATE_FILE), "w") as f:
-                json.dump(self._prompt_stream.state_dict(), f)
+            write_json_atomically(os.path.join(folder, PROMPT_STREAM_STATE_FILE), self._prompt_stream.state_dict())
+        super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        path = os.path.join(checkpoint, PROMPT_STREAM_STATE_FILE) if checkpoint else None
-        if self._prompt_stream is not None and path and os.path.exists(path):
+        if self._prompt_stream is None or not checkpoint:
+            return
+        path = os.path.join(checkpoint, PROMPT_STREAM_STATE_FILE)
+        if os.path.exists(path):
             with open(path) as f:
                 self._prompt_stream.load_state_dict(json.load(f))
+        else:
+            logger.warning(
+                "dynamic sampling: the checkpoint %s has no %s (written by an older trl-rlvr, or not by "
+                "RLVRTrainer): the prompt stream restarts from the beginning of the dataset, so prompts already "
+                "trained on are drawn again", checkpoint, PROMPT_STREAM_STATE_FILE,
+            )
 
     def _log_rollout_metrics(self, rewards_per_func: torch.Tensor, completion_ids_list) -> None:
         """Gather lengths and truncation flags (the rewards are already global) and log the rlvr/ diagnostics."""
@@ -378,6 +388,43 @@ class _SkipEmptyUpdates(TrainerCallback):
             for g, lr in zip(self.trainer.optimizer.param_groups, self.saved_lrs, strict=True):
                 g["lr"] = lr
             self.saved_lrs = None
+
+
+def require_finite_rewards(rewards_per_func: torch.Tensor, reward_func_names: list[str]) -> None:
+    """Raise if a reward function returned +-inf (NaN is TRL's "not scored by this function", from ``None``).
+
+    An infinite reward does not fail by itself: it becomes NaN advantages (``scale_rewards="none"``) or
+    silently zeroes every other answer's advantage (a std of inf), and dynamic sampling keeps such a group as
+    informative. It is a bug of the reward function, so training stops here, naming it and the row (in the
+    batch gathered over processes), rather than masking it as ``None``, which would change the objective
+    without anyone noticing."""
+    bad = torch.isinf(rewards_per_func)
+    if not bad.any():
+        return
+    row, col = (int(i) for i in bad.nonzero()[0])
+    count = int(bad.sum())
+    raise ValueError(
+        f"reward function {reward_func_names[col]!r} returned {rewards_per_func[row, col].item()} for row {row} of "
+        f"the generation batch ({count} non-finite reward{'s' if count > 1 else ''} in all); rewards must be "
+        "finite numbers, or None for an answer the function does not score"
+    )
+
+
+def write_json_atomically(path: str, data) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file in the same folder and ``os.replace``: a reader
+    (or a crash) sees the old file or the whole new one, never a part. Creates the folder if needed."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def _loss_mask(batch: dict) -> torch.Tensor:
