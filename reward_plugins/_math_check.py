@@ -17,6 +17,7 @@ math-verify's ``verify`` compare it with the gold.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 from collections import OrderedDict
@@ -93,13 +94,19 @@ def parse_gold(gold: str) -> list:
     return parsed
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_whole_cached(latex: str) -> tuple:
+    try:
+        return tuple(_math_verify()[2](latex))
+    except Exception:  # noqa: BLE001 - the parser's errors are many and untyped
+        return ()
+
+
 def _parse_whole(latex: str) -> list:
     """An answer's LaTeX parsed as ONE expression (``[expr, normalised text]``); ``[]`` when it does not parse.
-    Unlike ``math_verify.parse``, nothing is extracted from it: no fragment can stand for the whole."""
-    try:
-        return _math_verify()[2](latex)
-    except Exception:  # noqa: BLE001 - the parser's errors are many and untyped
-        return []
+    Unlike ``math_verify.parse``, nothing is extracted from it: no fragment can stand for the whole. Cached per
+    worker: a group's answers often repeat (as math-verify caches its own parses)."""
+    return list(_parse_whole_cached(latex))
 
 
 _PROBES = (0.6180339887, 1.4142135623, -0.7071067811, 2.7182818284)
@@ -293,3 +300,4 @@ def warm() -> None:
         except Exception:  # noqa: BLE001
             pass
     _GOLD_CACHE.clear()
+    _parse_whole_cached.cache_clear()
