@@ -42,7 +42,8 @@ def _math_verify():
 
         for name in ("math_verify", "math_verify.parser", "math_verify.grader"):
             logging.getLogger(name).setLevel(logging.CRITICAL)  # "timeout disabled" warnings: intended
-        # the gold's config (NormalizationConfig(units=True), as TRL uses, breaks "\\frac12")
+        # the gold's config: math-verify's own for LaTeX (a bare NormalizationConfig(units=True), as TRL uses,
+        # breaks "\\frac12")
         config = [LatexExtractionConfig(boxed_match_priority=0)]
         # an answer's: the same normalisation, except that units are not dropped (_answer_form has done it, by
         # rule; math-verify's rule drops all from the first \\text{ on) and nested boxes are not looked for
@@ -260,7 +261,7 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
             other_status, form = verdict(other)
             if other_status != "correct":
                 return "hedged"
-    elif len(candidates) > 1 and status == "wrong":
+    elif len(candidates) > 1 and status == "wrong" and not final_form.approx:
         # A multi-part answer boxed part by part (\boxed{1} and \boxed{2} for the gold {1, 2}): the boxes
         # together must equal the gold exactly, so this never rewards a list that merely contains it.
         for other in candidates[:-1]:
