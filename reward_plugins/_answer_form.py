@@ -84,7 +84,7 @@ _PERCENT_WORDS = frozenset({"%", "percent", "percentage", "pct"})
 
 _TEXT_RE = re.compile(r"\\([A-Za-z]+)(?![A-Za-z])\s*")
 _COMMAND_RE = re.compile(r"\\([A-Za-z]+|.)")
-_QUANTITY_RE = re.compile(r"^\s*(-?\d[\d,:.]*)\s*(.*?)\s*$", re.DOTALL)
+_QUANTITY_RE = re.compile(r"(-?\d[\d,:.]*)\s*(.*)", re.DOTALL)
 _TEXT_CHARS_RE = re.compile(r"^[A-Za-z0-9\s.,:;'()/%°\-]*$")
 _UNIT_TEXT_RE = re.compile(r"^[a-z°][a-z°\s./-]*$")
 _APPROX_RE = re.compile(r"\\approx(?![A-Za-z])|\\thickapprox(?![A-Za-z])|≈|~=")
@@ -92,11 +92,10 @@ _DECIMAL_RE = re.compile(r"^-?\d+(?:\.\d+)?$")
 _NUMERAL_SUBSCRIPT_RE = re.compile(r"\d\s*_\s*")
 #: The exponent of a dropped unit (``\\text{cm}^2``), dropped with it.
 _EXPONENT_RE = re.compile(r"^\s*\^\s*(?:\{\s*[23]\s*\}|[23])")
-_BARE_UNITS_RE = re.compile(r"(?<=[\d}\s])\s*((?:[A-Za-z]{2,}\s*)+)$")
 _LETTER_DOT_RE = re.compile(r"(?<=[a-z])\.")
 _DOUBLED_BACKSLASH_RE = re.compile(r"\\\\(?=[A-Za-z])")
 _DOLLAR_RE = re.compile(r"(?<!\\)\$")
-_PERCENT_RE = re.compile(r"\s*(?<!\\)%")
+_PERCENT_RE = re.compile(r"(?<!\\)%")
 _FONT_SYMBOL_RE = re.compile(r"\{[A-Za-z]\}")
 _ADJACENT_DIGITS_RE = re.compile(r"(?<=[\d})\]])((?:\s|\\[,;: ]|\\q?quad(?![A-Za-z])|~)+)(?=\d)")
 _THOUSANDS_SEPARATOR_RE = re.compile(r"\s*(?:\\[,; ]|~|\s)\s*")
@@ -130,7 +129,7 @@ def _pieces(content: str) -> list[_Piece] | None:
             continue
         if m.end() >= len(content) or content[m.end()] != "{":
             return None  # \text 3: an argument without braces
-        text, end, reason = _scan_group(content, m.end(), len(content))
+        text, end, _ = _scan_group(content, m.end(), len(content))
         if text is None:
             return None
         pieces.append(_Piece("math", content[pos : m.start()]))
@@ -145,7 +144,7 @@ def _pieces(content: str) -> list[_Piece] | None:
 
 def _quantity(text: str) -> tuple[str, str]:
     """A text that starts with a number (``4:30 p.m.``): (the number, the rest); else ("", the text)."""
-    m = _QUANTITY_RE.match(text)
+    m = _QUANTITY_RE.fullmatch(text.strip())
     if m and m.group(2) and re.search(r"[A-Za-z]", m.group(2)):
         return m.group(1), m.group(2)
     return "", text
@@ -252,6 +251,23 @@ def _text_as_math(text: str, gold: GoldText) -> str | None:
     return None
 
 
+def _trailing_words(math: str) -> int | None:
+    """Where the words of two letters or more that end ``math`` begin (``5 square feet``), after a numeral, a
+    brace or a space; ``None`` if there are none. (A scan from the end: linear, where a regex backtracks.)"""
+    i, start = len(math.rstrip()), None
+    while True:
+        j = i
+        while j > 0 and math[j - 1].isascii() and math[j - 1].isalpha():
+            j -= 1
+        if i - j < 2 or j == 0:
+            return start
+        if math[j - 1].isdigit() or math[j - 1] in "}" or math[j - 1].isspace():
+            start = j
+        if not math[j - 1].isspace():
+            return start
+        i = len(math[:j].rstrip())
+
+
 def _environments_allowed(math: str) -> bool:
     environments = re.findall(r"\\(?:begin|end)\s*\{([^{}]*)\}", math)
     if any(env.strip() not in _MATRIX_ENVIRONMENTS for env in environments):
@@ -341,11 +357,11 @@ def read_form(content: str, gold: GoldText) -> Form:
             math += f" {number}{replacement} "
             dropped_unit = replacement == ""
     math = _DOLLAR_RE.sub(" ", math)  # math delimiters inside the box
-    math = _PERCENT_RE.sub(r"\\%", math)  # 28 %: a percent sign (the parser reads a bare % as a comment)
+    math = "\\%".join(part.rstrip() for part in _PERCENT_RE.split(math))  # 28 %: a percent sign, not a comment
     math = re.sub(r",(?:\s*,)+", ",", math)  # 19, 46, \text{and} 82: the connective after a comma adds nothing
-    bare = _BARE_UNITS_RE.search(math)
-    if bare and math[: bare.start()].strip() and _text_as_math(bare.group(1), gold) == "":
-        math = math[: bare.start()]  # 5 feet: a unit written without \text
+    start = _trailing_words(math)
+    if start is not None and math[:start].strip() and _text_as_math(math[start:], gold) == "":
+        math = math[:start]  # 5 feet: a unit written without \text
     math = _join_digit_groups(math)
     if math is None:
         return Form(refused="hedged")

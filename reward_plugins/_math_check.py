@@ -17,6 +17,7 @@ math-verify's ``verify`` compare it with the gold.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 from collections import OrderedDict
@@ -41,7 +42,8 @@ def _math_verify():
 
         for name in ("math_verify", "math_verify.parser", "math_verify.grader"):
             logging.getLogger(name).setLevel(logging.CRITICAL)  # "timeout disabled" warnings: intended
-        # the gold's config (NormalizationConfig(units=True), as TRL uses, breaks "\\frac12")
+        # the gold's config: math-verify's own for LaTeX (a bare NormalizationConfig(units=True), as TRL uses,
+        # breaks "\\frac12")
         config = [LatexExtractionConfig(boxed_match_priority=0)]
         # an answer's: the same normalisation, except that units are not dropped (_answer_form has done it, by
         # rule; math-verify's rule drops all from the first \\text{ on) and nested boxes are not looked for
@@ -93,13 +95,19 @@ def parse_gold(gold: str) -> list:
     return parsed
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_whole_cached(latex: str) -> tuple:
+    try:
+        return tuple(_math_verify()[2](latex))
+    except Exception:  # noqa: BLE001 - the parser's errors are many and untyped
+        return ()
+
+
 def _parse_whole(latex: str) -> list:
     """An answer's LaTeX parsed as ONE expression (``[expr, normalised text]``); ``[]`` when it does not parse.
-    Unlike ``math_verify.parse``, nothing is extracted from it: no fragment can stand for the whole."""
-    try:
-        return _math_verify()[2](latex)
-    except Exception:  # noqa: BLE001 - the parser's errors are many and untyped
-        return []
+    Unlike ``math_verify.parse``, nothing is extracted from it: no fragment can stand for the whole. Cached per
+    worker: a group's answers often repeat (as math-verify caches its own parses)."""
+    return list(_parse_whole_cached(latex))
 
 
 _PROBES = (0.6180339887, 1.4142135623, -0.7071067811, 2.7182818284)
@@ -253,7 +261,7 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
             other_status, form = verdict(other)
             if other_status != "correct":
                 return "hedged"
-    elif len(candidates) > 1 and status == "wrong":
+    elif len(candidates) > 1 and status == "wrong" and not final_form.approx:
         # A multi-part answer boxed part by part (\boxed{1} and \boxed{2} for the gold {1, 2}): the boxes
         # together must equal the gold exactly, so this never rewards a list that merely contains it.
         for other in candidates[:-1]:
@@ -293,3 +301,4 @@ def warm() -> None:
         except Exception:  # noqa: BLE001
             pass
     _GOLD_CACHE.clear()
+    _parse_whole_cached.cache_clear()

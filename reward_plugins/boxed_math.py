@@ -1,6 +1,6 @@
 """``boxed_math``: 1.0 when the final boxed answer equals the gold (checked by math-verify), else 0.0.
 
-The answer is the LAST ``\\boxed{...}`` (or ``\\fbox{...}``) of the answer part: the text after the last
+The answer is the LAST top-level ``\\boxed{...}`` (or ``\\fbox{...}``, ...) of the answer part: the text after the last
 ``</think>`` when the completion has one (reasoning opened with ``<think>`` and never closed gives no
 answer), the whole completion otherwise. The gold (dataset column ``answer``, else ``solution``; see
 ``gold_column``) may be a bare answer (``\\frac{1}{2}``, ``3,\\!250``, ``x \\in [0,1)``) or a whole reference
@@ -8,9 +8,14 @@ solution, whose last box is then the gold.
 
 Against reward hacking:
 
-* hedging scores 0: every box of the answer part must hold an answer equal to the gold, so boxing several
-  different candidates gets nothing, while the same answer boxed twice (in any form) and layout boxes
-  (empty, spacing only, ``\\phantom{..}``) do not count against a right answer;
+* hedging scores 0: every box of the answer part, at any depth and drawn by any box command (``\\boxed``,
+  ``\\fbox``, ``\\framebox``, ``\\colorbox``, ``\\fcolorbox``), must hold an answer equal to the gold, so
+  boxing several different candidates gets nothing, while the same answer boxed twice (in any form) and
+  layout boxes (empty, spacing only, ``\\phantom{..}``) do not count against a right answer;
+* a box must state ONE answer, read whole (:mod:`reward_plugins._answer_form`): text that is not part of the
+  answer (``\\boxed{3 \\text{ (or 4)}}``), an equation or approximation asserting a second value
+  (``\\boxed{3 = 4}``, ``\\boxed{3 \\approx 4}``), numerals side by side (``\\boxed{3 \\; 4}``) or a command
+  the parser does not implement score 0, and a box is never scored from a fragment of it;
 * a boxed list that merely contains the gold (``\\boxed{1, 2, 3}`` for gold ``2``) scores 0 (math-verify
   compares the set with the number);
 * no boxed answer scores 0, unless ``answer_line=True`` and the last line reads ``The answer is: X``;
@@ -18,7 +23,11 @@ Against reward hacking:
   deadline (``timeout`` CPU seconds, at most 5x that in wall seconds) that works in any thread; a box
   longer than ``max_answer_chars``, an unbalanced box, a check that times out or raises all score 0 and
   are counted in the metrics ``boxed_math/{timeouts,errors,rejected}`` (through TRL's ``log_metric`` when
-  the trainer provides it), with ``no_box``, ``hedged`` and ``unparsed``.
+  the trainer provides it), with ``no_box``, ``hedged`` (two answers) and ``unparsed`` (a box the rules do not
+  read as one answer).
+
+Answers equal up to ``\\text{}`` wrapping, spacing and case of text are equal (``\\text{4:30 p.m.}``,
+``4:30\\text{ p.m.}``, ``4:30 \\text{PM}``).
 
 A gold that math-verify cannot parse gives ``None`` (TRL then ignores this reward for that row), counted as
 ``boxed_math/bad_gold``.

@@ -304,7 +304,8 @@ def test_equal_answers_up_to_text_wrapping_spacing_and_case(reward):
 
 
 def test_one_answer_in_its_usual_forms_still_scores(reward):
-    """The rules refuse a second value, not the ways one value is written (these passed before them too)."""
+    """The rules refuse a second value, not the ways one value is written (a thin-space grouping, 1\\,234, was
+    read as 1 x 234 before them; the others passed before too)."""
     for completion, gold in [
         (r"\boxed{x = 3}", "3"), (r"\boxed{x = 2 + 1 = 3}", "3"), (r"\boxed{\frac{1}{3} \approx 0.33}", r"\frac13"),
         (r"\boxed{x \approx 11}", "11"), (r"\boxed{3\text{ cm}}", "3"), (r"\boxed{1\,234}", "1234"),
