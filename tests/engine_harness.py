@@ -149,3 +149,30 @@ if __name__ == "__main__":
     rank = int(torch.distributed.get_rank()) if torch.distributed.is_initialized() else 0
     torch.save({"loss": loss, "dynamic": dynamic, "engine": {"loss": loss_engine, "dynamic": dynamic_engine}},
                f"{out}.rank{rank}.pt")
+
+
+# -- checks the engine tests share (run in the test process on what the ranks wrote) ---------------------------------
+def assert_gradient_is_the_reference(grads: dict, rows, model_dir) -> None:
+    """The rank's gradient of the fixed batch's optimizer step equals the formula's (per_batch_token)."""
+    from loss_harness import fixed_batch, reference_grads, select_rows
+    from tiny import load_tokenizer
+
+    assert rows.shape[0] == 8
+    want = reference_grads(model_dir, select_rows(fixed_batch(len(load_tokenizer(model_dir))), rows), "per_batch_token")
+    got = {plain_name(n): g for n, g in grads.items()}
+    assert set(got) == set(want)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-6, rtol=1e-5, msg=f"gradient of {name}")
+    assert max(g.abs().max().item() for g in want.values()) > 1e-3  # the check is not vacuous
+
+
+def assert_dynamic_sampling_in_lockstep(ranks: list[dict]) -> None:
+    """2 optimizer steps x 2 accumulation steps of informative rows, the same sampling rounds on both ranks."""
+    sizes = [[a.numel() for a in rank["dynamic"]["advantages"]] for rank in ranks]
+    assert sizes[0] == sizes[1] and len(sizes[0]) == 4
+    for rank in ranks:
+        assert all(a.numel() > 0 and (a != 0).all() for a in rank["dynamic"]["advantages"])
+    rounds = [[h["rlvr/sampling_rounds"] for h in r["dynamic"]["log_history"] if "rlvr/sampling_rounds" in h]
+              for r in ranks]
+    assert rounds[0] == rounds[1] and len(rounds[0]) == 2
+

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine_harness import assert_dynamic_sampling_in_lockstep, assert_gradient_is_the_reference
 from engine_launch import launch_on_cpu_with
-from loss_harness import fixed_batch, reference_grads, select_rows
-from tiny import load_tokenizer
 
 HARNESS = Path(__file__).parent / "engine_harness.py"
 
@@ -56,21 +55,9 @@ def test_gradient_equals_the_reference_under_zero(zero_ranks, tiny_model_dir):
     """per_batch_token, steps_per_generation 2, gradient accumulation 2: one optimizer step over the 8 rows."""
     _, ranks = zero_ranks
     (grads,), (rows,) = ranks[0]["loss"]["grads"], ranks[0]["loss"]["rows"]
-    assert rows.shape[0] == 8
-    batch = fixed_batch(len(load_tokenizer(tiny_model_dir)))
-    want = reference_grads(tiny_model_dir, select_rows(batch, rows), "per_batch_token")
-    assert set(grads) == set(want)
-    for name in want:
-        torch.testing.assert_close(grads[name], want[name], atol=1e-6, rtol=1e-5, msg=f"gradient of {name}")
-    assert max(g.abs().max().item() for g in want.values()) > 1e-3  # the check is not vacuous
+    assert_gradient_is_the_reference(grads, rows, tiny_model_dir)
 
 
 def test_dynamic_sampling_trains_two_steps_under_zero(zero_ranks):
     _, ranks = zero_ranks
-    sizes = [[a.numel() for a in rank["dynamic"]["advantages"]] for rank in ranks]
-    assert sizes[0] == sizes[1] and len(sizes[0]) == 4  # 2 optimizer steps x 2 accumulation steps, same on both
-    for rank in ranks:
-        assert all(a.numel() > 0 and (a != 0).all() for a in rank["dynamic"]["advantages"])
-    rounds = [[h["rlvr/sampling_rounds"] for h in r["dynamic"]["log_history"] if "rlvr/sampling_rounds" in h]
-              for r in ranks]
-    assert rounds[0] == rounds[1] and len(rounds[0]) == 2
+    assert_dynamic_sampling_in_lockstep(ranks)
