@@ -19,7 +19,7 @@ def _linear4bit(model):
     return [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
 
 
-def _load_4bit(model_dir, force_cpu_packing: bool):
+def _load_4bit(model_dir, force_cpu_packing: bool | None):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(
@@ -27,8 +27,9 @@ def _load_4bit(model_dir, force_cpu_packing: bool):
     )
     layers = _linear4bit(model)
     assert layers, "the tiny model has no 4-bit layers"
-    for module in layers:
-        setattr(module, CPU_PACKING_SWITCH, force_cpu_packing)
+    if force_cpu_packing is not None:  # None: as bitsandbytes set it for this CPU
+        for module in layers:
+            setattr(module, CPU_PACKING_SWITCH, force_cpu_packing)
     return model
 
 
@@ -42,9 +43,27 @@ def _eval_forward(model):
         model(torch.tensor([[7, 8, 9, 10]]))
 
 
-def test_forced_cpu_packing_really_packs_without_the_guard(tiny_model_dir):
-    """The premise: with the switch on, an eval forward without grad repacks the weights (any CPU)."""
-    model = _load_4bit(tiny_model_dir, force_cpu_packing=True)
+def _pack_as_an_eval_forward_does(model):
+    """The conversion Linear4bit.forward makes on its first eval forward without grad when the switch is on, called
+    directly: on a CPU without AVX512-BF16 the forward itself would go on into a kernel that CPU does not have."""
+    from bitsandbytes.functional import _convert_weight_packed_for_cpu
+
+    for m in _linear4bit(model):
+        assert getattr(m, CPU_PACKING_SWITCH)
+        m.weight.data, m.weight.quant_state = _convert_weight_packed_for_cpu(m.weight.data, m.weight.quant_state)
+
+
+def _has_avx512bf16() -> bool:
+    from bitsandbytes.functional import has_avx512bf16
+
+    return bool(has_avx512bf16())
+
+
+@pytest.mark.skipif(not _has_avx512bf16(), reason="the packed inference kernel needs a CPU with AVX512-BF16")
+def test_on_this_cpu_an_eval_forward_packs_without_the_guard(tiny_model_dir):
+    """The premise, where users meet it: bitsandbytes turns the switch on by itself and an eval forward packs."""
+    model = _load_4bit(tiny_model_dir, force_cpu_packing=None)
+    assert all(getattr(m, CPU_PACKING_SWITCH) for m in _linear4bit(model))
     _eval_forward(model)
     assert all(_packed(model))
 
@@ -53,7 +72,7 @@ def test_guard_turns_the_switch_off_and_unpacks(tiny_model_dir):
     model = _load_4bit(tiny_model_dir, force_cpu_packing=True)
     layer = _linear4bit(model)[0]
     original = layer.weight.data.clone()
-    _eval_forward(model)
+    _pack_as_an_eval_forward_does(model)
     assert all(_packed(model)) and layer.weight.data.shape != original.shape
     assert keep_4bit_weights_trainable(model) == len(_linear4bit(model))
     assert not any(_packed(model)) and not any(getattr(m, CPU_PACKING_SWITCH) for m in _linear4bit(model))
@@ -72,7 +91,7 @@ def test_qlora_trains_through_generation_on_the_avx512bf16_path(tiny_model_dir, 
 
     model = _load_4bit(tiny_model_dir, force_cpu_packing=True)
     if packed_before:  # e.g. the user evaluated the model before handing it to the trainer
-        _eval_forward(model)
+        _pack_as_an_eval_forward_does(model)
         assert all(_packed(model))
     trainer = make_trainer(
         tiny_model_dir,
