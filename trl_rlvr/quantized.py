@@ -1,6 +1,6 @@
 """4-bit (bitsandbytes) models that stay trainable on every x86 CPU.
 
-bitsandbytes >= 0.49 has a CPU inference layout for 4-bit weights. On a CPU with AVX512-BF16 (AMD Zen 4,
+bitsandbytes (0.50 here) has a CPU inference layout for 4-bit weights. On a CPU with AVX512-BF16 (AMD Zen 4,
 Intel Sapphire Rapids and later), the first ``Linear4bit`` forward in eval mode without grad (which is what
 TRL's generation is) repacks the module's weight in place (``quant_state.packing_format_for_cpu = True``,
 gated by the module attribute ``support_avx512bf16_for_cpu``). Every later forward, training included, then
