@@ -32,10 +32,6 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-# TRL 1.16's generation helper (trl.models.utils.unwrap_model_for_generation) reads a property transformers 5
-# deprecated; the notice is TRL's to act on, not the user's.
-warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
-
 from .advantages import group_advantages
 from .config import RLVRConfig
 from .losses import per_step_num_items
@@ -44,6 +40,9 @@ from .quantized import keep_4bit_weights_trainable
 from .sampling import ROW_KEYS, PromptStream, concat_rows, informative_rows, rows_per_process
 
 logger = logging.getLogger(__name__)
+# TRL 1.16's generation helper (trl.models.utils.unwrap_model_for_generation) reads a property transformers 5
+# deprecated; the notice is TRL's to act on, not the user's.
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 PROMPT_STREAM_STATE_FILE = "rlvr_prompt_stream.json"
 
 #: TRL metric -> the rlvr/ name it is re-published under.
