@@ -144,6 +144,8 @@ def test_cli_list_and_show(example_plugin):
     assert "timeout" in show.stdout and "answer_line" in show.stdout and "= 5.0" in show.stdout
     bad = _cli("rewards", "show", "boxed_mat")
     assert bad.returncode == 2 and "Did you mean 'boxed_math'" in bad.stderr
+    version = _cli("--version")
+    assert version.returncode == 0 and version.stdout.strip() == f"trl-rlvr {__import__('trl_rlvr').__version__}"
 
 
 @pytest.mark.slow

@@ -84,6 +84,7 @@ def test_grpo_config_is_refused_with_a_clear_error(tiny_model_dir):
         ({"overlong_buffer_length": 64, "max_completion_length": 32}, "overlong_buffer_length"),
         ({"overlong_buffer_length": 8, "overlong_penalty_factor": -1.0}, "overlong_penalty_factor"),
         ({"epsilon_high": -0.1}, "epsilon_high"),
+        ({"epsilon": 0.2, "epsilon_high": 0.1}, "epsilon_high (0.1) < epsilon (0.2)"),
         ({"scale_rewards": "std"}, "scale_rewards"),
         ({"max_sampling_rounds": -1}, "max_sampling_rounds"),
         ({"reward_options": "{not json"}, "reward_options"),

@@ -51,7 +51,10 @@ def _rewards_show(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from trl_rlvr import __version__
+
     parser = argparse.ArgumentParser(prog="trl-rlvr", description="RLVR on Hugging Face TRL.")
+    parser.add_argument("--version", action="version", version=f"trl-rlvr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     rewards = sub.add_parser("rewards", help="reward plugins (entry-point group trl_rlvr.rewards)")
     rsub = rewards.add_subparsers(dest="action", required=True)

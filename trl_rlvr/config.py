@@ -90,7 +90,7 @@ class RLVRConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Options for reward plugins named in reward_funcs, as a mapping plugin name -> keyword "
-            "arguments, e.g. {\"boxed_math\": {\"allow_answer_line\": true}} (a JSON string on the command line)."
+            "arguments, e.g. {\"boxed_math\": {\"answer_line\": true}} (a JSON string on the command line)."
         },
     )
     dynamic_sampling: bool = field(
@@ -187,6 +187,11 @@ class RLVRConfig(GRPOConfig):
             raise ValueError(f"epsilon must be >= 0, got {self.epsilon!r}")
         if self.epsilon_high is not None and not self.epsilon_high >= 0:
             raise ValueError(f"epsilon_high must be >= 0, got {self.epsilon_high!r}")
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            raise ValueError(
+                f"epsilon_high ({self.epsilon_high}) < epsilon ({self.epsilon}): clip-higher (DAPO) widens the upper "
+                "clip range, so epsilon_high must be >= epsilon (e.g. epsilon=0.2, epsilon_high=0.28)"
+            )
         if self.loss_constant is not None:
             if self.loss_normalization != "constant":
                 raise ValueError("loss_constant is only used with loss_normalization='constant'")
