@@ -14,6 +14,7 @@ Run directly (also under `accelerate launch`) to write the gradients of every op
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -110,18 +111,24 @@ def make_trainer(model_dir, reward_funcs=None, model=None, peft_config=None, **o
 FIXED_REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.0, 1.0, 1.0])
 
 
-def reference_advantages(rewards: torch.Tensor, baseline: str, scale_rewards: str, eps: float = 1e-4) -> torch.Tensor:
+def reference_advantages(rewards: torch.Tensor, baseline: str, scale_rewards: str, eps: float = 1e-4,
+                         group_size: int = GROUP_SIZE, dtype=torch.float32) -> torch.Tensor:
     """Advantages written out answer by answer: r_i minus the group mean (itself included) or the mean of the
-    others, divided by the group's population std ("group") or not at all ("none")."""
+    others, divided by the group's population std ("group") or not at all ("none"). NaN rewards (unscored) are
+    left out of every statistic and get 0, as does an answer with no scored other (leave-one-out)."""
     out = []
-    for group in rewards.double().view(-1, GROUP_SIZE).tolist():
-        mean = sum(group) / len(group)
-        std = (sum((r - mean) ** 2 for r in group) / len(group)) ** 0.5
+    for group in rewards.double().view(-1, group_size).tolist():
+        scored = [r for r in group if not math.isnan(r)]
+        mean = sum(scored) / len(scored) if scored else 0.0
+        std = (sum((r - mean) ** 2 for r in scored) / len(scored)) ** 0.5 if scored else 0.0
         for i, r in enumerate(group):
-            others = group[:i] + group[i + 1 :]
+            others = [x for j, x in enumerate(group) if j != i and not math.isnan(x)]
+            if math.isnan(r) or (baseline == "leave_one_out" and not others):
+                out.append(0.0)
+                continue
             a = r - (mean if baseline == "group_mean" else sum(others) / len(others))
             out.append(a / (std + eps) if scale_rewards == "group" else a)
-    return torch.tensor(out, dtype=torch.float32)
+    return torch.tensor(out, dtype=dtype)
 
 
 def run_trainer(model_dir, normalization: str, steps_per_generation: int = 2, grad_accum: int = 2,

@@ -4,7 +4,6 @@ reachable by the ordinary uids the workers run as (a fresh machine needs nothing
 import hashlib
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 

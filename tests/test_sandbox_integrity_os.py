@@ -18,7 +18,6 @@ import sys
 import pytest
 
 from reward_plugins.code_sandbox import code_sandbox
-from reward_plugins.code_sandbox.pool import Job
 
 sys.path.insert(0, os.path.dirname(__file__))
 import stdlib_probe  # noqa: E402
