@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -213,10 +212,11 @@ def _importable(python: str, module: str) -> bool:
     return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_port() -> int:
+    sys.path.insert(0, str(REPO / "tests"))  # the launch helper the tests use
+    from launch import free_port
+
+    return free_port()
 
 
 def check_command(name: str, model_dir: str, smoke: bool, vllm_python: str, out: Path) -> tuple[list[str], dict]:
@@ -232,7 +232,7 @@ def check_command(name: str, model_dir: str, smoke: bool, vllm_python: str, out:
             env.pop("ACCELERATE_USE_CPU", None)
         launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ZERO2_CONFIG),
                   "--num_processes", "1", "--mixed_precision", "no" if smoke else "bf16",
-                  "--main_process_port", str(free_port())]
+                  "--main_process_port", str(_free_port())]
         return [*launch, *own], env
     return [sys.executable, *own], env
 
