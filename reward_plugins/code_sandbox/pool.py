@@ -191,8 +191,6 @@ class _Worker:
                     if job.one_test:
                         passed = [all(passed)]
                 err = "void" if status != "ok" else ("program" if "load_error" in flags else None)
-                if reply.get("tester_died"):
-                    err = "internal"
                 return Outcome(passed, timeout=bool(reply.get("timeout")), error=err)
             cases = reply.get("cases")
             if type(cases) is not list or len(cases) != job.n:
