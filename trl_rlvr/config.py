@@ -13,11 +13,11 @@ from typing import Any
 
 from trl import GRPOConfig
 
-#: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
-_TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOConfig.__dataclass_fields__
-
 from .advantages import BASELINES
 from .shaping import validate_overlong
+
+#: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
+_TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOConfig.__dataclass_fields__
 
 #: `loss_normalization` -> the TRL `loss_type` whose aggregation is that normalisation (checked
 #: against an independent reference in tests/test_loss_normalization.py).
@@ -117,7 +117,7 @@ class RLVRConfig(GRPOConfig):
             "mean of its group, itself included) or 'leave_one_out' (RLOO, Ahmadian et al. 2024: the mean of the "
             "other G-1 answers, = G/(G-1) x (r_i - group mean); an unbiased policy gradient with "
             "scale_rewards='none', as in the paper and verl's 'rloo'). scale_rewards still applies on top.",
-            "choices": ["group_mean", "leave_one_out"],
+            "choices": list(BASELINES),
         },
     )
     dynamic_sampling_tolerance: float = field(
