@@ -287,7 +287,7 @@ def table(results: dict, smoke: bool, model: str) -> str:
 
 def tiny_model(workdir: Path) -> str:
     sys.path.insert(0, str(REPO / "tests"))
-    from tiny import build_tiny_model
+    from trl_rlvr.testing import build_tiny_model
 
     return str(build_tiny_model(workdir / "tiny", hidden_size=256))  # vLLM's CPU attention: head size 64
 

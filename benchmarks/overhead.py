@@ -2,7 +2,7 @@
 
     python benchmarks/overhead.py [--steps N] [--repeats R] [--completion-length L] [--json PATH]
 
-Both trainers run on the same tiny local model (tests/tiny.py: 2-layer Qwen2, hidden 64, built in a temporary
+Both trainers run on the same tiny local model (trl_rlvr/testing.py: 2-layer Qwen2, hidden 64, built in a temporary
 directory, no hub access), the same prompts, the same seed and equivalent settings:
 
 * A = ``GRPOTrainer`` with ``GRPOConfig(loss_type="dapo")``,
@@ -129,7 +129,7 @@ def run_once(kind: str, model_dir: str, opts) -> dict:
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from tiny import load_tokenizer
+    from trl_rlvr.testing import load_tokenizer
     from trl_rlvr import RLVRConfig, RLVRTrainer
 
     settings = dict(
@@ -233,7 +233,7 @@ def main(argv=None) -> dict:
     if opts.threads:
         torch.set_num_threads(opts.threads)
 
-    from tiny import build_tiny_model
+    from trl_rlvr.testing import build_tiny_model
 
     command = "python " + shlex.join([os.path.relpath(sys.argv[0], os.getcwd()) if argv is None else
                                       "benchmarks/overhead.py", *(sys.argv[1:] if argv is None else argv)])

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    """A tiny random Qwen2 + char tokenizer on local disk (see tests/tiny.py)."""
-    from tiny import build_tiny_model
+    """A tiny random Qwen2 + char tokenizer on local disk (see trl_rlvr/testing.py)."""
+    from trl_rlvr.testing import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))

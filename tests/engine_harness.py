@@ -155,7 +155,7 @@ if __name__ == "__main__":
 def assert_gradient_is_the_reference(grads: dict, rows, model_dir) -> None:
     """The rank's gradient of the fixed batch's optimizer step equals the formula's (per_batch_token)."""
     from loss_harness import fixed_batch, reference_grads, select_rows
-    from tiny import load_tokenizer
+    from trl_rlvr.testing import load_tokenizer
 
     assert rows.shape[0] == 8
     want = reference_grads(model_dir, select_rows(fixed_batch(len(load_tokenizer(model_dir))), rows), "per_batch_token")

@@ -87,7 +87,7 @@ def make_trainer(model_dir, reward_funcs=None, model=None, peft_config=None, **o
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from tiny import load_tokenizer
+    from trl_rlvr.testing import load_tokenizer
     from trl_rlvr import RLVRConfig, RLVRTrainer
 
     settings = dict(

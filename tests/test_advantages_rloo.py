@@ -10,7 +10,7 @@ import torch
 from launch import launch_on_cpu
 from loss_harness import FIXED_REWARDS, fixed_batch, reference_advantages, reference_grads, run_trainer, select_rows
 from test_loss_normalization import NORMALIZATIONS, assert_grads_equal
-from tiny import load_tokenizer
+from trl_rlvr.testing import load_tokenizer
 from trl_rlvr.advantages import group_advantages, zero_signal_groups
 
 HARNESS = Path(__file__).parent / "loss_harness.py"

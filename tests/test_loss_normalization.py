@@ -15,7 +15,7 @@ from loss_harness import (
     select_rows,
     strip_ddp_prefix,
 )
-from tiny import load_tokenizer
+from trl_rlvr.testing import load_tokenizer
 
 NORMALIZATIONS = ["per_answer", "per_batch_token", "constant"]
 HARNESS = Path(__file__).parent / "loss_harness.py"

@@ -155,7 +155,7 @@ def test_vanilla_grpo_trainer_with_registered_rewards(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from tiny import load_tokenizer
+    from trl_rlvr.testing import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))

@@ -116,7 +116,7 @@ def test_config_maps_normalizations_to_trl_loss_types():
 def test_overlong_switch_extends_reward_weights_without_touching_the_callers_config(tiny_model_dir, tmp_path):
     from datasets import Dataset
 
-    from tiny import load_tokenizer
+    from trl_rlvr.testing import load_tokenizer
     from trl_rlvr import RLVRConfig, RLVRTrainer
 
     args = RLVRConfig(str(tmp_path), bf16=False, report_to="none", per_device_train_batch_size=4, num_generations=4,

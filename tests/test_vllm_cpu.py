@@ -87,7 +87,7 @@ def train_with_vllm(model_dir, dynamic_sampling: bool) -> dict:
 
 @pytest.fixture(scope="module")
 def vllm_runs(tmp_path_factory):
-    from tiny import build_tiny_model
+    from trl_rlvr.testing import build_tiny_model
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default takes a large share of memory
     # vLLM's CPU attention wants head sizes from 32 up: 4 heads of 64.

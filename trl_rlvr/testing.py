@@ -1,4 +1,4 @@
-"""A tiny random causal LM and a character-level tokenizer, built locally (no hub access).
+"""Test helpers for trl-rlvr and its plugin authors: a tiny random causal LM and a character-level tokenizer, built locally (no hub access).
 
 ``build_tiny_model(path)`` writes a 2-layer Qwen2 (hidden 64) and its tokenizer to ``path``.
 Load the tokenizer with ``PreTrainedTokenizerFast.from_pretrained(path)`` (``AutoTokenizer``
