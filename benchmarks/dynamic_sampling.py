@@ -1,9 +1,9 @@
 """DAPO dynamic sampling on the length-bias toy: informative groups, answers generated, and time to 95% accuracy.
 
-    python benchmarks/dynamic_sampling.py [--seeds 3] [--max-updates 150] [--group-size 4] [--json PATH]
+    python -m benchmarks.dynamic_sampling [--seeds 3] [--max-updates 150] [--group-size 4] [--json PATH]
         [--replay-trl DIR]
 
-The task is the seed text's tabular toy (examples/length_bias_toy.py, imported, not copied): 16 questions, binary
+The task is the seed text's tabular toy (trl_rlvr/testing/length_bias_toy.py, imported, not copied): 16 questions, binary
 reward (1 when the first answer token is the question's answer), a table of logits starting at 0 (accuracy 1/5), one
 Adam step (lr 0.05) per generation batch of 16 prompts x G answers, GRPO loss (per-answer normalisation, group-std
 advantages), beta 0, temperature 1. Three learners, same seeds:
@@ -17,7 +17,7 @@ advantages), beta 0, temperature 1. Three learners, same seeds:
 the folder that contains its `trl/` package (its trainer then runs on the installed transformers/accelerate):
 
     pip download trl==1.13.0 --no-deps -d /tmp/trl113 && (cd /tmp/trl113 && unzip -q trl-1.13.0-py3-none-any.whl 'trl/*')
-    python benchmarks/dynamic_sampling.py --replay-trl /tmp/trl113
+    python -m benchmarks.dynamic_sampling --replay-trl /tmp/trl113
 
 Without it, (c) is reported as not run, with the import error.
 
@@ -60,8 +60,6 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
-sys.path.insert(0, str(ROOT))
 
 METHODS = {
     "a": "RLVRTrainer dynamic_sampling=True",
@@ -80,7 +78,7 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
 
-    from length_bias_toy import START, Q, LMAX, build_policy, build_tokenizer, question_answers
+    from trl_rlvr.testing.length_bias_toy import START, Q, LMAX, build_policy, build_tokenizer, question_answers
 
     G = a.group_size
     answers = question_answers(seed)
@@ -316,7 +314,7 @@ def main(argv=None):
         worker(a._worker, a, a._out)
         return None
 
-    command = "python benchmarks/dynamic_sampling.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.dynamic_sampling " + shlex.join(argv if argv is not None else sys.argv[1:])
     print(command, flush=True)
     t0 = time.perf_counter()
     tmp = tempfile.mkdtemp(prefix="dynamic_sampling_bench_")
@@ -332,7 +330,7 @@ def main(argv=None):
             if method == "c" and a.replay_trl:
                 env["PYTHONPATH"] = os.pathsep.join([str(Path(a.replay_trl).resolve()), env.get("PYTHONPATH", "")])
             out = os.path.join(tmp, f"{method}.json")
-            proc = subprocess.run([sys.executable, __file__, f"--_worker={method}", f"--_out={out}", *shared],
+            proc = subprocess.run([sys.executable, "-m", __spec__.name, f"--_worker={method}", f"--_out={out}", *shared],
                                   env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
             if os.path.exists(out):
                 results[method] = json.loads(Path(out).read_text())

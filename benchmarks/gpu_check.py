@@ -153,8 +153,7 @@ def check_zero2(model_dir: str, smoke: bool) -> dict:
     from trl_rlvr.models import load_model_and_tokenizer
 
     if smoke:  # accelerate only applies a DeepSpeed config to processes on an accelerator (tests/engine_launch.py)
-        sys.path.insert(0, str(REPO / "tests"))
-        from engine_launch import allow_engines_on_cpu
+        from tests.engine_launch import allow_engines_on_cpu
 
         allow_engines_on_cpu()
     answers, group, tokens = shape = shapes(smoke)["zero2"]
@@ -213,8 +212,7 @@ def _importable(python: str, module: str) -> bool:
 
 
 def _free_port() -> int:
-    sys.path.insert(0, str(REPO / "tests"))  # the launch helper the tests use
-    from launch import free_port
+    from tests.launch import free_port  # the launch helper the tests use
 
     return free_port()
 
@@ -286,7 +284,6 @@ def table(results: dict, smoke: bool, model: str) -> str:
 
 
 def tiny_model(workdir: Path) -> str:
-    sys.path.insert(0, str(REPO / "tests"))
     from trl_rlvr.testing import build_tiny_model
 
     return str(build_tiny_model(workdir / "tiny", hidden_size=256))  # vLLM's CPU attention: head size 64
@@ -304,7 +301,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.run_check:  # inside one check's own process
-        sys.path.insert(0, str(REPO))
         result = CHECKS[args.run_check](args.model, args.cpu_smoke)
         if int(os.environ.get("RANK", "0")) == 0:
             Path(args.result).write_text(json.dumps(result))

@@ -1,6 +1,6 @@
 """Step-time overhead of ``RLVRTrainer`` over plain TRL ``GRPOTrainer`` (goal: ratio <= 1.03).
 
-    python benchmarks/overhead.py [--steps N] [--repeats R] [--completion-length L] [--json PATH]
+    python -m benchmarks.overhead [--steps N] [--repeats R] [--completion-length L] [--json PATH]
 
 Both trainers run on the same tiny local model (trl_rlvr/testing.py: 2-layer Qwen2, hidden 64, built in a temporary
 directory, no hub access), the same prompts, the same seed and equivalent settings:
@@ -41,8 +41,6 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -235,8 +233,7 @@ def main(argv=None) -> dict:
 
     from trl_rlvr.testing import build_tiny_model
 
-    command = "python " + shlex.join([os.path.relpath(sys.argv[0], os.getcwd()) if argv is None else
-                                      "benchmarks/overhead.py", *(sys.argv[1:] if argv is None else argv)])
+    command = "python -m benchmarks.overhead " + shlex.join(sys.argv[1:] if argv is None else argv)
     machine = _machine()
     load_before = os.getloadavg()
     started = time.perf_counter()

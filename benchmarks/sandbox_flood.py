@@ -1,6 +1,6 @@
 """How long does the host spend on a sample that floods its scratch dir, and on the sample after it?
 
-    python benchmarks/sandbox_flood.py [--timeout 2.0] [--kind mkdir|symlink|open]
+    python -m benchmarks.sandbox_flood [--timeout 2.0] [--kind mkdir|symlink|open]
 
 One worker; the flooding program creates directories (or symlinks, or empty files) in a loop until
 its timeout kills it. Prints the host's wall time for that sample and for the next one on the same
@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
 

@@ -1,8 +1,8 @@
 """Which syscalls do the sandbox's filtered processes make? (How the seccomp allowlist was derived.)
 
-    python benchmarks/sandbox_syscalls.py [--trace out.txt] -- COMMAND ...
-    python benchmarks/sandbox_syscalls.py --parse out.txt
-    python benchmarks/sandbox_syscalls.py --attach-cost 2000
+    python -m benchmarks.sandbox_syscalls [--trace out.txt] -- COMMAND ...
+    python -m benchmarks.sandbox_syscalls --parse out.txt
+    python -m benchmarks.sandbox_syscalls --attach-cost 2000
 
 Runs COMMAND under ``strace -f`` (as root: strace follows into bubblewrap), then keeps only the
 processes that installed the seccomp filter (``prctl(PR_SET_SECCOMP)``: candidates, io programs,
@@ -12,9 +12,9 @@ argument (ioctl request, fcntl command, futex op, pid arguments, ...) the argume
 A process is a "tester" when it receives jobs (recvmsg), else "candidate" (values, call and io).
 
 The allowlist in ``reward_plugins/code_sandbox/isolation.py`` is the union of what this prints for
-    python benchmarks/sandbox_syscalls.py -- python benchmarks/sandbox.py --no-baseline --repeat 1 \
+    python -m benchmarks.sandbox_syscalls -- python -m benchmarks.sandbox --no-baseline --repeat 1 \
         --trivial 20 --mbpp /path/to/mbpp.jsonl
-    python benchmarks/sandbox_syscalls.py -- python -m pytest -q -p no:cacheprovider \
+    python -m benchmarks.sandbox_syscalls -- python -m pytest -q -p no:cacheprovider \
         tests/test_sandbox_integrity_os.py -k stdlib
 (MBPP's 974 reference solutions, HumanEval's 164 canonical ones on both verdict paths, and a
 sample that imports and exercises the stdlib modules solutions use), with the syscalls that
@@ -115,8 +115,7 @@ def attach_cost(n: int) -> str:
     import struct
     import time
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reward_plugins", "code_sandbox"))
-    import isolation  # the worker's copy: stdlib only
+    from reward_plugins.code_sandbox import isolation  # what the worker runs: stdlib only
 
     isolation.no_new_privs()  # this process and its forks only
     isolation.seccomp_prepare()

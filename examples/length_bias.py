@@ -16,7 +16,7 @@ The RLOO rows (Ahmadian et al. 2024) ask whether the baseline matters for the le
 comes from the per-answer normalisation. The seed text has no RLOO rows.
 
 Every learner takes one Adam step (lr 0.05) per batch of 16 questions x G answers, so the PPO ratio is 1 and the clip
-never binds, with no KL term (beta=0). The policy (examples/length_bias_toy.py) is a transformers model, so the
+never binds, with no KL term (beta=0). The policy (trl_rlvr/testing/length_bias_toy.py) is a transformers model, so the
 trainer samples from it with its normal `generate` path, scores it with a plain reward function and trains it with its
 own loss. A plain-PyTorch reference of the same toy, written from the seed's description, runs on the same seeds, and
 the seed's published numbers are printed beside both.
@@ -36,7 +36,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,11 +44,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-
-from length_bias_toy import (  # noqa: E402
+from trl_rlvr.testing.length_bias_toy import (
     LMAX,
     METHODS,
     Q,
@@ -182,7 +177,7 @@ def replay_reference(batches, method: str, group_size: int, lr: float = LR):
     advantages and optimizer are the seed's."""
     import torch
 
-    from length_bias_toy import END, new_reference_table, reference_loss
+    from trl_rlvr.testing.length_bias_toy import END, new_reference_table, reference_loss
 
     logits, opt = new_reference_table(lr)
     for questions, completion_ids, rewards in batches:

@@ -5,7 +5,7 @@ when the completion has an even number of characters (usually informative). Whic
 differs from rank to rank, so the kept rows must be redistributed.
 
 Run directly (also under `accelerate launch`) to write each rank's record to OUT.rank{r}.pt:
-    python tests/dynamic_sampling_harness.py MODEL_DIR OUT [max_steps]
+    python -m tests.dynamic_sampling_harness MODEL_DIR OUT [max_steps]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def run(model_dir, reward=mixed_reward, record_prompts=None, **overrides):
 
     With ``record_prompts`` (a list), every round of prompts the trainer generates for is appended to it.
     """
-    from loss_harness import make_trainer
+    from tests.loss_harness import make_trainer
 
     settings = dict(dynamic_sampling=True, max_steps=3, learning_rate=1e-3, per_device_train_batch_size=8,
                     gradient_accumulation_steps=2, max_completion_length=8)
@@ -54,7 +54,6 @@ def run(model_dir, reward=mixed_reward, record_prompts=None, **overrides):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
     model_dir, out = sys.argv[1], sys.argv[2]
     trainer, seen = run(model_dir, max_steps=int(sys.argv[3]) if len(sys.argv) > 3 else 3,
                         per_device_train_batch_size=4)

@@ -1,7 +1,7 @@
 """The loss-exactness run and a dynamic-sampling run of the tiny model under a sharding engine (FSDP2, DeepSpeed).
 
 Run under `accelerate launch` with the patch of tests/engine_launch.py:
-    python tests/engine_harness.py MODEL_DIR OUT
+    python -m tests.engine_harness MODEL_DIR OUT
 Every rank writes OUT.rank{r}.pt with
 - "engine": what the engine did to the model, read from the prepared model itself (`engine_report`),
 - "loss": the full gradient of one optimizer step (`per_batch_token`, steps_per_generation 2, gradient
@@ -118,7 +118,7 @@ def shard_every_zero3_parameter() -> None:
 
 
 def run_loss(model_dir):
-    from loss_harness import run_trainer
+    from tests.loss_harness import run_trainer
 
     def run():
         return run_trainer(model_dir, "per_batch_token", steps_per_generation=2, grad_accum=2)
@@ -133,14 +133,13 @@ def run_loss(model_dir):
 
 
 def run_dynamic(model_dir):
-    from dynamic_sampling_harness import run
+    from tests.dynamic_sampling_harness import run
 
     trainer, seen = run(model_dir, max_steps=2, per_device_train_batch_size=4)
     return {"advantages": seen, "log_history": trainer.state.log_history}, engine_report(trainer)
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
     model_dir, out = sys.argv[1], sys.argv[2]
     if os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true":
         shard_every_zero3_parameter()
@@ -154,7 +153,7 @@ if __name__ == "__main__":
 # -- checks the engine tests share (run in the test process on what the ranks wrote) ---------------------------------
 def assert_gradient_is_the_reference(grads: dict, rows, model_dir) -> None:
     """The rank's gradient of the fixed batch's optimizer step equals the formula's (per_batch_token)."""
-    from loss_harness import fixed_batch, reference_grads, select_rows
+    from tests.loss_harness import fixed_batch, reference_grads, select_rows
     from trl_rlvr.testing import load_tokenizer
 
     assert rows.shape[0] == 8

@@ -15,8 +15,8 @@ after it is the code GPU users run: `fsdp2_prepare_model` (auto-wrap, `fully_sha
 of `cpu_ram_efficient_loading`) or `deepspeed.initialize` (DeepSpeed's CPU accelerator, gloo), transformers'
 `is_fsdp_enabled`/ZeRO-3 branches (synced generation), TRL's FSDP/DeepSpeed paths.
 
-    python -m accelerate.commands.launch --config_file CONFIG ... tests/engine_launch.py SCRIPT ARGS
-runs SCRIPT as `__main__` with the patch applied; `launch_on_cpu_with` builds that command.
+    python -m accelerate.commands.launch --config_file CONFIG ... --module tests.engine_launch MODULE ARGS
+runs MODULE (e.g. tests.engine_harness) as `__main__` with the patch applied; `launch_on_cpu_with` builds that command.
 """
 
 from __future__ import annotations
@@ -47,25 +47,25 @@ def allow_engines_on_cpu() -> None:
     accelerate.state.PartialState._prepare_backend = prepare_backend
 
 
-def launch_on_cpu_with(config: str, *script_and_args, num_processes: int = 2,
+def launch_on_cpu_with(config: str, module: str, *args, num_processes: int = 2,
                        timeout: float = 900) -> subprocess.CompletedProcess:
-    """`accelerate launch` with an example config (e.g. "fsdp.yaml"), fp32, on `num_processes` CPU processes."""
-    from launch import free_port
+    """`accelerate launch` of ``module`` (e.g. "tests.engine_harness") with an example config (e.g. "fsdp.yaml"), fp32,
+    on `num_processes` CPU processes, from the repository root."""
+    from tests.launch import free_port
 
     env = {**os.environ, "ACCELERATE_TORCH_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     env.pop("ACCELERATE_USE_CPU", None)  # it would turn the run into DDP
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
            "--num_processes", str(num_processes), "--mixed_precision", "no",
-           "--main_process_port", str(free_port()), __file__, *map(str, script_and_args)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+           "--main_process_port", str(free_port()), "--module", __spec__.name, module, *map(str, args)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
 
 
 if __name__ == "__main__":
     allow_engines_on_cpu()
-    script = sys.argv[1]
+    module = sys.argv[1]
     sys.argv = sys.argv[1:]
-    sys.path.insert(0, str(Path(script).resolve().parent))
-    runpy.run_path(script, run_name="__main__")
+    runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -1,4 +1,4 @@
-"""Run a script on several CPU processes the way users launch multi-GPU jobs.
+"""Run a script or a module on several CPU processes the way users launch multi-GPU jobs.
 
 `accelerate launch --cpu --num_processes 2` silently runs ONE process; what works is
 `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2` (gloo backend).
@@ -10,6 +10,9 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
@@ -19,7 +22,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_on_cpu(*script_and_args, num_processes: int = 2, timeout: float = 600, cwd=None) -> subprocess.CompletedProcess:
+def launch_on_cpu(*script_and_args, num_processes: int = 2, timeout: float = 600, cwd=REPO) -> subprocess.CompletedProcess:
+    """`accelerate launch` on CPU processes: ``script_and_args`` is a script path and its arguments, or
+    ``"--module", "tests.<harness>", ...`` for a test harness (run as ``python -m`` from the repository root)."""
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(num_processes),

@@ -9,7 +9,7 @@ The reference below does not use TRL: one forward pass of the same weights over 
 step, the PPO-clip token loss, and the normalisation of `RLVRConfig`'s docstring.
 
 Run directly (also under `accelerate launch`) to write the gradients of every optimizer step to a file:
-    python tests/loss_harness.py MODEL_DIR OUT.pt NORMALIZATION[,NORMALIZATION...] [SPG GA [ADVANTAGE_BASELINE]]
+    python -m tests.loss_harness MODEL_DIR OUT.pt NORMALIZATION[,NORMALIZATION...] [SPG GA [ADVANTAGE_BASELINE]]
 """
 
 from __future__ import annotations
@@ -221,7 +221,6 @@ def strip_ddp_prefix(grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
     model_dir, out_path, norms = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
     spg, ga = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else (2, 2)
     # optional 6th argument, an advantage_baseline: the trainer computes the advantages of FIXED_REWARDS

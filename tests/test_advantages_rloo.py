@@ -2,18 +2,17 @@
 (derived and checked exactly), and the trainer's gradient against a reference on 1 and 2 processes."""
 
 import itertools
-from pathlib import Path
 
 import pytest
 import torch
 
-from launch import launch_on_cpu
-from loss_harness import FIXED_REWARDS, fixed_batch, reference_advantages, reference_grads, run_trainer, select_rows
+from tests.launch import launch_on_cpu
+from tests.loss_harness import FIXED_REWARDS, fixed_batch, reference_advantages, reference_grads, run_trainer, select_rows
 from test_loss_normalization import NORMALIZATIONS, assert_grads_equal
 from trl_rlvr.testing import load_tokenizer
 from trl_rlvr.advantages import group_advantages, zero_signal_groups
 
-HARNESS = Path(__file__).parent / "loss_harness.py"
+HARNESS = ("--module", "tests.loss_harness")
 
 
 # ----------------------------------------------------------------------------------------------- the function
@@ -129,7 +128,7 @@ def test_the_trainer_check_can_fail(tiny_model_dir):
 @pytest.mark.slow
 def test_trainer_gradient_with_leave_one_out_on_two_processes(tiny_model_dir, tmp_path):
     out = tmp_path / "grads.pt"
-    launch_on_cpu(HARNESS, tiny_model_dir, out, ",".join(NORMALIZATIONS), 2, 2, "leave_one_out")
+    launch_on_cpu(*HARNESS, tiny_model_dir, out, ",".join(NORMALIZATIONS), 2, 2, "leave_one_out")
     results = torch.load(out)
     assert results.pop("num_processes") == 2
     for normalization in NORMALIZATIONS:

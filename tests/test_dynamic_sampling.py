@@ -1,16 +1,15 @@
 """DAPO dynamic sampling: only informative groups reach the loss, on one process and on two."""
 
 import logging
-from pathlib import Path
 
 import pytest
 import torch
 
-from dynamic_sampling_harness import constant_reward, mixed_reward, run
-from launch import launch_on_cpu
+from tests.dynamic_sampling_harness import constant_reward, mixed_reward, run
+from tests.launch import launch_on_cpu
 from trl_rlvr.sampling import PromptStream, concat_rows, informative_rows, rows_per_process
 
-HARNESS = Path(__file__).parent / "dynamic_sampling_harness.py"
+HARNESS = ("--module", "tests.dynamic_sampling_harness")
 
 
 def test_every_row_that_reaches_the_loss_has_signal(tiny_model_dir):
@@ -59,7 +58,7 @@ def test_constant_reward_skips_the_update_without_hanging(tiny_model_dir, caplog
 @pytest.mark.slow
 def test_two_processes_stay_in_lockstep(tiny_model_dir, tmp_path):
     out = tmp_path / "ds"
-    launch_on_cpu(HARNESS, tiny_model_dir, out, 3)
+    launch_on_cpu(*HARNESS, tiny_model_dir, out, 3)
     ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
     assert all(r["num_processes"] == 2 for r in ranks)
     rows = [[a.numel() for a in r["advantages"]] for r in ranks]
@@ -104,7 +103,7 @@ def test_prompt_stream_covers_every_prompt_once_per_pass_and_resumes():
 def test_checkpoint_saves_the_prompt_stream_position_and_resume_restores_it(tiny_model_dir, tmp_path, monkeypatch):
     import json
 
-    from loss_harness import make_trainer
+    from tests.loss_harness import make_trainer
     from trl_rlvr.trainer import RLVRTrainer
 
     settings = dict(dynamic_sampling=True, learning_rate=1e-3, per_device_train_batch_size=8, max_completion_length=8,
@@ -130,7 +129,7 @@ def test_checkpoint_saves_the_prompt_stream_position_and_resume_restores_it(tiny
 
 def test_batch_scaling_uses_the_kept_groups_only(tiny_model_dir):
     """With scale_rewards="batch" the std is the kept groups' (as verl), not the generated batch's."""
-    from loss_harness import make_trainer
+    from tests.loss_harness import make_trainer
     from trl_rlvr.advantages import group_advantages
 
     trainer = make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], dynamic_sampling=True, scale_rewards="batch",
@@ -163,7 +162,7 @@ def test_kl_term_uses_reference_log_probs_of_kept_rows(tiny_model_dir):
 
 
 def _checkpointing_trainer(tiny_model_dir, tmp_path, **overrides):
-    from loss_harness import make_trainer
+    from tests.loss_harness import make_trainer
 
     settings = dict(dynamic_sampling=True, per_device_train_batch_size=8, max_completion_length=8,
                     output_dir=str(tmp_path), save_strategy="steps", save_steps=1, max_steps=1)

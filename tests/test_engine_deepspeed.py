@@ -7,15 +7,14 @@ of the reference with gradient accumulation 2, and dynamic sampling training 2 s
 """
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
-from engine_harness import assert_dynamic_sampling_in_lockstep, assert_gradient_is_the_reference
-from engine_launch import launch_on_cpu_with
+from tests.engine_harness import assert_dynamic_sampling_in_lockstep, assert_gradient_is_the_reference
+from tests.engine_launch import launch_on_cpu_with
 
-HARNESS = Path(__file__).parent / "engine_harness.py"
+HARNESS = "tests.engine_harness"
 
 pytestmark = [
     pytest.mark.slow,

@@ -28,8 +28,7 @@ def test_refuses_to_start_without_gpu_model_or_vllm(tmp_path):
 
 
 def test_a_failed_check_is_marked_with_its_error():
-    sys.path.insert(0, str(SCRIPT.parent))
-    from gpu_check import table
+    from benchmarks.gpu_check import table
 
     results = {"qlora": {"ok": True, "wall_s": 30.0, "step_s": 1.5, "peak_gib": 2.0, "linear4bit": 210,
                          "answers_x_tokens": "16x64"},
@@ -42,8 +41,7 @@ def test_a_failed_check_is_marked_with_its_error():
 
 @pytest.mark.parametrize("check", ["qlora", "vllm", "zero2"])
 def test_each_check_runs_in_its_own_bounded_process(check, tmp_path):
-    sys.path.insert(0, str(SCRIPT.parent))
-    from gpu_check import TIME_LIMITS, check_command
+    from benchmarks.gpu_check import TIME_LIMITS, check_command
 
     cmd, env = check_command(check, "MODEL", smoke=False, vllm_python="/vllm/bin/python", out=tmp_path / "r.json")
     assert TIME_LIMITS[check] <= 300

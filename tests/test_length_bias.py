@@ -1,16 +1,11 @@
 """The length-bias study (examples/length_bias.py) through RLVRTrainer: the toy is the seed's, the trainer's update is
 the seed's update, and a reduced run shows the bias (right answers shorter with per-answer normalisation)."""
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-sys.path.insert(0, str(EXAMPLES))
-
-import length_bias_toy as toy  # noqa: E402  (light: no TRL import)
+import trl_rlvr.testing.length_bias_toy as toy  # light: no TRL import
 
 
 def test_policy_is_the_seed_table():
@@ -55,7 +50,7 @@ def test_reference_update_one_is_uniform():
 
 @pytest.fixture(scope="module")
 def lb():
-    import length_bias
+    from examples import length_bias
 
     torch.set_num_threads(1)
     return length_bias

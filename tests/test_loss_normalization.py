@@ -1,12 +1,11 @@
 """RLVRTrainer's loss equals an independent reference, for every normalisation, on 1 and 2 processes."""
 
-from pathlib import Path
 
 import pytest
 import torch
 
-from launch import launch_on_cpu
-from loss_harness import (
+from tests.launch import launch_on_cpu
+from tests.loss_harness import (
     MAX_COMPLETION,
     fixed_batch,
     make_trainer,
@@ -18,7 +17,7 @@ from loss_harness import (
 from trl_rlvr.testing import load_tokenizer
 
 NORMALIZATIONS = ["per_answer", "per_batch_token", "constant"]
-HARNESS = Path(__file__).parent / "loss_harness.py"
+HARNESS = ("--module", "tests.loss_harness")
 
 
 def assert_grads_equal(got, want, atol=1e-6):
@@ -68,7 +67,7 @@ def test_constant_normalization_uses_loss_constant(tiny_model_dir):
 def test_two_processes_give_the_one_process_gradient(tiny_model_dir, tmp_path):
     """2 processes (gloo, DDP) on the same global batch: gradient == reference == 1-process gradient."""
     out = tmp_path / "grads.pt"
-    launch_on_cpu(HARNESS, tiny_model_dir, out, ",".join(NORMALIZATIONS))
+    launch_on_cpu(*HARNESS, tiny_model_dir, out, ",".join(NORMALIZATIONS))
     results = torch.load(out)
     assert results.pop("num_processes") == 2  # `--cpu` would silently run one process
     batch = fixed_batch(len(load_tokenizer(tiny_model_dir)))

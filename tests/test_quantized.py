@@ -10,7 +10,7 @@ import torch
 
 bnb = pytest.importorskip("bitsandbytes")
 
-from loss_harness import make_trainer  # noqa: E402
+from tests.loss_harness import make_trainer  # noqa: E402
 from trl_rlvr.models import quantization_config_4bit  # noqa: E402
 from trl_rlvr.quantized import CPU_PACKING_SWITCH, keep_4bit_weights_trainable  # noqa: E402
 

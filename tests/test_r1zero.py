@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch import launch_on_cpu
+from tests.launch import launch_on_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "examples" / "r1zero.py"

@@ -190,7 +190,7 @@ def test_plain_clone_without_installed_metadata(monkeypatch, tiny_model_dir):
     monkeypatch.setattr(rewards, "entry_points", lambda group: [])
     assert set(rewards.reward_specs()) == set(rewards.BUILTIN_REWARDS)
     assert "source tree" in rewards.reward_specs()["overlong"].version
-    from loss_harness import make_trainer
+    from tests.loss_harness import make_trainer
 
     trainer = make_trainer(tiny_model_dir, reward_funcs=["think_format"], overlong_buffer_length=4)
     assert trainer.reward_func_names == ["think_format", "overlong"]

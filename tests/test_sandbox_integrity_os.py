@@ -18,9 +18,7 @@ import sys
 import pytest
 
 from reward_plugins.code_sandbox import code_sandbox
-
-sys.path.insert(0, os.path.dirname(__file__))
-import stdlib_probe  # noqa: E402
+from tests import stdlib_probe
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from loss_harness import make_trainer
+from tests.loss_harness import make_trainer
 from trl_rlvr.advantages import group_advantages
 from trl_rlvr.shaping import overlong_penalties
 

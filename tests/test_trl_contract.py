@@ -6,7 +6,7 @@ from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
-from loss_harness import make_trainer
+from tests.loss_harness import make_trainer
 from trl_rlvr import trl_contract
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -48,8 +48,8 @@ def model_logprobs(model, ids: list[int]) -> torch.Tensor:
 
 
 def train_with_vllm(model_dir, dynamic_sampling: bool) -> dict:
-    from dynamic_sampling_harness import mixed_reward
-    from loss_harness import make_trainer
+    from tests.dynamic_sampling_harness import mixed_reward
+    from tests.loss_harness import make_trainer
     from trl_rlvr.vllm_cpu import runs_on_cpu, sync_weights_on_cpu
 
     trainer = make_trainer(
