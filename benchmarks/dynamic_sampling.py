@@ -3,7 +3,7 @@
     python -m benchmarks.dynamic_sampling [--seeds 3] [--max-updates 150] [--group-size 4] [--json PATH]
         [--replay-trl DIR]
 
-The task is the seed text's tabular toy (trl_rlvr/testing/length_bias_toy.py, imported, not copied): 16 questions, binary
+The task is the length-bias toy of the tutorial *GRPO and Reinforcement Learning from Verifiable Rewards* (trl_rlvr/testing/length_bias_toy.py, imported, not copied): 16 questions, binary
 reward (1 when the first answer token is the question's answer), a table of logits starting at 0 (accuracy 1/5), one
 Adam step (lr 0.05) per generation batch of 16 prompts x G answers, GRPO loss (per-answer normalisation, group-std
 advantages), beta 0, temperature 1. Three learners, same seeds:

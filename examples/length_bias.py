@@ -1,6 +1,6 @@
 """The length bias of per-answer loss normalisation, reproduced through RLVRTrainer.
 
-The seed text's experiment ("An experiment: the length bias"): a toy where length never affects the reward. Sixteen
+The experiment of the tutorial *GRPO and Reinforcement Learning from Verifiable Rewards* (section "An experiment: the length bias"): a toy where length never affects the reward. Sixteen
 questions; an answer is at most 8 tokens from 4 answer tokens plus an end token (the end token counts in the length,
 an empty answer is wrong); the reward is 1 when the first token is the question's answer. The policy is a table of
 logits per (question, position, previous token), starting at 0. Six learners differ only in the loss:
@@ -13,13 +13,13 @@ logits per (question, position, previous token), starting at 0. Six learners dif
     RLOO                   loss_normalization="constant",   scale_rewards="none", advantage_baseline="leave_one_out"
 
 The RLOO rows (Ahmadian et al. 2024) ask whether the baseline matters for the length bias: it should not, the bias
-comes from the per-answer normalisation. The seed text has no RLOO rows.
+comes from the per-answer normalisation. The tutorial has no RLOO rows.
 
 Every learner takes one Adam step (lr 0.05) per batch of 16 questions x G answers, so the PPO ratio is 1 and the clip
 never binds, with no KL term (beta=0). The policy (trl_rlvr/testing/length_bias_toy.py) is a transformers model, so the
 trainer samples from it with its normal `generate` path, scores it with a plain reward function and trains it with its
-own loss. A plain-PyTorch reference of the same toy, written from the seed's description, runs on the same seeds, and
-the seed's published numbers are printed beside both.
+own loss. A plain-PyTorch reference of the same toy, written from the tutorial's description, runs on the same seeds, and
+the tutorial's published numbers are printed beside both.
 
     python examples/length_bias.py                       # full study: G in {4, 16}, 5 seeds, 400 updates
     python examples/length_bias.py --group-sizes 16 --seeds 1 --updates 150 --workers 1
@@ -68,8 +68,8 @@ assert tuple(LEARNERS) == METHODS
 REPORT_AT = (1, 50, 100, 400)
 LR = 0.05
 
-#: The seed's published table (5 seeds): {G: {learner: [(acc, len_right, len_wrong) at updates 1, 50, 100, 400]}}.
-SEED_TABLE = {
+#: The tutorial's published table (5 seeds): {G: {learner: [(acc, len_right, len_wrong) at updates 1, 50, 100, 400]}}.
+PUBLISHED_TABLE = {
     4: {
         "GRPO": [(0.22, 5.02, 4.03), (0.78, 4.27, 4.53), (0.96, 3.59, 4.43), (0.99, 2.83, 5.46)],
         "GRPO, summed": [(0.22, 5.02, 4.03), (0.84, 5.03, 4.07), (0.97, 5.03, 3.89), (1.00, 4.98, 5.00)],
@@ -172,9 +172,9 @@ def trainer_run(method: str, group_size: int, seed: int, updates: int, lr: float
 
 
 def replay_reference(batches, method: str, group_size: int, lr: float = LR):
-    """Apply the reference's update (the seed's loss, plain Adam) to the batches the trainer sampled, from a zero
+    """Apply the reference's update (the tutorial's loss, plain Adam) to the batches the trainer sampled, from a zero
     table; return the table, shape (Q, LMAX, V + 2, V + 1). Equal to the trainer's table if the trainer's loss,
-    advantages and optimizer are the seed's."""
+    advantages and optimizer are the tutorial's."""
     import torch
 
     from trl_rlvr.testing.length_bias_toy import END, new_reference_table, reference_loss
@@ -281,7 +281,7 @@ def _cell(t):
 
 
 def format_table(summary, group_sizes, report_at):
-    """The seed's layout, with three rows per learner: RLVRTrainer, the reference, the seed text's numbers."""
+    """The tutorial's layout, with three rows per learner: RLVRTrainer, the reference, the tutorial's published numbers."""
     lines = []
     width = 22
     for G in group_sizes:
@@ -294,10 +294,10 @@ def format_table(summary, group_sizes, report_at):
             name = method
             for kind in ("trainer", "reference", "seed"):
                 if kind == "seed":
-                    at = dict(zip(REPORT_AT, SEED_TABLE.get(G, {}).get(method, [])))
+                    at = dict(zip(REPORT_AT, PUBLISHED_TABLE.get(G, {}).get(method, [])))
                     if not at:
                         continue
-                    label = "seed text x5"
+                    label = "published x5"
                 else:
                     entry = summary.get((kind, G, method))
                     if entry is None:
@@ -392,17 +392,17 @@ def main(argv=None):
         rows = []
         for (kind, G, method), entry in sorted(summary.items()):
             for u, (acc, right, wrong) in entry["at"].items():
-                seed_row = dict(zip(REPORT_AT, SEED_TABLE.get(G, {}).get(method, []))).get(u)
+                published_row = dict(zip(REPORT_AT, PUBLISHED_TABLE.get(G, {}).get(method, []))).get(u)
                 rows.append({"source": kind, "group_size": G, "method": method, "update": u, "seeds": entry["seeds"],
                              "accuracy": acc, "len_right": right, "len_wrong": wrong,
-                             "seed_text": dict(zip(("accuracy", "len_right", "len_wrong"), seed_row))
-                             if seed_row else None})
+                             "published": dict(zip(("accuracy", "len_right", "len_wrong"), published_row))
+                             if published_row else None})
         payload = {
             "settings": {"group_sizes": a.group_sizes, "seeds": a.seeds, "reference_seeds": ref_seeds, "updates": a.updates, "lr": LR,
                          "learners": {m: dict(zip(("loss_normalization", "scale_rewards", "advantage_baseline"), LEARNERS[m]))
                                       for m in a.methods}, "workers": a.workers, "wall_seconds": wall},
             "rows": rows,
-            # every run at the reported updates, and the seed-mean curves (one point per update, for the plot)
+            # every run at the reported updates, and the mean curves over seeds (one point per update, for the plot)
             "runs": [{**{k: v for k, v in r.items() if k != "history"},
                       "at": {u: {k: round(v, 4) for k, v in r["history"][u - 1].items()} for u in report_at}}
                      for r in results],

@@ -1,5 +1,5 @@
-"""The length-bias study (examples/length_bias.py) through RLVRTrainer: the toy is the seed's, the trainer's update is
-the seed's update, and a reduced run shows the bias (right answers shorter with per-answer normalisation)."""
+"""The length-bias study (examples/length_bias.py) through RLVRTrainer: the toy is the tutorial's, the trainer's update is
+the tutorial's update, and a reduced run shows the bias (right answers shorter with per-answer normalisation)."""
 
 
 import pytest
@@ -15,7 +15,7 @@ def test_policy_is_the_seed_table():
         model.backbone.table.weight.normal_()
     table = model.table()
     q = 5
-    #            q5                  a2  </s> a1  a3  </s>  (an end token mid-sequence, as in the seed's prev rule)
+    #            q5                  a2  </s> a1  a3  </s>  (an end token mid-sequence, as in the tutorial's prev rule)
     ids = torch.tensor([[toy.FIRST_QUESTION_ID + q, 2, toy.EOS_ID, 1, 3, toy.EOS_ID]])
     logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0]
     expected_prev = [toy.START, 2, 2, 1, 3]  # previous answer token seen when predicting answer position t
@@ -59,7 +59,7 @@ def lb():
 @pytest.mark.slow
 @pytest.mark.parametrize("method", toy.METHODS)
 def test_trainer_update_is_the_seeds_update(lb, method):
-    """Replay the batches RLVRTrainer sampled through the seed's loss and plain Adam: same table.
+    """Replay the batches RLVRTrainer sampled through the tutorial's loss and plain Adam: same table.
 
     Exact up to float rounding; Adam turns rounding-level gradients (cells where contributions cancel) into
     steps of up to ~1e-3, far below one real step (lr = 0.05).

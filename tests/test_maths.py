@@ -1,4 +1,4 @@
-"""The pure maths: the seeds' worked examples, zero-signal arithmetic, overlong penalty, diagnostics."""
+"""The pure maths: the worked examples of the GRPO literature, zero-signal arithmetic, overlong penalty, diagnostics."""
 
 import math
 

@@ -2,7 +2,7 @@
 
 ``build_tiny_model(path)`` writes a 2-layer Qwen2 (hidden 64) and its tokenizer to ``path``.
 Load the tokenizer with ``PreTrainedTokenizerFast.from_pretrained(path)`` (``AutoTokenizer``
-would turn it into a Qwen2Tokenizer that drops spaces; see the project notes).
+would turn it into a Qwen2Tokenizer that drops spaces).
 """
 
 from __future__ import annotations

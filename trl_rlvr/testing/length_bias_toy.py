@@ -1,6 +1,6 @@
 """The length-bias toy: its tabular policy as a transformers model, its tokenizer, and a plain-PyTorch reference.
 
-The toy (seed text, "An experiment: the length bias"): 16 questions, a vocabulary of V = 4 answer tokens plus an
+The toy (the tutorial *GRPO and Reinforcement Learning from Verifiable Rewards*, section "An experiment: the length bias"): 16 questions, a vocabulary of V = 4 answer tokens plus an
 end token, answers of at most LMAX = 8 tokens (the end token counts in the length; an answer that reaches 8 tokens
 without one stops there). The reward is 1 when the first token is the question's answer, so an empty answer (the end
 token first) is wrong, and the length of an answer never matters. The policy is a table of logits per question,
@@ -10,9 +10,9 @@ position and previous token, where an end token does not change "previous" and p
 finds each position's (question, position, previous token) cell and looks its logits up in an embedding of
 Q * LMAX * (V + 2) rows; the LM head is a frozen identity with a bias of -1e4 on every token that is not an answer
 token or the end token, so those tokens get probability exactly 0 in fp32 and no gradient. All logits start at 0, as
-in the seed (accuracy 1/5 and a mean right length of 4.95 tokens at update 1).
+in the tutorial (accuracy 1/5 and a mean right length of 4.95 tokens at update 1).
 
-``reference_run`` is the same toy written directly from the seed's description and its published loss code, in plain
+``reference_run`` is the same toy written directly from the tutorial's description and its published loss code, in plain
 PyTorch, with no TRL: the study runs it on the same seeds beside the trainer.
 
 Imports nothing from TRL, so it is quick to load.
@@ -105,7 +105,7 @@ class CellSelector(nn.Module):
 
 
 class TablePolicy(PreTrainedModel, GenerationMixin):
-    """The seed's tabular policy as a causal LM.
+    """The tutorial's tabular policy as a causal LM.
 
     The backbone looks up the logits of the (question, position, previous token) cell; the LM head is a frozen
     identity whose bias is 0 on the V answer tokens and the end token and -1e4 on every other token (question tokens,
@@ -123,7 +123,7 @@ class TablePolicy(PreTrainedModel, GenerationMixin):
         self.lm_head = nn.Linear(config.vocab_size, config.vocab_size, bias=True)
         self.post_init()
         with torch.no_grad():
-            self.backbone.table.weight.zero_()  # the seed's table starts at 0: uniform over the V + 1 output tokens
+            self.backbone.table.weight.zero_()  # the tutorial's table starts at 0: uniform over the V + 1 output tokens
             self.lm_head.weight.copy_(torch.eye(config.vocab_size))
             self.lm_head.bias.fill_(-1e4)
             self.lm_head.bias[: config.num_answer_tokens + 1] = 0.0
@@ -139,7 +139,7 @@ class TablePolicy(PreTrainedModel, GenerationMixin):
         return None
 
     def table(self) -> torch.Tensor:
-        """The logits table, shape (Q, LMAX, V + 2, V + 1), as in the seed's script."""
+        """The logits table, shape (Q, LMAX, V + 2, V + 1), as in the tutorial's script."""
         c = self.config
         w = self.backbone.table.weight[:, : c.num_answer_tokens + 1]
         return w.reshape(c.num_questions, c.max_answer_length, c.num_answer_tokens + 2, c.num_answer_tokens + 1)
@@ -174,7 +174,7 @@ def build_policy() -> TablePolicy:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The reference: the toy written directly from the seed, in plain PyTorch (no transformers, no TRL).
+# The reference: the toy written directly from the tutorial, in plain PyTorch (no transformers, no TRL).
 
 
 def batch_stats(reward: torch.Tensor, length: torch.Tensor) -> dict:
@@ -205,7 +205,7 @@ def sample_answers(logits: torch.Tensor, q: torch.Tensor, gen: torch.Generator):
 
 
 def reference_loss(logits, toks, length, R, q, method: str, group_size: int) -> torch.Tensor:
-    """The seed's loss for one batch, verbatim apart from names (rows laid out group after group); the RLOO
+    """The tutorial's loss for one batch, verbatim apart from names (rows laid out group after group); the RLOO
     learners subtract the mean of the other G-1 rewards instead of the group mean, and do not divide by a std."""
     N = len(q)
     Rg = R.view(-1, group_size)
@@ -234,7 +234,7 @@ def new_reference_table(lr: float = 0.05):
 
 
 def reference_run(method: str, group_size: int, seed: int, updates: int, lr: float = 0.05) -> list[dict]:
-    """Train the tabular toy with one of the seed's four learners; return per-update batch stats (before the step)."""
+    """Train the tabular toy with one of the tutorial's four learners; return per-update batch stats (before the step)."""
     assert method in METHODS, method
     answer = torch.tensor(question_answers(seed))
     gen = torch.Generator().manual_seed(seed)
