@@ -24,6 +24,7 @@ GLOBAL_ROWS = 8  # answers in one generation batch (2 questions x G=4)
 GROUP_SIZE = 4
 PROMPT_LEN = 5
 MAX_COMPLETION = 7
+NORMALIZATIONS = ["per_answer", "per_batch_token", "constant"]
 
 
 def fixed_batch(vocab_size: int, seed: int = 1234) -> dict[str, torch.Tensor]:
@@ -218,6 +219,14 @@ def select_rows(batch: dict[str, torch.Tensor], completion_ids: torch.Tensor) ->
 
 def strip_ddp_prefix(grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {n.removeprefix("module."): g for n, g in grads.items()}
+
+
+def assert_grads_equal(got, want, atol=1e-6):
+    got = strip_ddp_prefix(got)
+    assert set(got) == set(want)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=atol, rtol=1e-5, msg=f"gradient of {name}")
+    assert max(g.abs().max().item() for g in want.values()) > 1e-3  # the check is not vacuous
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from tests.launch import launch_on_cpu
-from tests.loss_harness import FIXED_REWARDS, fixed_batch, reference_advantages, reference_grads, run_trainer, select_rows
-from test_loss_normalization import NORMALIZATIONS, assert_grads_equal
+from tests.loss_harness import (
+    FIXED_REWARDS, NORMALIZATIONS, assert_grads_equal, fixed_batch, reference_advantages, reference_grads, run_trainer,
+    select_rows,
+)
 from trl_rlvr.testing import load_tokenizer
 from trl_rlvr.advantages import group_advantages, zero_signal_groups
 
