@@ -572,8 +572,8 @@ def syscall_actions() -> dict:
 def _assemble() -> list:
     """The filter's instructions ``[code, jt, jf, k]``. Layout: the architecture
     check, a binary search over the syscall number (one ``jge`` per boundary between runs of
-    numbers with the same action, so a syscall costs ~7 comparisons), the argument checks, the
-    three shared verdicts. It loads only the number and the arguments and compares constants: the
+    numbers with the same action, so a syscall costs about log2(runs) comparisons), the argument
+    checks, the three shared verdicts. It loads only the number and the arguments and compares constants: the
     kernel's seccomp cache can then prove "always allowed" for the plain allowlist entries and
     skip the filter for them."""
     acts = syscall_actions()

@@ -277,9 +277,8 @@ class SandboxPool:
             isolation.find_bwrap()
         self.mode, self.limits = isolation_mode, limits
         # one more than the cores by default: the spare worker forks while another waits on the host
-        # (or the host on it). Measured on 2 cores (benchmarks/sandbox.py): 3 workers ran trivial
-        # programs ~30% faster than 2 and HumanEval faster than 4, where a long execution (HumanEval/75
-        # computes for 0.3 s) shares its core with more workers and finishes last.
+        # (or the host on it); with more, a long execution shares its core with more workers and
+        # finishes last. The comparison (benchmarks/sandbox.py --workers N): docs/benchmarks.md.
         self.n = max(1, min(16, num_workers or len(os.sched_getaffinity(0)) + 1))
         self.python = isolation.sandbox_python()
         self.pid = os.getpid()
