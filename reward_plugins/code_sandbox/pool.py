@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import isolation, protocol, worker
 from .claim import PoolClaim
 
-log = logging.getLogger("reward_plugins.code_sandbox")
+log = logging.getLogger(__package__)  # one logger for the whole package
 
 #: The modules the sandboxed worker runs, copied into the pool's code dir under their package path.
 WORKER_MODULES = (worker, isolation, protocol)

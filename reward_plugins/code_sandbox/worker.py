@@ -39,8 +39,8 @@ from . import isolation, protocol
 # fractions are rare there and cost more per fork than they save). Not random either: its
 # after-fork reseed costs every fork page faults, and a program that needs it imports it cheaply.
 # Counts and costs: docs/benchmarks.md, "Sandbox and reward design measurements".
-import bisect, builtins, collections, copy, functools, heapq, io, itertools, json  # noqa: E401,E402,F401
-import math, operator, re, string, typing  # noqa: E401,E402,F401
+import bisect, builtins, collections, copy, functools, heapq, io, itertools, json  # noqa: E401,F401
+import math, operator, re, string, typing  # noqa: E401,F401
 
 USAGE = "usage: python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON (the code_sandbox pool starts this worker)"
 
