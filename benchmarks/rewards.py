@@ -117,8 +117,8 @@ def _time_one(data: Path, impl: str, repeats: int) -> None:
         def run():
             reward(None, completions, answer=golds)
     elif impl == "boxed_math_nodedupe":
+        from reward_plugins._math_check import check, warm
         from reward_plugins._pool import get_pool
-        from reward_plugins.boxed_math import _PRELOAD
 
         reward = boxed_math()
         t = time.perf_counter()
@@ -126,7 +126,7 @@ def _time_one(data: Path, impl: str, repeats: int) -> None:
         startup = time.perf_counter() - t
         tasks = [(g, (g, c)) for g, c in ((g, reward.candidates(c)) for c, g in zip(completions, golds))
                  if not isinstance(c, str)]
-        pool = get_pool("reward_plugins._math_check:check", None, _PRELOAD)
+        pool = get_pool(check, None, warmup=warm)
 
         def run():
             pool.map(tasks, 5.0)

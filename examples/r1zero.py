@@ -11,7 +11,7 @@ Every ``RLVRConfig`` / ``GRPOConfig`` field, the ``trl.ModelConfig`` fields and 
 below can be given on the command line or in a YAML file (``--config examples/recipes/dapo.yaml``);
 the command line wins over the YAML, which wins over this script's defaults. Examples::
 
-    accelerate launch examples/r1zero.py                                   # offline CPU demo (~15 min, 2 cores)
+    accelerate launch examples/r1zero.py                                   # offline CPU demo (time: docs/benchmarks.md)
     accelerate launch examples/r1zero.py --config examples/recipes/r1zero_qwen_math.yaml
     accelerate launch --config_file examples/accelerate/ddp.yaml examples/r1zero.py \\
         --model_name_or_path Qwen/Qwen2.5-Math-1.5B --dataset_name openai/gsm8k --dataset_config main
@@ -90,7 +90,7 @@ class R1ZeroArguments:
     )
 
 
-#: Settings that made SmolLM2-135M learn the format on a 2-core CPU in ~10 minutes (see the README).
+#: Settings that made SmolLM2-135M learn the format on a 2-core CPU (the run: docs/benchmarks.md).
 #: They are the parser's defaults: a YAML file (--config) or the command line overrides any of them.
 DEFAULTS = dict(
     output_dir="outputs/r1zero",
@@ -129,7 +129,7 @@ def make_parser():
     parser = TrlParser((R1ZeroArguments, RLVRConfig, ModelConfig))
     defaults = dict(DEFAULTS)
     if not torch.cuda.is_available():
-        defaults.update(bf16=False, fp16=False, use_cpu=True)  # bf16 matmuls are ~7x slower on this kind of CPU
+        defaults.update(bf16=False, fp16=False, use_cpu=True)  # fp32: bf16 speed on a CPU varies (docs/benchmarks.md)
     parser.set_defaults_with_config(**defaults)
     return parser
 

@@ -6,8 +6,8 @@ only works in the main thread (TRL calls reward functions from other threads in 
 worker runs one task at a time; a worker that overruns its task's deadline is killed (SIGKILL) and
 replaced, and the task is reported as ``("timeout", None)``.
 
-* A *zygote* — one plain ``python -c`` subprocess — imports the ``preload`` modules (boxed_math:
-  math-verify, warmed up on typical checks) once, then forks the workers on request; a worker is warm
+* A *zygote* — one plain ``python -c`` subprocess (``ZYGOTE_PROGRAM``) — runs the ``warmup`` function
+  (boxed_math: imports math-verify and runs typical checks) once, then forks the workers on request; a worker is warm
   from its first task and replacing a killed one costs a fork (milliseconds), not a Python start-up.
   No ``fork`` of the (threaded) trainer process, and unlike multiprocessing's spawn/forkserver the user's
   ``__main__`` is never re-imported (a training script without an ``if __name__ == "__main__"`` guard
@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -45,9 +45,25 @@ _READY = "__ready__"
 
 
 def _resolve(spec: str):
+    """The object a ``"module:qualname"`` spec names (imported)."""
     module, _, attr = spec.partition(":")
     obj = importlib.import_module(module)
-    return getattr(obj, attr) if attr else obj
+    for name in attr.split(".") if attr else ():
+        obj = getattr(obj, name)
+    return obj
+
+
+def _spec(fn: Callable) -> str:
+    """``fn`` as ``"module:qualname"``, the name by which the zygote (a fresh interpreter) imports it;
+    checked here to lead back to ``fn``, so that a function the zygote cannot find fails at once."""
+    spec = f"{getattr(fn, '__module__', None)}:{getattr(fn, '__qualname__', None)}"
+    try:
+        found = _resolve(spec) is fn
+    except (ImportError, AttributeError):
+        found = False
+    if not found:
+        raise ValueError(f"reward pool: {fn!r} is not a module-level function that imports back as {spec!r}")
+    return spec
 
 
 def _worker_loop(conn: Connection, handler) -> None:
@@ -70,14 +86,14 @@ def _worker_loop(conn: Connection, handler) -> None:
             return
 
 
-def _zygote(ctrl_fd: int, handler_spec: str, preload: Sequence[str] = ()) -> None:
+def _zygote(ctrl_fd: int, handler_spec: str, warmup_spec: str = "") -> None:
     """Zygote main (runs in the ``python -c`` subprocess): warm up, then fork one worker per request."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped automatically: no zombies
     os.dup2(2, 1)  # stray prints go to stderr
-    for module in preload:
+    if warmup_spec:
         try:
-            importlib.import_module(module)
+            _resolve(warmup_spec)()
         except Exception:  # noqa: BLE001 - a failed warm-up only costs time
             pass
     handler = _resolve(handler_spec)
@@ -110,14 +126,28 @@ def _zygote(ctrl_fd: int, handler_spec: str, preload: Sequence[str] = ()) -> Non
             return
 
 
+_ZYGOTE_USAGE = "usage: python -c ZYGOTE_PROGRAM CTRL_FD HANDLER_SPEC WARMUP_SPEC (started by reward_plugins' DeadlinePool)"
+
+
+def _zygote_main(argv: Sequence[str]) -> None:
+    """The zygote subprocess's entry: ``argv`` = ``[CTRL_FD, HANDLER_SPEC, WARMUP_SPEC]`` (``""``: no warm-up)."""
+    if len(argv) != 3:
+        sys.stderr.write(_ZYGOTE_USAGE + "\n")
+        raise SystemExit(2)
+    _zygote(int(argv[0]), argv[1], argv[2])
+
+
+#: The zygote's program (``python -c``): this module, found by its import name, runs :func:`_zygote_main`.
+ZYGOTE_PROGRAM = f"import sys; from {_zygote_main.__module__} import {_zygote_main.__name__} as main; main(sys.argv[1:])"
+
+
 class _Zygote:
-    def __init__(self, handler_spec: str, preload: Sequence[str]):
+    def __init__(self, handler_spec: str, warmup_spec: str):
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        code = "import sys; from reward_plugins._pool import _zygote; _zygote(int(sys.argv[1]), sys.argv[2], sys.argv[3:])"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(child.fileno()), handler_spec, *preload],
+            [sys.executable, "-c", ZYGOTE_PROGRAM, str(child.fileno()), handler_spec, warmup_spec],
             stdin=subprocess.DEVNULL,
             env=env,
             pass_fds=(child.fileno(),),
@@ -226,13 +256,14 @@ class _Worker:
 class DeadlinePool:
     """``map(tasks, deadline)`` runs ``handler(payload)`` for each ``(key, payload)`` across the workers.
 
-    ``handler_spec`` names a module-level function as ``"package.module:function"``.
+    ``handler`` and ``warmup`` (run once in the zygote, before any worker forks) are module-level functions:
+    the zygote imports them by name.
     """
 
-    def __init__(self, handler_spec: str, num_workers: int, preload: Sequence[str] = ()):
-        self.handler_spec = handler_spec
+    def __init__(self, handler: Callable, num_workers: int, warmup: Callable | None = None):
+        self.handler_spec = _spec(handler)
+        self.warmup_spec = _spec(warmup) if warmup is not None else ""
         self.num_workers = max(1, int(num_workers))
-        self.preload = list(preload)
         self._workers: list[_Worker] = []
         self._zygote: _Zygote | None = None
         self._lock = threading.Lock()
@@ -246,7 +277,7 @@ class DeadlinePool:
         with self._lock:
             self._check_pid()
             if self._zygote is None or not self._zygote.alive():
-                self._zygote = _Zygote(self.handler_spec, self.preload)
+                self._zygote = _Zygote(self.handler_spec, self.warmup_spec)
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():  # a forked copy of the parent's pool: never touch the parent's processes
@@ -256,7 +287,7 @@ class DeadlinePool:
         if self._zygote is None or not self._zygote.alive():
             if self._zygote is not None:
                 self._zygote.close()
-            self._zygote = _Zygote(self.handler_spec, self.preload)
+            self._zygote = _Zygote(self.handler_spec, self.warmup_spec)
         if not self._zygote.wait_ready(self.start_timeout):
             raise RuntimeError("reward worker zygote failed to start (see its stderr)")
         return _Worker(*self._zygote.fork_worker())
@@ -414,14 +445,14 @@ def default_workers() -> int:
     return max(1, min(n, 8))
 
 
-def get_pool(handler_spec: str, num_workers: int | None = None, preload: Sequence[str] = ()) -> DeadlinePool:
-    """The process-wide pool for ``handler_spec`` (created on first use, started by the first ``map``)."""
+def get_pool(handler: Callable, num_workers: int | None = None, warmup: Callable | None = None) -> DeadlinePool:
+    """The process-wide pool for ``handler`` (created on first use, started by the first ``map``)."""
     n = num_workers or default_workers()
-    key = (handler_spec, n, tuple(preload), os.getpid())
+    key = (handler, n, warmup, os.getpid())
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None:
-            pool = _POOLS[key] = DeadlinePool(handler_spec, n, preload)
+            pool = _POOLS[key] = DeadlinePool(handler, n, warmup)
         return pool
 
 

@@ -62,7 +62,6 @@ from reward_plugins._text import (
 )
 
 _MAX_DISTINCT_BOXES = 8  # more distinct boxes than this is hedging, whatever they hold
-_PRELOAD = ("reward_plugins._math_preload",)
 
 
 class BoxedMathReward:
@@ -191,9 +190,10 @@ class BoxedMathReward:
         return rewards
 
     def _pool(self):
+        from reward_plugins._math_check import check, warm
         from reward_plugins._pool import get_pool
 
-        return get_pool("reward_plugins._math_check:check", self.num_workers, preload=_PRELOAD)
+        return get_pool(check, self.num_workers, warmup=warm)
 
     def _run(self, tasks):
         return self._pool().map(tasks, self.timeout, self.batch_timeout)

@@ -1,52 +1,34 @@
-"""``overlong``: DAPO's soft overlong punishment as a reward function, in [-penalty_factor, 0].
+"""``overlong``: DAPO's soft overlong punishment as a reward function, in [-1, 0].
 
-The same formula as the trainer switch (``RLVRConfig.overlong_buffer_length``): both call
-:func:`trl_rlvr.shaping.overlong_penalties`, the one implementation. A vanilla ``GRPOTrainer`` user adds it to
-``reward_funcs`` next to the task reward (TRL sums the reward functions). Don't use both the plugin and the
-trainer switch, or the penalty counts twice.
+TRL's ``trl.rewards.get_soft_overlong_punishment`` computes it (Yu et al., 2025, "DAPO: An Open-Source LLM
+Reinforcement Learning System at Scale", eq. 13; ``trl_rlvr.shaping`` states the formula). This plugin
+adds only what TRL's leaves out: parameters checked with errors that name them (``trl_rlvr.shaping``), and
+the name ``overlong`` (TRL logs ``rewards/overlong/mean``). The penalty's size is the reward's weight:
+DAPO's factor 1.0 is weight 1 (``GRPOConfig.reward_weights``; the trainer switch
+``RLVRConfig.overlong_penalty_factor`` sets it so).
 
-Lengths are in tokens, from the ``completion_ids`` TRL passes to reward functions; called without them
-(outside a trainer) the length falls back to the number of characters of the completion text.
+A vanilla ``GRPOTrainer`` user adds it to ``reward_funcs`` next to the task reward (TRL sums the weighted
+reward functions). Don't use both the plugin and the trainer switch, or the penalty counts twice. Lengths
+are in tokens: TRL passes ``completion_ids`` to reward functions, and the function needs them.
 """
 
 from __future__ import annotations
 
-from reward_plugins._text import completion_text
-from trl_rlvr.shaping import overlong_penalties, validate_overlong
+from trl.rewards import get_soft_overlong_punishment
+
+from trl_rlvr.shaping import validate_overlong
 
 
-class OverlongReward:
-    """The reward function built by :func:`overlong` (picklable: holds only its options)."""
-
-    def __init__(self, max_completion_length: int, buffer_length: int, penalty_factor: float = 1.0):
-        validate_overlong(max_completion_length, buffer_length, penalty_factor, prefix="overlong: ")
-        self.max_completion_length = int(max_completion_length)
-        self.buffer_length = int(buffer_length)
-        self.penalty_factor = float(penalty_factor)
-        self.__name__ = "overlong"
-
-    def __repr__(self) -> str:
-        return (
-            f"overlong(max_completion_length={self.max_completion_length}, buffer_length={self.buffer_length}, "
-            f"penalty_factor={self.penalty_factor})"
-        )
-
-    def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
-        if completion_ids is not None:
-            lengths = [len(ids) for ids in completion_ids]
-        elif completions is not None:
-            lengths = [len(completion_text(c)) for c in completions]
-        else:
-            raise TypeError("overlong: called without completions or completion_ids")
-        return overlong_penalties(lengths, self.max_completion_length, self.buffer_length, self.penalty_factor)
-
-
-def overlong(max_completion_length: int, buffer_length: int, penalty_factor: float = 1.0) -> OverlongReward:
-    """DAPO soft overlong penalty: 0 up to max-buffer tokens, then linearly down to -penalty_factor.
+def overlong(max_completion_length: int, buffer_length: int):
+    """DAPO soft overlong penalty: 0 up to max-buffer tokens, then linearly down to -1 at max tokens.
 
     Args:
         max_completion_length: the generation budget L_max in tokens (required: GRPOConfig's value).
         buffer_length: the soft-punishment buffer L_cache before L_max (required; DAPO: 4096 of 20480).
-        penalty_factor: the penalty at and beyond L_max (DAPO: 1.0).
+
+    Returns TRL's reward function (picklable), named ``overlong``; scale it with its reward weight.
     """
-    return OverlongReward(max_completion_length, buffer_length, penalty_factor)
+    validate_overlong(max_completion_length, buffer_length, prefix="overlong: ")
+    reward = get_soft_overlong_punishment(max_completion_len=int(max_completion_length), soft_punish_cache=int(buffer_length))
+    reward.__name__ = "overlong"
+    return reward

@@ -157,7 +157,7 @@ def test_deadline_counts_cpu_time_not_waiting():
     """A task that waits (no CPU) is not killed at the deadline, only at the wall-clock cap."""
     from reward_plugins._pool import DeadlinePool
 
-    pool = DeadlinePool("time:sleep", 1)
+    pool = DeadlinePool(time.sleep, 1)
     try:
         assert pool.map([(None, 0.6)], deadline=0.3) == [("ok", None)]  # 0.6 s asleep, ~0 CPU seconds
         pool.wall_factor = 2.0

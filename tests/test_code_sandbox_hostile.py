@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("reward_plugins.code_sandbox")
 from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
-from reward_plugins.code_sandbox import isolation  # noqa: E402
+from reward_plugins.code_sandbox import isolation, worker  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (sys.platform == "linux"), reason="Linux sandbox")
 
@@ -117,7 +117,8 @@ HOSTILE = {
     "read_environ": _attempt("import os\nassert os.environ and any(os.environ.values())"),
     "read_proc": _attempt("import os\nassert os.listdir('/proc/self/fd')"),
     "write_usr": _attempt("open('/usr/pwned-code-sandbox', 'w').write('x')"),
-    "write_worker_code": _attempt("import sys\nopen(sys.argv[2] + '/worker.py', 'a').write('x')"),
+    "write_worker_code": _attempt(f"import sys\nopen(sys.modules[{worker.__name__!r}].__file__, 'a').write('x')"),
+    "write_sandbox_main": _attempt("import sys\nopen(sys.modules['__main__'].__file__, 'a').write('x')"),
     "kill_parent": _attempt("import os\nos.kill(os.getppid(), 9)"),
     "kill_all": _attempt("import os\nos.kill(-1, 9)"),
     "kill_all_libc": _attempt("import ctypes\nassert ctypes.CDLL(None).kill(-1, 9) == 0"),

@@ -1,4 +1,4 @@
-"""The pure maths: the worked examples of the GRPO literature, zero-signal arithmetic, overlong penalty, diagnostics."""
+"""The pure maths: the worked examples of the GRPO literature, zero-signal arithmetic, overlong parameters, diagnostics."""
 
 import math
 
@@ -8,7 +8,7 @@ import torch
 from trl_rlvr.advantages import expected_zero_signal_frac, group_advantages, zero_signal_groups
 from trl_rlvr.losses import per_step_num_items
 from trl_rlvr.metrics import rollout_metrics
-from trl_rlvr.shaping import overlong_penalties, overlong_penalty
+from trl_rlvr.shaping import validate_overlong
 
 
 def test_worked_example_two_right_two_wrong():
@@ -52,16 +52,6 @@ def test_zero_signal_groups_exact_tolerance_and_nan():
     assert zero_signal_groups(rewards, 4, tolerance=1e-3).tolist() == [True, False, True, True]
 
 
-def test_overlong_penalty_boundaries():
-    # L_max = 20, buffer 4: free up to 16 tokens, linear to -factor at 20, -factor beyond.
-    assert overlong_penalty(16, 20, 4) == 0.0
-    assert overlong_penalty(17, 20, 4) == pytest.approx(-0.25)
-    assert overlong_penalty(18, 20, 4, penalty_factor=2.0) == pytest.approx(-1.0)
-    assert overlong_penalty(20, 20, 4) == pytest.approx(-1.0)
-    assert overlong_penalty(21, 20, 4, penalty_factor=0.5) == pytest.approx(-0.5)
-    assert overlong_penalties([0, 16, 19], 20, 4) == pytest.approx([0.0, 0.0, -0.75])
-
-
 @pytest.mark.parametrize(
     "args,field",
     [((20, 0, 1.0), "overlong_buffer_length"), ((20, 21, 1.0), "overlong_buffer_length"),
@@ -69,7 +59,7 @@ def test_overlong_penalty_boundaries():
 )
 def test_overlong_penalty_rejects_bad_parameters(args, field):
     with pytest.raises(ValueError, match=field):
-        overlong_penalty(10, *args)
+        validate_overlong(*args)
 
 
 def test_per_step_num_items_makes_trl_divisor_the_step_token_count():

@@ -38,7 +38,7 @@ def test_load_reward_builds_named_picklable_functions():
     assert f.__name__ == "think_format"
     assert pickle.loads(pickle.dumps(f))(None, ["<think>a</think><answer>1</answer>"]) == [1.0]
     g = load_reward("overlong", max_completion_length=8, buffer_length=4)
-    assert g(None, ["x"], completion_ids=[[0] * 8]) == [-1.0]
+    assert g(prompts=None, completions=["x"], completion_ids=[[0] * 8]) == [-1.0]  # TRL calls with keywords
     assert load_reward("boxed_math").__name__ == "boxed_math"
 
 
@@ -194,4 +194,4 @@ def test_plain_clone_without_installed_metadata(monkeypatch, tiny_model_dir):
 
     trainer = make_trainer(tiny_model_dir, reward_funcs=["think_format"], overlong_buffer_length=4)
     assert trainer.reward_func_names == ["think_format", "overlong"]
-    assert trainer.reward_funcs[1](None, ["x"], completion_ids=[[0] * 64]) == [-1.0]
+    assert trainer.reward_funcs[1](prompts=None, completions=["x"], completion_ids=[[0] * 64]) == [-1.0]

@@ -138,7 +138,7 @@ def test_frames_are_read_exactly_and_statelessly():
 # A candidate that answers the tester itself: its own manifest, then its own replies.
 TAKE_OVER = """
 import sys, os
-P = sys.modules["protocol"]
+P = sys.modules[PROTOCOL]
 L = sys._getframe(1).f_locals  # the candidate's loop, which this program replaces
 req, rep = L["req_fd"], L["rep_fd"]
 def fake_range(*a):
@@ -156,6 +156,7 @@ while True:
     f = {"fake_range": fake_range, "fake_all": fake_all, "add": add}[r["r"]]
     P.send_frame(rep, {"v": P.encode(f(*P.decode(r["a"])))})
 """
+TAKE_OVER = TAKE_OVER.replace("PROTOCOL", repr(protocol.__name__))  # the worker's copy of protocol.py
 RANGE_TESTS = ["for i in range(3):\n    assert add(i, i) == 2 * i"]
 ALL_TESTS = ["assert all([add(1, 2) == 3, add(2, 2) == 4])"]
 RANGE_CHECK = "def check(candidate):\n    for i in range(3):\n        assert candidate(i, i) == 2 * i\n"
@@ -238,7 +239,7 @@ def test_proxies_hand_the_test_code_only_plain_data_and_remotes(reward):
         def check(candidate):
             import sys
             plain = (int, float, str, bool, list, tuple, dict, set, frozenset, bytes, type(None))
-            Remote = sys.modules["protocol"].Remote
+            Remote = sys.modules[PROTOCOL].Remote
 
             def walk(v):
                 if isinstance(v, (list, tuple, set, frozenset)):
@@ -252,7 +253,7 @@ def test_proxies_hand_the_test_code_only_plain_data_and_remotes(reward):
                 assert walk(v), (k, type(v))
             assert candidate(2) == 3 and type(candidate(2)) is int and candidate(8) == 2 ** 100
         """
-    )
+    ).replace("PROTOCOL", repr(protocol.__name__))  # the worker's copy of protocol.py
     assert reward(prompts=[""], completions=[prog], test=[check], entry_point=["make"]) == [1.0]
 
 

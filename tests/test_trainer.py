@@ -5,7 +5,6 @@ import torch
 
 from tests.loss_harness import make_trainer
 from trl_rlvr.advantages import group_advantages
-from trl_rlvr.shaping import overlong_penalties
 
 
 def even_length(completions, **kwargs):
@@ -20,6 +19,7 @@ def test_real_steps_log_diagnostics_and_use_trl_advantages(tiny_model_dir):
         overlong_penalty_factor=0.5, scale_rewards="group", temperature=1.0,
     )
     assert trainer.reward_func_names == ["even_length", "think_format", "overlong"]
+    assert trainer.reward_weights.tolist() == [1.0, 1.0, 0.5]  # overlong_penalty_factor is the overlong weight
     seen = []
     generate = trainer._generate_and_score_completions
     calculate = trainer._calculate_rewards
@@ -40,9 +40,10 @@ def test_real_steps_log_diagnostics_and_use_trl_advantages(tiny_model_dir):
 
     for batch in seen:
         rewards = batch["rewards"]
-        # the overlong column is exactly the shaping formula of each completion's length
-        assert rewards[:, 2].tolist() == pytest.approx(overlong_penalties(batch["lengths"], 8, 4, 0.5))
-        total = rewards.nansum(dim=1)  # weights are all 1
+        # the overlong column is DAPO's eq. 13 of each completion's length (L_max 8, L_cache 4: 0 up to 4 tokens,
+        # then (4 - n) / 4), unweighted; its weight 0.5 scales it in the sum
+        assert rewards[:, 2].tolist() == pytest.approx([min(0.0, (4 - n) / 4) for n in batch["lengths"]])
+        total = (rewards * torch.tensor([1.0, 1.0, 0.5])).nansum(dim=1)
         torch.testing.assert_close(batch["advantages"], group_advantages(total, 4), atol=1e-5, rtol=1e-5)
 
     logged = {k for entry in trainer.state.log_history for k in entry}
@@ -125,7 +126,7 @@ def test_overlong_switch_extends_reward_weights_without_touching_the_callers_con
                           train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}),
                           processing_class=load_tokenizer(tiny_model_dir))
     assert trainer.reward_func_names == ["even_length", "overlong"]
-    assert trainer.reward_weights.tolist() == [2.0, 1.0]
+    assert trainer.reward_weights.tolist() == [2.0, 1.0]  # overlong_penalty_factor 1.0 (the default)
     assert args.reward_weights == [2.0]  # a second trainer from the same config gets the same weights
 
 

@@ -72,7 +72,10 @@ class RLVRConfig(GRPOConfig):
     )
     overlong_penalty_factor: float = field(
         default=1.0,
-        metadata={"help": "Size of DAPO's soft overlong penalty at max_completion_length (DAPO: 1.0)."},
+        metadata={
+            "help": "Size of DAPO's soft overlong penalty at max_completion_length (DAPO: 1.0): the reward weight "
+            "of the appended overlong reward, which is in [-1, 0]."
+        },
     )
     success_reward: str | None = field(
         default=None,

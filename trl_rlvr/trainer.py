@@ -11,8 +11,9 @@ What is TRL's and what is ours:
   token count of its optimizer step (:func:`trl_rlvr.losses.per_step_num_items`); for ``constant`` we let
   ``loss_constant`` replace ``max_completion_length`` as Dr. GRPO's divisor;
 - reward functions may be registry names (``reward_funcs=["boxed_math", "think_format"]``);
-- DAPO's soft overlong penalty is the ``overlong`` reward plugin, appended with weight 1 (so it is added to the
-  reward before the group baseline and logged as ``rewards/overlong/mean``);
+- DAPO's soft overlong penalty is the ``overlong`` reward plugin (TRL's ``get_soft_overlong_punishment``),
+  appended with ``overlong_penalty_factor`` as its reward weight (so it is added to the reward before the group
+  baseline and logged, unweighted, as ``rewards/overlong/mean``);
 - the ``rlvr/`` diagnostics (:mod:`trl_rlvr.metrics`) are computed from the gathered rewards of each batch.
 
 Every private piece of TRL this glue overrides, reads or swaps is listed in :mod:`trl_rlvr.trl_contract`, which a
@@ -66,9 +67,10 @@ class RLVRTrainer(GRPOTrainer):
         elif not isinstance(args, RLVRConfig):
             raise TypeError(f"RLVRTrainer needs args of type RLVRConfig, got {type(args).__name__}")
         reward_funcs = self._resolve_reward_funcs(reward_funcs, args)
-        if args.overlong_buffer_length is not None and args.reward_weights is not None:
+        if args.overlong_buffer_length is not None:  # the appended overlong penalty, weighted by its factor
             args = copy.copy(args)  # the caller's config is left as it was
-            args.reward_weights = [*args.reward_weights, 1.0]  # the appended overlong penalty, weight 1
+            weights = args.reward_weights if args.reward_weights is not None else [1.0] * (len(reward_funcs) - 1)
+            args.reward_weights = [*weights, args.overlong_penalty_factor]
         super().__init__(model, reward_funcs, args, *pos, **kwargs)
         for trained_or_reference in (self.model, self.ref_model):
             keep_4bit_weights_trainable(trained_or_reference)  # QLoRA on AVX512-BF16 CPUs (see quantized.py)
@@ -99,7 +101,6 @@ class RLVRTrainer(GRPOTrainer):
                         "overlong",
                         max_completion_length=args.max_completion_length,
                         buffer_length=args.overlong_buffer_length,
-                        penalty_factor=args.overlong_penalty_factor,
                     )
                 )
         return funcs if funcs or reward_funcs is not None else None

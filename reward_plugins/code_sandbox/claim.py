@@ -30,7 +30,7 @@ import tempfile
 
 from . import isolation
 
-log = logging.getLogger("reward_plugins.code_sandbox")
+log = logging.getLogger(__package__)  # one logger for the whole package
 
 PREFIX = "code_sandbox-pool-"
 _NAME = re.compile(re.escape(PREFIX) + r"([1-9][0-9]{0,9})")

@@ -306,11 +306,12 @@ def wrap_in_cgroups(argv: list[str], cgroups: list[str], uid: int | None) -> lis
 
 
 def worker_command(isolation: str, python: str, code_dir: str, ctrl_fd: int, limits: str = "{}") -> list[str]:
-    """argv that starts one fork-server worker (``code_dir`` holds worker.py & co, world-readable;
-    ``limits``: the pool's per-execution limits as JSON, for the worker's long-lived tester)."""
+    """argv that starts one fork-server worker (``code_dir``: the worker's program, world-readable,
+    laid out by ``pool.install_worker_code``; ``limits``: the pool's per-execution limits as JSON,
+    for the worker's long-lived tester)."""
     worker = ["-I", "-S", "-B"]
     if isolation == "rlimits":
-        return [python, *worker, os.path.join(code_dir, "worker.py"), str(ctrl_fd), code_dir, isolation, limits]
+        return [python, *worker, code_dir, str(ctrl_fd), isolation, limits]
     argv = [
         find_bwrap(),
         "--unshare-all", "--unshare-user", "--disable-userns", "--new-session", "--clearenv",
@@ -322,7 +323,7 @@ def worker_command(isolation: str, python: str, code_dir: str, ctrl_fd: int, lim
         "--size", str(SCRATCH_MB << 20), "--tmpfs", "/tmp",
         "--chdir", "/tmp",
     ]  # fmt: skip
-    return argv + [python, *worker, "/sbx/worker.py", str(ctrl_fd), "/sbx", isolation, limits]
+    return argv + [python, *worker, "/sbx", str(ctrl_fd), isolation, limits]
 
 
 # ---------------------------------------------------------------- worker side: rlimits
@@ -571,8 +572,8 @@ def syscall_actions() -> dict:
 def _assemble() -> list:
     """The filter's instructions ``[code, jt, jf, k]``. Layout: the architecture
     check, a binary search over the syscall number (one ``jge`` per boundary between runs of
-    numbers with the same action, so a syscall costs ~7 comparisons), the argument checks, the
-    three shared verdicts. It loads only the number and the arguments and compares constants: the
+    numbers with the same action, so a syscall costs about log2(runs) comparisons), the argument
+    checks, the three shared verdicts. It loads only the number and the arguments and compares constants: the
     kernel's seccomp cache can then prove "always allowed" for the plain allowlist entries and
     skip the filter for them."""
     acts = syscall_actions()

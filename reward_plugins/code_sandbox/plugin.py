@@ -34,7 +34,7 @@ from .pool import Job, Limits, SandboxPool
 from .prelude import prompt_helpers
 from .routing import check_value_tests, value_tests
 
-log = logging.getLogger("reward_plugins.code_sandbox")
+log = logging.getLogger(__package__)  # one logger for the whole package
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _LIVE_POOLS: "weakref.WeakSet[SandboxPool]" = weakref.WeakSet()

@@ -22,13 +22,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import isolation, protocol
+from . import isolation, protocol, worker
 from .claim import PoolClaim
 
-log = logging.getLogger("reward_plugins.code_sandbox")
+log = logging.getLogger(__package__)  # one logger for the whole package
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_WORKER_FILES = ("worker.py", "isolation.py", "protocol.py")
+#: The modules the sandboxed worker runs, copied into the pool's code dir under their package path.
+WORKER_MODULES = (worker, isolation, protocol)
+#: The sandbox's program: ``python -I -S -B CODE_DIR ...`` runs ``CODE_DIR/__main__.py``, this text.
+SANDBOX_MAIN = f"from {worker.__name__} import {worker.main.__name__}\n\n{worker.main.__name__}()\n"
 MAX_RESULT_BYTES = 1 << 20
 MAX_IO_CASES_PER_RUN = 100  # fds per message stay well under SCM_MAX_FD (253)
 
@@ -77,6 +79,30 @@ def _header(limits: Limits) -> dict:
         "fsize": limits.max_output_bytes,
         "nproc": limits.max_processes,
     }
+
+
+def install_worker_code(code_dir: str) -> None:
+    """Lay out the worker's program in ``code_dir`` (world-readable, for the sandbox uids): its
+    modules under their package path (with empty ``__init__.py`` files: in the sandbox the package
+    is these three modules only) and ``__main__.py`` (``SANDBOX_MAIN``)."""
+    package = worker.__name__.rpartition(".")[0].split(".")
+    d = code_dir
+    os.chmod(d, 0o755)
+    for part in package:
+        d = os.path.join(d, part)
+        os.mkdir(d, 0o755)
+        os.chmod(d, 0o755)  # whatever the umask
+        _write_readable(os.path.join(d, "__init__.py"), b"")
+    for module in WORKER_MODULES:
+        with open(module.__file__, "rb") as f:
+            _write_readable(os.path.join(d, os.path.basename(module.__file__)), f.read())
+    _write_readable(os.path.join(code_dir, "__main__.py"), SANDBOX_MAIN.encode())
+
+
+def _write_readable(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, 0o644)
 
 
 class _Worker:
@@ -251,19 +277,15 @@ class SandboxPool:
             isolation.find_bwrap()
         self.mode, self.limits = isolation_mode, limits
         # one more than the cores by default: the spare worker forks while another waits on the host
-        # (or the host on it). Measured on 2 cores (benchmarks/sandbox.py): 3 workers ran trivial
-        # programs ~30% faster than 2 and HumanEval faster than 4, where a long execution (HumanEval/75
-        # computes for 0.3 s) shares its core with more workers and finishes last.
+        # (or the host on it); with more, a long execution shares its core with more workers and
+        # finishes last. The comparison (benchmarks/sandbox.py --workers N): docs/benchmarks.md.
         self.n = max(1, min(16, num_workers or len(os.sched_getaffinity(0)) + 1))
         self.python = isolation.sandbox_python()
         self.pid = os.getpid()
         self.claim = PoolClaim.acquire()  # a random id, claimed; what dead pools left is reclaimed first
         self.uids = [isolation.slot_uid(s, self.claim.id) for s in range(self.n)]
         self._dir = self.claim.code_dir
-        os.chmod(self._dir, 0o755)
-        for f in _WORKER_FILES:
-            shutil.copyfile(os.path.join(_HERE, f), os.path.join(self._dir, f))
-            os.chmod(os.path.join(self._dir, f), 0o644)
+        install_worker_code(self._dir)
         self._idle: queue.Queue = queue.Queue()
         for slot in range(self.n):
             self._idle.put([slot, None])

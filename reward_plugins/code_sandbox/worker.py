@@ -1,5 +1,11 @@
-"""Fork server: runs inside the sandbox as
-``python -I -S -B worker.py CTRL_FD CODE_DIR ISOLATION LIMITS_JSON``.
+"""Fork server: the program that runs inside the sandbox, started by the host (``pool.py``) as
+
+    python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON
+
+CODE_DIR holds this module with ``isolation`` and ``protocol`` under their package path, and a
+``__main__.py`` that calls :func:`main` (``pool.SANDBOX_MAIN``). Run as a directory, it is the one
+entry ``-I`` leaves on ``sys.path`` (the directory of a script is not). Importing this module
+does nothing but import: everything the worker sets up for itself happens in :func:`main`.
 
 It never reads sample data: each request arrives as a small header (``<mode> <number of tests>``;
 the limits came once, on the command line) plus file descriptors (memfds with the program / the
@@ -25,31 +31,38 @@ import socket
 import sys
 import time
 
-sys.path.insert(0, sys.argv[2])
-import isolation  # noqa: E402
-import protocol  # noqa: E402
+from . import isolation, protocol
 
-# Stdlib that solutions use, imported once here so that a fork need not (typing alone takes ~18 ms).
-# Every module here makes every fork and exit dearer, so only the common ones: in MBPP's 974
-# reference solutions and HumanEval's 164 prompts+solutions, re 79, math 48, collections 28,
-# typing 21, heapq 18, itertools 12; hashlib, datetime 1 each; dataclasses, decimal, fractions 0.
-# (Measured: dropping those five saved ~0.14 ms per fork and exit.) Not random either: its
-# after-fork reseed costs every fork ~40 page faults, and a program imports it in ~1 ms.
-import bisect, builtins, collections, copy, functools, heapq, io, itertools, json  # noqa: E401,E402,F401
-import math, operator, re, string, typing  # noqa: E401,E402,F401
+# Stdlib that solutions use, imported once here so that a fork need not import it again. Every
+# module here makes every fork and exit dearer, so only the ones common in MBPP's reference
+# solutions and HumanEval's prompts and solutions (hashlib, datetime, dataclasses, decimal and
+# fractions are rare there and cost more per fork than they save). Not random either: its
+# after-fork reseed costs every fork page faults, and a program that needs it imports it cheaply.
+# Counts and costs: docs/benchmarks.md, "Sandbox and reward design measurements".
+import bisect, builtins, collections, copy, functools, heapq, io, itertools, json  # noqa: E401,F401
+import math, operator, re, string, typing  # noqa: E401,F401
 
-os.environ.clear()
-# Programs and test code may print and parse ints of any size (a correct factorial(2000) has 5736
-# digits). The 4300-digit limit guards decimal conversion of untrusted strings; every byte a
-# candidate sends is read by protocol.parse, which accepts at most 19 decimal digits per number
-# (bigger ints travel as hex), so lifting it here, for this process and every fork, opens nothing.
-sys.set_int_max_str_digits(0)
-CTRL_FD = int(sys.argv[1])
-MODE = sys.argv[3]
-LIMITS = protocol.loads(sys.argv[4].encode())  # the pool's limits: {timeout, cpu, mem, fsize, nproc}
-RLIMITS = isolation.rlimit_plan(LIMITS["mem"], LIMITS["cpu"], LIMITS["nproc"])
-RO_PATHS = sorted({"/usr", sys.argv[2], sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
-RO_PATHS += ["/dev/null", "/dev/urandom", "/dev/zero"]
+USAGE = "usage: python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON (the code_sandbox pool starts this worker)"
+
+# Set once by main() from the command line, then read by every fork (see _configure).
+CTRL_FD = -1
+MODE = ""  # the isolation: "bwrap" or "rlimits"
+LIMITS: dict = {}  # the pool's limits: {timeout, cpu, mem, fsize, nproc}
+RLIMITS: list = []
+RO_PATHS: list = []
+# Made by main(): the scratch dirs, the tester process, and the limits to hold (see _after_job).
+SCRATCH_A = SCRATCH_B = TESTER = BASELINE = TESTER_BASELINE = None
+
+
+def _configure(argv):
+    """The worker's settings from its command line ``[CODE_DIR, CTRL_FD, ISOLATION, LIMITS_JSON]``."""
+    global CTRL_FD, MODE, LIMITS, RLIMITS, RO_PATHS
+    code_dir, ctrl_fd, MODE, limits = argv
+    CTRL_FD = int(ctrl_fd)
+    LIMITS = protocol.loads(limits.encode())
+    RLIMITS = isolation.rlimit_plan(LIMITS["mem"], LIMITS["cpu"], LIMITS["nproc"])
+    RO_PATHS = sorted({"/usr", code_dir, sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
+    RO_PATHS += ["/dev/null", "/dev/urandom", "/dev/zero"]
 
 
 class Scratch:
@@ -141,9 +154,6 @@ def _close_all_but(keep):
             os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 16)
-
-
-_NULL = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
 
 
 def _child(keep, rlimits, scratch, stdin=None, stdout=None):
@@ -651,11 +661,24 @@ def _after_job():
     return "; ".join(_PROBLEMS) or None
 
 
-def main():
+def main(argv=None):
+    """Serve the host until it closes the channel. ``argv``: ``sys.argv`` (see the module docstring)."""
     global SCRATCH_A, SCRATCH_B, TESTER, BASELINE, TESTER_BASELINE
+    argv = sys.argv if argv is None else argv
+    if len(argv) != 4:
+        sys.stderr.write(USAGE + "\n")
+        raise SystemExit(2)
+    _configure(argv)
+    os.environ.clear()
+    # Programs and test code may print and parse ints of any size (a correct factorial(2000) has 5736
+    # digits). The 4300-digit limit guards decimal conversion of untrusted strings; every byte a
+    # candidate sends is read by protocol.parse, which accepts at most 19 decimal digits per number
+    # (bigger ints travel as hex), so lifting it here, for this process and every fork, opens nothing.
+    sys.set_int_max_str_digits(0)
+    null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     sock = socket.socket(fileno=CTRL_FD)
-    os.dup2(_NULL, 0)  # children keep these (and 2, below) unless a test gives its own stdin/stdout
-    os.dup2(_NULL, 1)
+    os.dup2(null, 0)  # children keep these (and 2, below) unless a test gives its own stdin/stdout
+    os.dup2(null, 1)
     SCRATCH_A, SCRATCH_B = Scratch("a"), Scratch("b")
     isolation.no_new_privs()  # for this process and every fork: Landlock and seccomp need it
     isolation.apply_rlimits(isolation.worker_rlimit_plan(LIMITS["fsize"]))
@@ -667,7 +690,7 @@ def main():
 
     gc.collect()
     gc.freeze()  # children's collections skip the worker's objects: fewer copy-on-write faults
-    os.dup2(_NULL, 2)  # set up: from here on, nothing of ours (nor any child) writes to the host's log file
+    os.dup2(null, 2)  # set up: from here on, nothing of ours (nor any child) writes to the host's log file
     TESTER.ensure()  # forked now, before any sample data exists
     caps = {"ready": True, "uid": os.getuid(), "landlock": isolation.landlock_abi(), "seccomp": isolation._X86_64}
     sock.send(protocol.dumps(caps))
@@ -690,7 +713,3 @@ def main():
         except Exception as e:  # noqa: BLE001
             reply = protocol.dumps({"internal": f"{type(e).__name__}: {e}"})
         sock.send(reply)
-
-
-if __name__ == "__main__":
-    main()
