@@ -269,6 +269,14 @@ class RLVRConfig(GRPOConfig):
             )
 
     @classmethod
+    def from_preset(cls, name: str, **overrides) -> RLVRConfig:
+        """The switches of one paper (``"dapo"``, ``"dr_grpo"``, ``"grpo"``, ``"r1zero"``; :mod:`trl_rlvr.presets`,
+        docs/recipes.md), with ``overrides`` (any field) on top."""
+        from .presets import preset_values
+
+        return cls(**{**preset_values(name, overrides), **overrides})
+
+    @classmethod
     def from_grpo_config(cls, config: GRPOConfig) -> RLVRConfig:
         """The RLVRConfig that makes RLVRTrainer compute what GRPOTrainer computes for ``config``
         (:mod:`trl_rlvr.compat`)."""
