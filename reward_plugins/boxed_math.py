@@ -105,6 +105,11 @@ class BoxedMathReward:
         if prestart:  # workers import and warm up math-verify while the trainer loads the model
             self._pool().start()
 
+    @property
+    def required_columns(self) -> tuple:
+        """The dataset column(s) holding the gold, checked before the model loads (trl_rlvr.checks)."""
+        return (self.gold_column,) if self.gold_column else (("answer", "solution"),)
+
     def __repr__(self) -> str:
         return f"boxed_math(gold_column={self.gold_column!r}, timeout={self.timeout}, answer_line={self.answer_line})"
 

@@ -34,6 +34,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from .advantages import group_advantages
+from .checks import check_dataset_columns
 from .config import RLVRConfig
 from .losses import per_step_num_items
 from .metrics import rollout_metrics
@@ -72,6 +73,7 @@ class RLVRTrainer(GRPOTrainer):
                 "defaults (docs/trainer.md)"
             )
         reward_funcs = self._resolve_reward_funcs(reward_funcs, args)
+        check_dataset_columns(kwargs.get("train_dataset", pos[0] if pos else None), reward_funcs or [])  # pre-load
         if args.overlong_buffer_length is not None and args.reward_weights is not None:
             args = copy.copy(args)  # the caller's config is left as it was
             args.reward_weights = [*args.reward_weights, 1.0]  # the appended overlong penalty, weight 1
