@@ -235,3 +235,7 @@ def boxed_math(**options) -> BoxedMathReward:
 # The registry (``trl-rlvr rewards show``, option checking in ``load_reward``) reads the options from
 # the factory's signature: it is the class's, so that it is written once.
 boxed_math.__signature__ = inspect.signature(BoxedMathReward).replace(return_annotation=BoxedMathReward)
+
+#: Ready-made, with the default options, for TRL's own CLI: ``trl grpo --reward_funcs reward_plugins.boxed_math.reward``
+#: (its workers start at the first call).
+reward = BoxedMathReward(prestart=False)

@@ -205,3 +205,21 @@ def code_sandbox(**options) -> CodeSandboxReward:
 # The registry (``trl-rlvr rewards show``, option checking in ``load_reward``) reads the options from the
 # factory's signature: it is the class's, so that it is written once.
 code_sandbox.__signature__ = inspect.signature(CodeSandboxReward).replace(return_annotation=CodeSandboxReward)
+
+
+_READY_MADE: CodeSandboxReward | None = None
+
+
+def reward(prompts=None, completions=None, **kwargs) -> list:
+    """``code_sandbox`` with the default options, for TRL's own CLI:
+    ``trl grpo --reward_funcs reward_plugins.code_sandbox.reward``. Built at the first call (building checks
+    for bubblewrap, which importing the module must not)."""
+    global _READY_MADE
+    if _READY_MADE is None:
+        _READY_MADE = CodeSandboxReward()
+    return _READY_MADE(prompts=prompts, completions=completions, **kwargs)
+
+
+reward.__name__ = "code_sandbox"  # TRL logs rewards/code_sandbox/mean, as for the registry's code_sandbox
+reward.verifies_correctness = True
+reward.required_columns = CodeSandboxReward.required_columns
