@@ -42,3 +42,61 @@ def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_da
     problems = missing_columns(columns, reward_funcs)
     if problems:
         raise ValueError(f"{what} lacks " + "; and ".join(problems) + f". Its columns: {sorted(columns)}")
+
+
+# ------------------------------------------------------------------------------------------------ settings
+def _dynamic_sampling_options(config) -> list[str]:
+    names = [f for f in vars(type(config)).get("__dataclass_fields__", {}) if f.startswith("dynamic_sampling_")]
+    return ["max_sampling_rounds", *names]
+
+
+def ineffective_options(config) -> list[str]:
+    """One message per RLVR option set away from its default where the other settings make it do nothing."""
+    import dataclasses
+
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    rules = [(name, config.dynamic_sampling, "dynamic_sampling=True") for name in _dynamic_sampling_options(config)]
+    rules += [
+        ("overlong_penalty_factor", config.overlong_buffer_length is not None, "overlong_buffer_length"),
+        ("token_count_scope", config.loss_normalization == "per_batch_token", "loss_normalization='per_batch_token'"),
+        ("advantage_std", config.scale_rewards != "none" and config.multi_objective_aggregation == "sum_then_normalize",
+         "scale_rewards='group' or 'batch' and multi_objective_aggregation='sum_then_normalize'"),
+    ]
+    return [
+        f"{name}={getattr(config, name)!r} has no effect without {needs}"
+        for name, active, needs in rules
+        if name in defaults and getattr(config, name) != defaults[name] and not active
+    ]
+
+
+def check_settings(config) -> None:
+    """Errors and warnings that need no model: options without effect (warn), bf16 on a CPU (warn), ``use_vllm``
+    without vLLM installed (``ImportError`` now rather than after the model and data have loaded)."""
+    import importlib.util
+    import warnings
+
+    for message in ineffective_options(config):
+        warnings.warn(message, UserWarning, stacklevel=5)
+    if config.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ImportError(
+            f"use_vllm=True (vllm_mode={config.vllm_mode!r}) needs vLLM, which is not installed: pip install "
+            "'trl-rlvr[vllm]' (GPU) or see docs for vLLM's CPU build; or set use_vllm=False to generate with "
+            "transformers"
+        )
+    if config.bf16 and _on_cpu(config):
+        warnings.warn(
+            "bf16=True on a CPU (use_cpu=True or no GPU; TRL's GRPOConfig turns bf16 on by default): bfloat16 "
+            "autocast is slower than float32 on a CPU, about 7x on one without AVX512-BF16 and still 1.1x per "
+            "training step with it (docs/trainer.md). Set bf16=False.",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
+def _on_cpu(config) -> bool:
+    if config.use_cpu:
+        return True
+    import torch
+
+    return not (torch.cuda.is_available() or getattr(torch, "xpu", None) and torch.xpu.is_available()
+                or torch.backends.mps.is_available())

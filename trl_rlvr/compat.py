@@ -37,4 +37,9 @@ def rlvr_config_from_grpo(config):
     if isinstance(config, RLVRConfig):
         return config
     values = {f.name: getattr(config, f.name) for f in dataclasses.fields(GRPOConfig) if f.init}
-    return RLVRConfig(**values, **GRPO_TRAINER_BEHAVIOUR)
+    # only the switches that act under this config (the others would warn that they have no effect)
+    acting = {
+        "advantage_std": config.scale_rewards != "none" and config.multi_objective_aggregation == "sum_then_normalize",
+        "token_count_scope": config.loss_type == "dapo",
+    }
+    return RLVRConfig(**values, **{k: v for k, v in GRPO_TRAINER_BEHAVIOUR.items() if acting[k]})

@@ -14,6 +14,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from .advantages import BASELINES, STD_KINDS
+from .checks import check_settings
 from .shaping import validate_overlong
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
@@ -252,6 +253,7 @@ class RLVRConfig(GRPOConfig):
             raise _choice_error("token_count_scope", self.token_count_scope, TOKEN_COUNT_SCOPES)
         if not self.dynamic_sampling_tolerance >= 0:
             raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance!r}")
+        check_settings(self)  # options without effect, bf16 on a CPU, use_vllm without vLLM (trl_rlvr.checks)
         if self.reward_options is not None and not isinstance(self.reward_options, dict):
             raise ValueError(f"reward_options must be a mapping plugin name -> options, got {self.reward_options!r}")
         if (
