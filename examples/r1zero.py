@@ -7,9 +7,11 @@ clip-higher 0.2/0.28, dynamic sampling and the soft overlong penalty. It evaluat
 greedily before and after training, prints a table, and writes ``r1zero_metrics.json`` and
 ``r1zero_curves.png`` to the output directory.
 
-Every ``RLVRConfig`` / ``GRPOConfig`` field, the ``trl.ModelConfig`` fields and the script's own fields
-below can be given on the command line or in a YAML file (``--config examples/recipes/dapo.yaml``);
-the command line wins over the YAML, which wins over this script's defaults. Examples::
+Parsing, data, rewards, model loading and the trainer come from :mod:`trl_rlvr.recipe` (what ``trl-rlvr train``
+runs, docs/recipes.md); this script adds the evaluation, the table and the plot. Every ``RLVRConfig`` /
+``GRPOConfig`` field, the ``trl.ModelConfig`` fields and the script's own fields below can be given on the command
+line or in a YAML file (``--config examples/recipes/dapo.yaml``, ``preset: dapo``); the command line wins over the
+YAML, which wins over the preset, which wins over this script's defaults. Examples::
 
     accelerate launch examples/r1zero.py                                   # offline CPU demo (~15 min, 2 cores)
     accelerate launch examples/r1zero.py --config examples/recipes/r1zero_qwen_math.yaml
