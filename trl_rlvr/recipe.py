@@ -93,7 +93,7 @@ class RecipeArguments:
 
 
 # ------------------------------------------------------------------------------------------------ 1. parse
-def make_parser(script_class: type = RecipeArguments, defaults: dict[str, Any] | None = None):
+def make_parser(script_class: type = RecipeArguments, defaults: dict[str, Any] | None = None, prog: str | None = None):
     """A ``TrlParser`` over (``script_class``, ``RLVRConfig``, ``ModelConfig``) that knows ``preset`` and names
     unknown keys; ``defaults`` are the script's own defaults (lowest precedence)."""
     from .config import RLVRConfig  # first: it quiets a bitsandbytes import notice (trl_rlvr.quantized)
@@ -120,7 +120,7 @@ def make_parser(script_class: type = RecipeArguments, defaults: dict[str, Any] |
                 raise ValueError(_unknown_keys(self, from_config, from_cli, config_path))
             return tuple(parsed)
 
-    parser = RecipeParser((script_class, RLVRConfig, ModelConfig))
+    parser = RecipeParser((script_class, RLVRConfig, ModelConfig), prog=prog)
     if defaults:
         parser.set_defaults_with_config(**defaults)
     return parser
@@ -326,5 +326,5 @@ def train(recipe, training_args, model_args):
 def main(argv: list[str] | None = None):
     """Entry point of ``trl-rlvr train``."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    recipe, training_args, model_args = make_parser().parse_args_and_config(argv)
+    recipe, training_args, model_args = make_parser(prog="trl-rlvr train").parse_args_and_config(argv)
     return train(recipe, training_args, model_args)
