@@ -7,9 +7,11 @@ clip-higher 0.2/0.28, dynamic sampling and the soft overlong penalty. It evaluat
 greedily before and after training, prints a table, and writes ``r1zero_metrics.json`` and
 ``r1zero_curves.png`` to the output directory.
 
-Every ``RLVRConfig`` / ``GRPOConfig`` field, the ``trl.ModelConfig`` fields and the script's own fields
-below can be given on the command line or in a YAML file (``--config examples/recipes/dapo.yaml``);
-the command line wins over the YAML, which wins over this script's defaults. Examples::
+Parsing, data, rewards, model loading and the trainer come from :mod:`trl_rlvr.recipe` (what ``trl-rlvr train``
+runs, docs/recipes.md); this script adds the evaluation, the table and the plot. Every ``RLVRConfig`` /
+``GRPOConfig`` field, the ``trl.ModelConfig`` fields and the script's own fields below can be given on the command
+line or in a YAML file (``--config examples/recipes/dapo.yaml``, ``preset: dapo``); the command line wins over the
+YAML, which wins over the preset, which wins over this script's defaults. Examples::
 
     accelerate launch examples/r1zero.py                                   # offline CPU demo (time: docs/benchmarks.md)
     accelerate launch examples/r1zero.py --config examples/recipes/r1zero_qwen_math.yaml
@@ -29,46 +31,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# Make `trl_rlvr` importable when the script is run from a source checkout without `pip install -e .`.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from trl_rlvr.recipe import RecipeArguments
 
 
 @dataclass
-class R1ZeroArguments:
-    """The script's own options (data, rewards, evaluation). Model options come from `trl.ModelConfig`."""
+class R1ZeroArguments(RecipeArguments):
+    """The script's own options: a recipe's (preset, data, prompt, rewards; trl_rlvr.recipe) plus evaluation."""
 
-    dataset_name: str | None = field(
-        default=None,
-        metadata={"help": "Hub id or local path of a dataset with a question and an answer column. Default: the "
-                  "built-in arithmetic word problems (offline)."},
-    )
-    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration (e.g. 'main' for gsm8k)."})
-    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    dataset_test_split: str | None = field(
-        default="test", metadata={"help": "Held-out split; if missing, carved out of the train split."}
-    )
-    question_column: str = field(default="question", metadata={"help": "Column holding the question."})
-    answer_column: str = field(
-        default="answer", metadata={"help": "Column holding the reference answer (GSM8K's '... #### 42' is reduced to 42)."}
-    )
-    prompt_style: str = field(
-        default="chat_prefill",
-        metadata={"help": "'chat_prefill': chat template, instruction + one-shot example, assistant turn pre-filled "
-                  "with <think>; 'r1zero': DeepSeek-R1-Zero's plain-text template ending in <think> (base models); "
-                  "'chat': conversational prompt without prefill.",
-                  "choices": ["chat_prefill", "r1zero", "chat"]},
-    )
-    num_train_samples: int | None = field(
-        default=256, metadata={"help": "Training questions (built-in data: how many to generate; hub data: cap, "
-                               "None = all)."}
-    )
-    num_eval_samples: int = field(default=100, metadata={"help": "Held-out questions evaluated before and after."})
-    max_operand: int = field(default=20, metadata={"help": "Built-in data: operands are drawn from 1..max_operand."})
-    dataset_seed: int = field(default=0, metadata={"help": "Seed of the built-in data and of hub-data subsampling."})
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["think_format", "boxed_math"],
-        metadata={"help": "Reward functions by registry name (`trl-rlvr rewards list`) or dotted import path."},
-    )
     format_reward: str | None = field(
         default="think_format", metadata={"help": "Reward whose score 1.0 counts as 'formatted' in the evaluation."}
     )
@@ -80,14 +49,6 @@ class R1ZeroArguments:
     eval_batch_size: int = field(default=50, metadata={"help": "Prompts per generate() call in the evaluation."})
     save_model: bool = field(default=True, metadata={"help": "Save the trained model (or adapter) to output_dir."})
     plot: bool = field(default=True, metadata={"help": "Write r1zero_curves.png (needs matplotlib)."})
-    cpu_threads: int | None = field(
-        default=None,
-        metadata={
-            "help": "Torch threads when training on a CPU. Default: with one process, every usable core "
-            "(`accelerate launch` without a config sets OMP_NUM_THREADS=1, which halves speed on 2 cores); "
-            "with several processes, what the launcher set."
-        },
-    )
 
 
 #: Settings that made SmolLM2-135M learn the format on a 2-core CPU (the run: docs/benchmarks.md).
@@ -117,21 +78,20 @@ DEFAULTS = dict(
     report_to="none",
     seed=42,
     dtype="float32",
+    num_train_samples=256,
 )
 
 
 def make_parser():
+    """trl_rlvr.recipe's parser (preset, YAML, command line) over this script's arguments and DEFAULTS."""
     import torch
 
-    from trl_rlvr import RLVRConfig  # first: it quiets a bitsandbytes import notice (trl_rlvr.quantized)
-    from trl import ModelConfig, TrlParser  # noqa: I001
+    from trl_rlvr.recipe import make_parser as make_recipe_parser
 
-    parser = TrlParser((R1ZeroArguments, RLVRConfig, ModelConfig))
     defaults = dict(DEFAULTS)
     if not torch.cuda.is_available():
-        defaults.update(bf16=False, fp16=False, use_cpu=True)  # fp32: bf16 speed on a CPU varies (docs/benchmarks.md)
-    parser.set_defaults_with_config(**defaults)
-    return parser
+        defaults.update(bf16=False, fp16=False, use_cpu=True)  # bf16 is slower than fp32 on a CPU (docs/benchmarks.md)
+    return make_recipe_parser(R1ZeroArguments, defaults)
 
 
 # ------------------------------------------------------------------------------------------------ progress
@@ -277,62 +237,13 @@ def save_plot(history, path):
 
 
 # ------------------------------------------------------------------------------------------------ main
-def build_datasets(script_args, tokenizer):
-    from trl_rlvr.data import arithmetic_dataset, load_qa_dataset
-
-    if script_args.dataset_name is None:
-        return arithmetic_dataset(
-            tokenizer, n_train=script_args.num_train_samples or 256, n_eval=script_args.num_eval_samples,
-            seed=script_args.dataset_seed, max_operand=script_args.max_operand, prompt_style=script_args.prompt_style,
-        )
-    return load_qa_dataset(
-        script_args.dataset_name, tokenizer, config=script_args.dataset_config,
-        train_split=script_args.dataset_train_split, test_split=script_args.dataset_test_split,
-        question_column=script_args.question_column, answer_column=script_args.answer_column,
-        prompt_style=script_args.prompt_style, n_train=script_args.num_train_samples,
-        n_eval=script_args.num_eval_samples, seed=script_args.dataset_seed,
-    )
-
-
-def import_dotted_reward_funcs(names):
-    """Registry names stay strings (RLVRTrainer loads them); dotted paths are imported."""
-    import importlib
-
-    from trl_rlvr.rewards import reward_specs
-
-    registered = set(reward_specs())
-    out = []
-    for name in names:
-        if name in registered or "." not in name:
-            out.append(name)
-        else:
-            module, attr = name.rsplit(".", 1)
-            out.append(getattr(importlib.import_module(module), attr))
-    return out
-
-
-def use_cpu_threads(requested: int | None, num_processes: int) -> None:
-    """Give torch the CPU's cores: `accelerate launch` without a config pins a CPU job to one thread."""
-    import torch
-
-    if torch.cuda.is_available():
-        return
-    if requested is None and num_processes == 1:
-        requested = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if requested:
-        torch.set_num_threads(requested)
-
-
 def main(script_args, training_args, model_args):
     from accelerate import PartialState
     from accelerate.utils import parse_flag_from_env
     from rich.console import Console
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from trl import get_peft_config
-
-    from trl_rlvr import RLVRTrainer
     from trl_rlvr.evaluation import evaluate
-    from trl_rlvr.models import kbit_device_map, load_tokenizer, quantization_config_4bit, resolve_model_path
+    from trl_rlvr.recipe import build_trainer, use_cpu_threads
 
     t_start = time.time()
     timings = {}
@@ -343,66 +254,21 @@ def main(script_args, training_args, model_args):
     console = Console(stderr=False, soft_wrap=True)
     say = console.print if state.is_main_process else (lambda *a, **k: None)
 
-    # Model: the offline SmolLM2 default is converted once, by the main process.
-    with state.main_process_first():
-        model_path = resolve_model_path(model_args.model_name_or_path, quiet=not state.is_main_process)
-    timings["model download/conversion"] = time.time() - t_start
-    tokenizer = load_tokenizer(model_path, revision=model_args.model_revision,
-                               trust_remote_code=training_args.trust_remote_code)
-    tokenizer.truncation_side = "left"
-    init_kwargs = dict(training_args.model_init_kwargs or {})
-    init_kwargs.setdefault("dtype", model_args.dtype or "float32")
-    if model_args.attn_implementation is not None:
-        init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
-    if model_args.model_revision not in (None, "main"):
-        init_kwargs.setdefault("revision", model_args.model_revision)
-    quantization_config = None
-    if model_args.load_in_4bit:
-        quantization_config = quantization_config_4bit(
-            init_kwargs["dtype"], model_args.bnb_4bit_quant_type, model_args.use_bnb_nested_quant,
-            model_args.bnb_4bit_quant_storage or "uint8",
-        )
-        init_kwargs.setdefault("device_map", kbit_device_map())
-    elif model_args.load_in_8bit:
-        from transformers import BitsAndBytesConfig
-
-        quantization_config = BitsAndBytesConfig(load_in_8bit=True)
-        init_kwargs.setdefault("device_map", kbit_device_map())
-    training_args.model_init_kwargs = init_kwargs
-
-    # Data and rewards.
-    data = build_datasets(script_args, tokenizer)
-    reward_funcs = import_dotted_reward_funcs(script_args.reward_funcs)
-    if script_args.prompt_style in ("chat_prefill", "r1zero"):
-        # The prompt ends with <think>: the completion starts inside the reasoning block, and an answer exists
-        # only after </think> (boxed_math gives no credit to a box inside unclosed reasoning).
-        options = dict(training_args.reward_options or {})
-        for name in ("think_format", "boxed_math"):
-            if name in script_args.reward_funcs:
-                options.setdefault(name, {}).setdefault("prefilled", True)
-        training_args.reward_options = options
-    if training_args.success_reward is not None and training_args.success_reward not in script_args.reward_funcs:
-        training_args.success_reward = None  # e.g. --reward_funcs without boxed_math: first reward decides
-
+    # Data, rewards, model and trainer (trl_rlvr.recipe; the offline SmolLM2 default is converted once, by the
+    # main process). The evaluation reads success_reward and format_reward by name below.
+    trainer, data = build_trainer(script_args, training_args, model_args, quiet=not state.is_main_process,
+                                  main_process_first=state.main_process_first)
+    timings["data, rewards and model"] = time.time() - t_start
+    model_path, tokenizer = trainer.model.config._name_or_path, trainer.processing_class
     say(f"[bold]model[/] {model_path}  [bold]data[/] {script_args.dataset_name or 'arithmetic (built-in)'}: "
-        f"{len(data['train'])} train / {len(data['test'])} held-out  [bold]rewards[/] {script_args.reward_funcs}")
-    trainer = RLVRTrainer(
-        model=model_path,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=data["train"],
-        processing_class=tokenizer,
-        quantization_config=quantization_config,
-        peft_config=get_peft_config(model_args),
-    )
+        f"{len(data['train'])} train / {len(data['test'])} held-out  [bold]rewards[/] {trainer.reward_func_names}")
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
     progress = progress_callback()
     trainer.add_callback(progress)
 
     names = trainer.reward_func_names
-    success_name = training_args.success_reward or names[0]
-    success_fn = trainer.reward_funcs[names.index(success_name)]
+    success_fn = trainer.reward_funcs[trainer._success_index]
     format_fn = trainer.reward_funcs[names.index(script_args.format_reward)] if script_args.format_reward in names else None
     eval_kwargs = dict(
         accelerator=trainer.accelerator, batch_size=script_args.eval_batch_size,

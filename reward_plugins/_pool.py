@@ -98,7 +98,10 @@ def _zygote(ctrl_fd: int, handler_spec: str, warmup_spec: str = "") -> None:
             pass
     handler = _resolve(handler_spec)
     ctrl = socket.socket(fileno=ctrl_fd)
-    ctrl.sendall(b"R")
+    try:
+        ctrl.sendall(b"R")
+    except OSError:  # the parent exited while we warmed up (e.g. on its own error): leave quietly
+        return
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(ctrl, 16, 4)

@@ -104,6 +104,11 @@ class BoxedMathReward:
         if prestart:  # workers import and warm up math-verify while the trainer loads the model
             self._pool().start()
 
+    @property
+    def required_columns(self) -> tuple:
+        """The dataset column(s) holding the gold, checked before the model loads (trl_rlvr.checks)."""
+        return (self.gold_column,) if self.gold_column else (("answer", "solution"),)
+
     def __repr__(self) -> str:
         return f"boxed_math(gold_column={self.gold_column!r}, timeout={self.timeout}, answer_line={self.answer_line})"
 
@@ -230,3 +235,7 @@ def boxed_math(**options) -> BoxedMathReward:
 # The registry (``trl-rlvr rewards show``, option checking in ``load_reward``) reads the options from
 # the factory's signature: it is the class's, so that it is written once.
 boxed_math.__signature__ = inspect.signature(BoxedMathReward).replace(return_annotation=BoxedMathReward)
+
+#: Ready-made, with the default options, for TRL's own CLI: ``trl grpo --reward_funcs reward_plugins.boxed_math.reward``
+#: (its workers start at the first call).
+reward = BoxedMathReward(prestart=False)

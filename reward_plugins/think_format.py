@@ -75,3 +75,7 @@ def think_format(think_tag: str = "think", answer_tag: str | None = None, prefil
         prefilled: the prompt already ends with ``<think>``, so the completion starts inside the reasoning.
     """
     return ThinkFormatReward(think_tag=think_tag, answer_tag=answer_tag, prefilled=prefilled)
+
+
+#: Ready-made, with the default options, for TRL's own CLI: ``trl grpo --reward_funcs reward_plugins.think_format.reward``.
+reward = ThinkFormatReward()

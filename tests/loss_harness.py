@@ -101,7 +101,7 @@ def make_trainer(model_dir, reward_funcs=None, model=None, peft_config=None, **o
     tokenizer = load_tokenizer(model_dir)
     if model is None:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    dataset = Dataset.from_dict({"prompt": [f"q{i}" for i in range(64)]})
+    dataset = Dataset.from_dict({"prompt": [f"q{i}" for i in range(64)], "answer": ["0"] * 64})  # a gold for boxed_math
     if reward_funcs is None:
         reward_funcs = [lambda completions, **_: [0.0] * len(completions)]
     return RLVRTrainer(model=model, reward_funcs=reward_funcs, args=RLVRConfig(**settings),

@@ -119,8 +119,9 @@ def test_third_party_plugin_found_by_name(example_plugin, monkeypatch):
     f = load_reward("keyword", word="because")
     assert f(None, ["Because it is.", [{"role": "assistant", "content": "no"}]]) == [1.0, 0.0]
     assert describe_reward("keyword")["options"]["word"]["default"] == "because"
+    # logged under its registry name (the name success_reward and reward_options use), not its own keyword_x
     assert [g.__name__ for g in resolve_reward_funcs(["keyword", "think_format"], {"keyword": {"word": "x"}})] == [
-        "keyword_x", "think_format"
+        "keyword", "think_format"
     ]
     with pytest.raises(ValueError, match=r"'keyword'.*rlvr-example-plugin.*'wrod'"):
         load_reward("keyword", wrod="x")

@@ -65,15 +65,6 @@ def test_unknown_registry_name_is_a_clear_error(tiny_model_dir):
         make_trainer(tiny_model_dir, reward_funcs=["boxed_maths"])
 
 
-def test_grpo_config_is_refused_with_a_clear_error(tiny_model_dir):
-    from trl import GRPOConfig
-
-    from trl_rlvr import RLVRTrainer
-
-    with pytest.raises(TypeError, match="RLVRConfig"):
-        RLVRTrainer(model=str(tiny_model_dir), reward_funcs=[even_length], args=GRPOConfig("/tmp/x", bf16=False))
-
-
 @pytest.mark.parametrize(
     "fields,message",
     [

@@ -13,7 +13,8 @@ p^G + (1-p)^G (66% at p=0.9, G=4; 19% at G=16).
 
 TRL 1.16 computes the same advantages inside its trainer but with the *sample* standard deviation
 (Bessel's correction, dividing by G-1): for (1, 0, 0, 1) it gives +-0.87, not +-1. RLVRTrainer therefore
-recomputes them with :func:`group_advantages`, the formula above.
+recomputes them with :func:`group_advantages`, the formula above; ``std="sample"`` (``RLVRConfig.advantage_std``)
+keeps TRL's definition, sqrt(G/(G-1)) times the population std.
 
 RLOO (Ahmadian et al., 2024, "Back to Basics: Revisiting REINFORCE-Style Optimization for Learning from Human
 Feedback in LLMs") leaves each answer out of its own baseline::
@@ -36,6 +37,8 @@ import torch
 
 #: ``advantage_baseline`` values: the group mean (GRPO) or the mean of the other answers (RLOO).
 BASELINES = ("group_mean", "leave_one_out")
+#: ``advantage_std`` values: divide by the count (GRPO's definition) or by count - 1 (Bessel; TRL's ``nanstd``).
+STD_KINDS = ("population", "sample")
 
 
 def group_advantages(
@@ -44,6 +47,7 @@ def group_advantages(
     scale_rewards: str = "group",
     eps: float = 1e-4,
     baseline: str = "group_mean",
+    std: str = "population",
 ) -> torch.Tensor:
     """Advantages of a flat reward vector laid out group after group (``len(rewards) % group_size == 0``).
 
@@ -51,28 +55,36 @@ def group_advantages(
     answers (RLOO; see the module docstring). ``scale_rewards``: "group" divides by the group's population std,
     "batch" by the whole batch's, "none" does not divide (Dr. GRPO; RLOO as published). NaN rewards (unscorable
     answers) are left out of the statistics and get advantage 0; with the leave-one-out baseline a group with
-    fewer than two scored answers gets 0 everywhere.
+    fewer than two scored answers gets 0 everywhere. ``std``: "population" (divide by n) or "sample" (by n - 1,
+    as TRL's ``nanstd``; a group with one scored answer then has no std and gets 0).
     """
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards={scale_rewards!r} is not valid; allowed values: 'group', 'batch', 'none'")
     if baseline not in BASELINES:
         raise ValueError(f"advantage_baseline={baseline!r} is not valid; allowed values: {', '.join(map(repr, BASELINES))}")
+    if std not in STD_KINDS:
+        raise ValueError(f"advantage_std={std!r} is not valid; allowed values: {', '.join(map(repr, STD_KINDS))}")
     grouped = rewards.view(-1, group_size)
     centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
     if baseline == "leave_one_out":  # r_i - mean of the other n-1 scored answers = n/(n-1) (r_i - mean of n)
         n = (~torch.isnan(grouped)).sum(dim=1, keepdim=True).to(centred.dtype)
         centred = centred * torch.where(n > 1, n / (n - 1).clamp(min=1), torch.zeros_like(n))
     if scale_rewards == "group":
-        centred = centred / (_population_nanstd(grouped, dim=1) + eps)
+        centred = centred / (_nanstd(grouped, 1, std) + eps)
     elif scale_rewards == "batch":
-        centred = centred / (_population_nanstd(rewards.view(1, -1), dim=1) + eps)
+        centred = centred / (_nanstd(rewards.view(1, -1), 1, std) + eps)
     return torch.nan_to_num(centred.reshape(-1), nan=0.0)
 
 
-def _population_nanstd(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """Standard deviation dividing by the count (not count - 1), ignoring NaNs; keeps ``dim``."""
+def _nanstd(x: torch.Tensor, dim: int, kind: str = "population") -> torch.Tensor:
+    """Standard deviation ignoring NaNs, keeping ``dim``: the mean squared deviation over the count n
+    ("population") or times n/(n-1) ("sample", Bessel's correction; NaN for n = 1, as TRL's ``nanstd``)."""
     centred = x - torch.nanmean(x, dim=dim, keepdim=True)
-    return torch.nanmean(centred**2, dim=dim, keepdim=True).sqrt()
+    variance = torch.nanmean(centred**2, dim=dim, keepdim=True)
+    if kind == "sample":
+        n = (~torch.isnan(x)).sum(dim=dim, keepdim=True).to(variance.dtype)
+        variance = variance * n / (n - 1)
+    return variance.sqrt()
 
 
 def zero_signal_groups(rewards: torch.Tensor, group_size: int, tolerance: float = 0.0) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""``trl-rlvr`` command line: ``trl-rlvr rewards list`` and ``trl-rlvr rewards show NAME``."""
+"""``trl-rlvr`` command line: ``trl-rlvr train --config recipe.yaml [--field value ...]`` (:mod:`trl_rlvr.recipe`),
+``trl-rlvr rewards list`` and ``trl-rlvr rewards show NAME``."""
 
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trl-rlvr", description="RLVR on Hugging Face TRL.")
     parser.add_argument("--version", action="version", version=f"trl-rlvr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("train", add_help=False, help="train from a recipe: trl-rlvr train --config recipe.yaml "
+                   "[--field value ...] (trl-rlvr train --help lists every field)")
     rewards = sub.add_parser("rewards", help="reward plugins (entry-point group trl_rlvr.rewards)")
     rsub = rewards.add_subparsers(dest="action", required=True)
     p = rsub.add_parser("list", help="list the installed reward plugins")
@@ -67,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:  # its own parser: every RecipeArguments, RLVRConfig and ModelConfig field
+        from trl_rlvr.recipe import main as train_main
+
+        train_main(argv[1:])
+        return 0
     args = build_parser().parse_args(argv)
     return args.func(args)
 

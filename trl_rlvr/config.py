@@ -13,7 +13,8 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from .advantages import BASELINES
+from .advantages import BASELINES, STD_KINDS
+from .checks import check_settings
 from .shaping import validate_overlong
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
@@ -23,6 +24,8 @@ _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOC
 #: against an independent reference in tests/test_loss_normalization.py).
 LOSS_TYPE_OF = {"per_answer": "grpo", "per_batch_token": "dapo", "constant": "dr_grpo"}
 NORMALIZATION_OF = {loss_type: name for name, loss_type in LOSS_TYPE_OF.items()}
+#: `token_count_scope` values (see its help).
+TOKEN_COUNT_SCOPES = ("optimizer_step", "generation_batch")
 
 
 def _choice_error(field_name: str, value: Any, allowed) -> ValueError:
@@ -123,6 +126,27 @@ class RLVRConfig(GRPOConfig):
             "choices": list(BASELINES),
         },
     )
+    advantage_std: str = field(
+        default="population",
+        metadata={
+            "help": "The standard deviation that scale_rewards divides by: 'population' (divide by G, the definition "
+            "of GRPO, Shao et al. 2024, and Dr. GRPO, Liu et al. 2025) or 'sample' (divide by G-1, Bessel's "
+            "correction: what TRL's GRPOTrainer computes; sqrt(G/(G-1)) times larger, so advantages are 0.87x at "
+            "G=4).",
+            "choices": list(STD_KINDS),
+        },
+    )
+    token_count_scope: str = field(
+        default="optimizer_step",
+        metadata={
+            "help": "With loss_normalization='per_batch_token', whose answer tokens the loss is divided by: "
+            "'optimizer_step' (the global batch of each optimizer step, exactly as DAPO defines it) or "
+            "'generation_batch' (TRL's estimate: the tokens of the whole generation batch x "
+            "gradient_accumulation_steps / steps_per_generation, what GRPOTrainer does). They differ only when "
+            "steps_per_generation > gradient_accumulation_steps.",
+            "choices": list(TOKEN_COUNT_SCOPES),
+        },
+    )
     dynamic_sampling_tolerance: float = field(
         default=0.0,
         metadata={
@@ -148,6 +172,8 @@ class RLVRConfig(GRPOConfig):
         )
 
     def __post_init__(self):
+        if _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING and self.gradient_checkpointing == self.activation_checkpointing:
+            self.gradient_checkpointing = None  # a built config's copy of the new name (to_dict), not a user's choice
         if self.gradient_checkpointing is None and self.activation_checkpointing is None:
             self.activation_checkpointing = True  # TRL's default for GRPO
         if not _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING:
@@ -162,7 +188,18 @@ class RLVRConfig(GRPOConfig):
                 self.reward_options = json.loads(self.reward_options)
             except json.JSONDecodeError as err:
                 raise ValueError(f"reward_options must be a JSON object mapping plugin name -> options: {err}") from err
+        # A built config (GRPOConfig(...).to_dict()) holds both; TRL accepts only one: keep steps_per_generation,
+        # and require the generation_batch_size it implies to be the one given.
+        given_generation_batch_size = None
+        if self.generation_batch_size is not None and self.steps_per_generation is not None:
+            given_generation_batch_size, self.generation_batch_size = self.generation_batch_size, None
         super().__post_init__()
+        if given_generation_batch_size not in (None, self.generation_batch_size):
+            raise ValueError(
+                f"generation_batch_size={given_generation_batch_size} and steps_per_generation="
+                f"{self.steps_per_generation} disagree: steps_per_generation x per_device_train_batch_size x processes "
+                f"= {self.generation_batch_size}; set only one of them"
+            )
         self._validate()
 
     def _resolve_loss_normalization(self) -> None:
@@ -213,11 +250,20 @@ class RLVRConfig(GRPOConfig):
                 f"advantage_baseline={self.advantage_baseline!r} needs multi_objective_aggregation='sum_then_normalize' "
                 f"(the baseline is taken of the summed reward), got {self.multi_objective_aggregation!r}"
             )
+        if self.advantage_std not in STD_KINDS:
+            raise _choice_error("advantage_std", self.advantage_std, STD_KINDS)
+        if self.token_count_scope not in TOKEN_COUNT_SCOPES:
+            raise _choice_error("token_count_scope", self.token_count_scope, TOKEN_COUNT_SCOPES)
         if not self.dynamic_sampling_tolerance >= 0:
             raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance!r}")
+        check_settings(self)  # options without effect, bf16 on a CPU, use_vllm without vLLM (trl_rlvr.checks)
         if self.reward_options is not None and not isinstance(self.reward_options, dict):
             raise ValueError(f"reward_options must be a mapping plugin name -> options, got {self.reward_options!r}")
-        if self.loss_normalization == "per_batch_token" and self.steps_per_generation % self.gradient_accumulation_steps:
+        if (
+            self.loss_normalization == "per_batch_token"
+            and self.token_count_scope == "optimizer_step"
+            and self.steps_per_generation % self.gradient_accumulation_steps
+        ):
             warnings.warn(
                 f"loss_normalization='per_batch_token' is exact when steps_per_generation "
                 f"({self.steps_per_generation}) is a multiple of gradient_accumulation_steps "
@@ -226,6 +272,22 @@ class RLVRConfig(GRPOConfig):
                 "used instead.",
                 stacklevel=3,
             )
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> RLVRConfig:
+        """The switches of one paper (``"dapo"``, ``"dr_grpo"``, ``"grpo"``, ``"r1zero"``; :mod:`trl_rlvr.presets`,
+        docs/recipes.md), with ``overrides`` (any field) on top."""
+        from .presets import preset_values
+
+        return cls(**{**preset_values(name, overrides), **overrides})
+
+    @classmethod
+    def from_grpo_config(cls, config: GRPOConfig) -> RLVRConfig:
+        """The RLVRConfig that makes RLVRTrainer compute what GRPOTrainer computes for ``config``
+        (:mod:`trl_rlvr.compat`)."""
+        from .compat import rlvr_config_from_grpo
+
+        return rlvr_config_from_grpo(config)
 
     @property
     def effective_loss_constant(self) -> int:

@@ -5,7 +5,7 @@
 * ``load_qa_dataset(name, ...)``: any Hugging Face dataset with a question column and an answer column
   (GSM8K-style ``... #### 42`` answers are reduced to the final number).
 
-Both return ``datasets.Dataset`` rows with ``prompt`` (what the policy sees), ``question`` and
+Both return ``datasets.Dataset`` rows (:data:`COLUMNS`) with ``prompt`` (what the policy sees), ``question`` and
 ``answer`` (the reference the reward checks; ``solution`` carries the same string for TRL's own
 reward functions).
 
@@ -27,6 +27,8 @@ import random
 import re
 
 THINK_PREFILL = "<think>"
+#: The columns of every dataset built here.
+COLUMNS = ("prompt", "question", "answer", "solution")
 
 INSTRUCTION = (
     "Solve the problem. Reason step by step inside <think> </think> tags, then write only the final "
@@ -94,36 +96,39 @@ def generate_arithmetic(n: int, seed: int = 0, max_operand: int = 20, exclude=()
     return rows
 
 
-def format_prompt(question: str, tokenizer=None, prompt_style: str = "chat_prefill"):
-    """The policy's prompt for ``question`` in ``prompt_style`` (see the module docstring)."""
+def format_prompt(question: str, tokenizer=None, prompt_style: str = "chat_prefill", system_prompt: str | None = None):
+    """The policy's prompt for ``question`` in ``prompt_style`` (see the module docstring).
+
+    ``system_prompt``: a system turn before the user's in the chat styles; in the plain-text ``r1zero`` style, a
+    paragraph before the template."""
     if prompt_style not in PROMPT_STYLES:
         raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {prompt_style!r}")
+    plain = (f"{system_prompt}\n\n" if system_prompt else "") + R1ZERO_TEMPLATE.format(question=question)
     if prompt_style == "r1zero":
-        return R1ZERO_TEMPLATE.format(question=question)
-    user = INSTRUCTION.format(question=question)
+        return plain
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": INSTRUCTION.format(question=question)})
     if prompt_style == "chat":
-        return [{"role": "user", "content": user}]
+        return messages
     if tokenizer is None or getattr(tokenizer, "chat_template", None) is None:
         # No chat template to render: fall back to the plain-text R1-Zero template.
-        return R1ZERO_TEMPLATE.format(question=question)
-    rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
-    )
+        return plain
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return rendered + THINK_PREFILL
 
 
-def _to_dataset(rows: list[dict], tokenizer, prompt_style: str):
+def _to_dataset(rows: list[dict], tokenizer, prompt_style: str, system_prompt: str | None = None):
     from datasets import Dataset
 
     return Dataset.from_list([
-        {"prompt": format_prompt(r["question"], tokenizer, prompt_style), "question": r["question"],
+        {"prompt": format_prompt(r["question"], tokenizer, prompt_style, system_prompt), "question": r["question"],
          "answer": r["answer"], "solution": r["answer"]}
         for r in rows
     ])
 
 
 def arithmetic_dataset(tokenizer=None, n_train: int = 256, n_eval: int = 100, seed: int = 0,
-                       max_operand: int = 20, prompt_style: str = "chat_prefill"):
+                       max_operand: int = 20, prompt_style: str = "chat_prefill", system_prompt: str | None = None):
     """``{"train": Dataset, "test": Dataset}`` of arithmetic word problems; the splits share no problem.
 
     The held-out split is drawn first from ``seed``, so it stays the same when ``n_train`` changes.
@@ -132,7 +137,8 @@ def arithmetic_dataset(tokenizer=None, n_train: int = 256, n_eval: int = 100, se
 
     test = generate_arithmetic(n_eval, seed=seed + 1_000_003, max_operand=max_operand)
     train = generate_arithmetic(n_train, seed=seed, max_operand=max_operand, exclude={r["key"] for r in test})
-    return DatasetDict(train=_to_dataset(train, tokenizer, prompt_style), test=_to_dataset(test, tokenizer, prompt_style))
+    return DatasetDict(train=_to_dataset(train, tokenizer, prompt_style, system_prompt),
+                       test=_to_dataset(test, tokenizer, prompt_style, system_prompt))
 
 
 _FINAL_ANSWER = re.compile(r"####\s*(.+?)\s*$", re.S)
@@ -147,33 +153,59 @@ def extract_reference(answer) -> str:
     return text.strip()
 
 
+#: File suffix -> the ``datasets`` builder that reads it (a local file given as ``dataset_name``).
+_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".txt": "text"}
+
+
+def load_raw_qa(name: str, *, config: str | None = None, train_split: str = "train",
+                question_column: str = "question", answer_column: str = "answer"):
+    """The dataset ``name`` as it is (a ``DatasetDict``): a hub id, a local folder, or a local file (.json, .jsonl,
+    .csv, .parquet; its rows are the ``train`` split). Raises ``ValueError`` naming the split or column that is
+    missing, before anything else is loaded."""
+    import os
+
+    from datasets import DatasetDict, load_dataset
+
+    builder = _FILE_BUILDERS.get(os.path.splitext(name)[1].lower()) if os.path.isfile(name) else None
+    raw = load_dataset(builder, data_files={"train": name}) if builder else load_dataset(name, config)
+    if not isinstance(raw, DatasetDict):
+        raw = DatasetDict(train=raw)
+    if train_split not in raw:
+        raise ValueError(f"dataset {name!r} has no split {train_split!r} (dataset_train_split); splits: {list(raw)}")
+    columns = raw[train_split].column_names
+    for field_name, col in (("question_column", question_column), ("answer_column", answer_column)):
+        if col not in columns:
+            raise ValueError(f"column {col!r} ({field_name}) is not in dataset {name!r}; its columns: {columns}")
+    return raw
+
+
 def load_qa_dataset(name: str, tokenizer=None, *, config: str | None = None, train_split: str = "train",
                     test_split: str | None = "test", question_column: str = "question",
                     answer_column: str = "answer", prompt_style: str = "chat_prefill",
-                    n_train: int | None = None, n_eval: int | None = None, seed: int = 0):
+                    n_train: int | None = None, n_eval: int | None = None, seed: int = 0,
+                    system_prompt: str | None = None, raw=None):
     """Load a hub (or local) dataset with a question and an answer column into the R1-Zero format.
 
-    Without a ``test_split`` (or if the dataset has none) the held-out split is carved out of train.
+    Without a ``test_split`` (or if the dataset has none) the held-out split is carved out of train. ``raw``: the
+    result of :func:`load_raw_qa` when already loaded.
     """
-    from datasets import DatasetDict, load_dataset
+    from datasets import DatasetDict
 
-    raw = load_dataset(name, config)
-    if not isinstance(raw, DatasetDict):
-        raw = DatasetDict(train=raw)
+    if raw is None:
+        raw = load_raw_qa(name, config=config, train_split=train_split, question_column=question_column,
+                          answer_column=answer_column)
     train = raw[train_split]
     if test_split and test_split in raw:
         test = raw[test_split]
     else:
         parts = train.train_test_split(test_size=n_eval or 0.1, seed=seed)
         train, test = parts["train"], parts["test"]
-    for col in (question_column, answer_column):
-        if col not in train.column_names:
-            raise ValueError(f"column {col!r} not in {name}: {train.column_names}; set --question_column/--answer_column")
 
     def convert(row):
         q = str(row[question_column])
         ref = extract_reference(row[answer_column])
-        return {"prompt": format_prompt(q, tokenizer, prompt_style), "question": q, "answer": ref, "solution": ref}
+        prompt = format_prompt(q, tokenizer, prompt_style, system_prompt)
+        return {"prompt": prompt, "question": q, "answer": ref, "solution": ref}
 
     out = {}
     for split, ds, n in (("train", train, n_train), ("test", test, n_eval)):

@@ -34,6 +34,12 @@ BUILTIN_REWARDS = {
     "code_sandbox": "reward_plugins.code_sandbox:code_sandbox",
     "overlong": "reward_plugins.overlong:overlong",
     "think_format": "reward_plugins.think_format:think_format",
+    # TRL's own reward functions (trl.rewards), under the names TRL logs them by
+    **{
+        name: f"reward_plugins.trl_rewards:{name}"
+        for name in ("accuracy_reward", "cosine_scaled_reward", "reasoning_accuracy_reward",
+                     "repetition_penalty_reward", "soft_overlong_punishment_reward", "think_format_reward")
+    },
 }
 
 __all__ = [
@@ -194,11 +200,16 @@ def load_reward(name: str, **options: Any) -> Callable[..., list[float | None]]:
     reward = factory(**options)
     if not callable(reward):
         raise TypeError(f"Reward plugin {name!r} ({spec.value}) returned {type(reward).__name__}, not a callable")
-    if not getattr(reward, "__name__", None):
+    if getattr(reward, "__name__", None) != name:
+        # TRL logs rewards/<__name__>/mean, and success_reward names a reward by __name__: both must be the name
+        # the user wrote in reward_funcs.
         try:
-            reward.__name__ = name  # TRL names the reward's log columns after it
-        except (AttributeError, TypeError):
-            pass
+            reward.__name__ = name
+        except (AttributeError, TypeError) as e:
+            raise TypeError(
+                f"Reward plugin {name!r} ({spec.value}) returned a {type(reward).__name__} whose __name__ cannot be "
+                f"set to {name!r}, the name TRL logs it by"
+            ) from e
     return reward
 
 

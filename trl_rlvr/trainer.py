@@ -5,7 +5,8 @@ What is TRL's and what is ours:
 - the PPO-clip token loss, clip-higher (``epsilon``/``epsilon_high``) and ``mask_truncated_completions`` are
   TRL's code, used as is (tests hold them to independent references);
 - the group advantages are recomputed with the population std of the GRPO paper
-  (:func:`trl_rlvr.advantages.group_advantages`): TRL 1.16 divides by the sample std (Bessel), 0.87x at G=4;
+  (:func:`trl_rlvr.advantages.group_advantages`): TRL 1.16 divides by the sample std (Bessel), 0.87x at G=4
+  (``advantage_std="sample"`` keeps TRL's; a ``GRPOConfig`` is converted with TRL's behaviour, :mod:`.compat`);
   ``advantage_baseline="leave_one_out"`` takes RLOO's baseline instead of the group mean;
 - ``loss_normalization`` selects TRL's ``loss_type``; for ``per_batch_token`` we give every micro-batch the exact
   token count of its optimizer step (:func:`trl_rlvr.losses.per_step_num_items`); for ``constant`` we let
@@ -31,9 +32,10 @@ import warnings
 
 import torch
 from transformers import TrainerCallback
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
 from .advantages import group_advantages
+from .checks import check_dataset_columns
 from .config import RLVRConfig
 from .losses import per_step_num_items
 from .metrics import rollout_metrics
@@ -60,13 +62,19 @@ class RLVRTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "trl-rlvr"]
 
-    def __init__(self, model, reward_funcs=None, args: RLVRConfig | None = None, *pos, **kwargs):
+    def __init__(self, model, reward_funcs=None, args: RLVRConfig | GRPOConfig | None = None, *pos, **kwargs):
         if args is None:
             name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
             args = RLVRConfig(f"{str(name).rstrip('/').split('/')[-1]}-RLVR")
         elif not isinstance(args, RLVRConfig):
-            raise TypeError(f"RLVRTrainer needs args of type RLVRConfig, got {type(args).__name__}")
+            args = RLVRConfig.from_grpo_config(args)  # TypeError for anything else
+            logger.info(
+                "RLVRTrainer: the GRPOConfig was converted to an RLVRConfig that reproduces GRPOTrainer "
+                "(advantage_std='sample', token_count_scope='generation_batch'); pass an RLVRConfig for the RLVR "
+                "defaults (docs/trainer.md)"
+            )
         reward_funcs = self._resolve_reward_funcs(reward_funcs, args)
+        check_dataset_columns(kwargs.get("train_dataset", pos[0] if pos else None), reward_funcs or [])  # pre-load
         if args.overlong_buffer_length is not None:  # the appended overlong penalty, weighted by its factor
             args = copy.copy(args)  # the caller's config is left as it was
             weights = args.reward_weights if args.reward_weights is not None else [1.0] * (len(reward_funcs) - 1)
@@ -153,11 +161,13 @@ class RLVRTrainer(GRPOTrainer):
     def _generate_and_score_round(self, inputs):
         """One round of TRL's generation and scoring, with population-std advantages."""
         output = super()._generate_and_score_completions(inputs)
-        if self.multi_objective_aggregation == "sum_then_normalize":  # else TRL's own scheme is kept
+        trls_own = self.args.advantage_std == "sample" and self.args.advantage_baseline == "group_mean"
+        if self.multi_objective_aggregation == "sum_then_normalize" and not trls_own:  # else TRL's are kept
             mode = "train" if self.model.training else "eval"
             group_size = self.num_generations if mode == "train" else self.num_generations_eval
             advantages = group_advantages(
-                self._batch_rewards, group_size, self.scale_rewards, baseline=self.args.advantage_baseline
+                self._batch_rewards, group_size, self.scale_rewards, baseline=self.args.advantage_baseline,
+                std=self.args.advantage_std,
             )
             rows = len(output["advantages"])
             start = self.accelerator.process_index * rows
@@ -207,7 +217,7 @@ class RLVRTrainer(GRPOTrainer):
         rewards = kept.pop("rewards")
         if self.scale_rewards == "batch":  # the batch std of the groups trained on, not of those dropped (as verl)
             kept["advantages"] = group_advantages(
-                rewards, group_size, "batch", baseline=self.args.advantage_baseline
+                rewards, group_size, "batch", baseline=self.args.advantage_baseline, std=self.args.advantage_std
             ).to(kept["advantages"].dtype)
         start = self.accelerator.process_index * rows
         batch = {k: v[start : start + rows] for k, v in kept.items()}
@@ -337,6 +347,7 @@ class RLVRTrainer(GRPOTrainer):
             self.model.training
             and self._buffered_inputs is not buffered_before
             and self.args.loss_normalization == "per_batch_token"
+            and self.args.token_count_scope == "optimizer_step"
             and self.args.steps_per_generation % self.args.gradient_accumulation_steps == 0
         ):
             self._set_exact_token_counts(self._buffered_inputs)

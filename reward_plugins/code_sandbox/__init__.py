@@ -7,6 +7,6 @@ Imports neither torch nor trl.
 """
 
 from .isolation import IsolationUnavailable
-from .plugin import CodeSandboxReward, code_sandbox, extract_program
+from .plugin import CodeSandboxReward, code_sandbox, extract_program, reward
 
-__all__ = ["code_sandbox", "CodeSandboxReward", "IsolationUnavailable", "extract_program"]
+__all__ = ["code_sandbox", "CodeSandboxReward", "IsolationUnavailable", "extract_program", "reward"]

@@ -23,6 +23,7 @@ NaN and ignores it). Broken programs, timeouts and internal errors score 0 and a
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
 import os
 import re
@@ -63,6 +64,9 @@ class CodeSandboxReward:
 
     #: Scores correctness, not form: RLVRTrainer's default ``success_reward`` (rlvr/accuracy).
     verifies_correctness = True
+    #: The dataset needs one of the test columns (checked before the model loads, trl_rlvr.checks); a row
+    #: whose test cells are all empty still scores None.
+    required_columns = (("tests", "test", "io_tests"),)
 
     def __init__(
         self,
@@ -180,8 +184,42 @@ class CodeSandboxReward:
 
 
 def code_sandbox(**options) -> CodeSandboxReward:
-    """Factory (entry point ``code_sandbox`` in ``trl_rlvr.rewards``): options are
-    ``partial_credit`` (False), ``isolation`` ("bwrap"; "rlimits" only on explicit request),
-    ``num_workers`` (cores + 1, at most 16), ``timeout`` (5 s wall per run), ``memory_mb`` (1024),
-    ``max_output_bytes`` (8 MiB), ``max_processes`` (64)."""
+    """Runs the completion's code against the row's tests in a sandbox: 1.0 when all pass (or the fraction passed).
+
+    Args:
+        partial_credit: score the fraction of tests passed instead of all-or-nothing.
+        isolation: "bwrap" (default: bubblewrap, uid drop, rlimits, Landlock, seccomp); "rlimits" only on
+            explicit request, where no user namespaces are available.
+        num_workers: sandboxed worker processes (default: cores + 1, at most 16).
+        timeout: wall seconds per run of one completion's tests.
+        memory_mb: address-space limit of a run, in MiB.
+        max_output_bytes: bytes of output a run may write.
+        max_processes: processes a run may have.
+
+    Test columns (one per row): ``tests`` (assert statements), ``test`` + ``entry_point`` (HumanEval) or
+    ``io_tests`` (stdin/stdout pairs); see docs/code_sandbox.md.
+    """
     return CodeSandboxReward(**options)
+
+
+# The registry (``trl-rlvr rewards show``, option checking in ``load_reward``) reads the options from the
+# factory's signature: it is the class's, so that it is written once.
+code_sandbox.__signature__ = inspect.signature(CodeSandboxReward).replace(return_annotation=CodeSandboxReward)
+
+
+_READY_MADE: CodeSandboxReward | None = None
+
+
+def reward(prompts=None, completions=None, **kwargs) -> list:
+    """``code_sandbox`` with the default options, for TRL's own CLI:
+    ``trl grpo --reward_funcs reward_plugins.code_sandbox.reward``. Built at the first call (building checks
+    for bubblewrap, which importing the module must not)."""
+    global _READY_MADE
+    if _READY_MADE is None:
+        _READY_MADE = CodeSandboxReward()
+    return _READY_MADE(prompts=prompts, completions=completions, **kwargs)
+
+
+reward.__name__ = "code_sandbox"  # TRL logs rewards/code_sandbox/mean, as for the registry's code_sandbox
+reward.verifies_correctness = True
+reward.required_columns = CodeSandboxReward.required_columns

@@ -16,7 +16,7 @@ class KeywordReward:
     def __init__(self, word: str, case_sensitive: bool = False):
         self.word = word if case_sensitive else word.lower()
         self.case_sensitive = case_sensitive
-        self.__name__ = f"keyword_{word}"
+        self.__name__ = "keyword"  # TRL logs rewards/keyword/mean (the registry sets its own name anyway)
 
     def __call__(self, prompts=None, completions=None, **kwargs) -> list[float]:
         out = []

@@ -1,0 +1,73 @@
+"""bf16 on a CPU: RLVRTrainer training steps with bf16=True vs bf16=False (use_cpu=True), same model and data.
+
+    python -m benchmarks.bf16_cpu [--steps 4] [--hidden 256] [--layers 4] [--threads N]
+
+A random Qwen2 (``trl_rlvr.testing.build_tiny_model`` with the given width and depth, character tokenizer) is
+trained for ``--steps`` steps twice from the same seed: 8 answers of 64 tokens per step (2 prompts x G=4), real
+generation, a constant reward. The time per step (generation, log-probs, loss, backward, optimizer) is reported
+for both and their ratio; the first step (warm-up) is left out. Where the result is quoted: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def run(model_dir, bf16: bool, steps: int) -> float:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    from trl_rlvr import RLVRConfig, RLVRTrainer
+    from trl_rlvr.testing import load_tokenizer
+
+    stamps = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            stamps.append(time.perf_counter())
+
+    args = RLVRConfig(
+        output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=bf16, per_device_train_batch_size=8, num_generations=4,
+        max_completion_length=64, max_steps=steps, learning_rate=1e-5, report_to="none", save_strategy="no",
+        logging_steps=1, disable_tqdm=True, seed=0, activation_checkpointing=False,
+    )
+    dataset = Dataset.from_dict({"prompt": [f"question {i}: what is {i} + {i}?" for i in range(64)]})
+    trainer = RLVRTrainer(model=str(model_dir), reward_funcs=[lambda completions, **_: [1.0] * len(completions)],
+                          args=args, train_dataset=dataset, processing_class=load_tokenizer(model_dir))
+    trainer.add_callback(Clock())
+    start = time.perf_counter()
+    trainer.train()
+    stamps.insert(0, start)
+    per_step = [b - a for a, b in zip(stamps, stamps[1:])]
+    return sum(per_step[1:]) / len(per_step[1:])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=None)
+    opts = parser.parse_args()
+    import torch
+
+    from trl_rlvr.testing import build_tiny_model
+
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    model_dir = build_tiny_model(tempfile.mkdtemp(), hidden_size=opts.hidden, num_layers=opts.layers)
+    fp32 = run(model_dir, False, opts.steps)
+    bf16 = run(model_dir, True, opts.steps)
+    print(f"hidden {opts.hidden}, {opts.layers} layers, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+          f"cpu bf16 support: {torch.backends.mkldnn.is_available()}")
+    print(f"seconds per step: float32 {fp32:.2f}, bf16 {bf16:.2f}, bf16/float32 {bf16 / fp32:.1f}x")
+    print(f"load average: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

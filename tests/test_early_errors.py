@@ -1,0 +1,107 @@
+"""Mistakes reported before any model loads, naming the field or column (issue 13).
+
+Each case gives a model path that does not exist: the error asserted is raised instead of the model's
+"not found", so it comes before the model is opened."""
+
+import importlib.util
+import json
+import tempfile
+import warnings
+
+import pytest
+
+MISSING_MODEL = "/nonexistent/model-that-would-fail-to-load"
+
+
+def config(**overrides):
+    from trl_rlvr import RLVRConfig
+
+    settings = dict(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, report_to="none",
+                    per_device_train_batch_size=4, num_generations=4)
+    settings.update(overrides)
+    return RLVRConfig(**settings)
+
+
+def trainer_with(dataset, reward_funcs):
+    from trl_rlvr import RLVRTrainer
+
+    return RLVRTrainer(model=MISSING_MODEL, reward_funcs=reward_funcs, args=config(), train_dataset=dataset)
+
+
+def test_dataset_without_the_gold_column_a_reward_reads():
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"prompt": ["What is 1 + 1?"], "question": ["What is 1 + 1?"]})
+    with pytest.raises(ValueError, match=r"train_dataset lacks the column 'answer' or 'solution', which the reward "
+                                         r"function 'boxed_math' reads\. Its columns: \['prompt', 'question'\]"):
+        trainer_with(dataset, ["boxed_math"])
+    with pytest.raises(ValueError, match="column 'gold'.*'boxed_math'"):
+        from trl_rlvr import RLVRTrainer
+
+        RLVRTrainer(model=MISSING_MODEL, reward_funcs=["boxed_math"], train_dataset=dataset,
+                    args=config(reward_options={"boxed_math": {"gold_column": "gold", "prestart": False}}))
+    with pytest.raises(ValueError, match="'tests' or 'test' or 'io_tests'.*'code_sandbox'"):
+        trainer_with(dataset, ["code_sandbox"])
+    with pytest.raises(ValueError, match="'solution', which the reward function 'accuracy_reward'"):
+        trainer_with(dataset, ["accuracy_reward"])
+
+
+def test_dataset_without_prompt():
+    from datasets import Dataset
+
+    with pytest.raises(ValueError, match=r"train_dataset lacks the column 'prompt'.*Its columns: \['answer', 'text'\]"):
+        trainer_with(Dataset.from_dict({"text": ["What is 1 + 1?"], "answer": ["2"]}), ["boxed_math"])
+
+
+def test_recipe_columns_checked_before_the_model(tmp_path):
+    from trl_rlvr.recipe import main
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text(json.dumps({"problem": "What is 1 + 1?", "answer": "2"}))
+    base = ["--model_name_or_path", MISSING_MODEL, "--dataset_name", str(data), "--use_cpu", "true", "--bf16",
+            "false", "--output_dir", str(tmp_path / "out"), "--report_to", "none"]
+    with pytest.raises(ValueError, match=r"column 'question' \(question_column\) is not in dataset .*'problem'"):
+        main(base)
+    with pytest.raises(ValueError, match="'tests' or 'test' or 'io_tests', which the reward function 'code_sandbox'"):
+        main([*base, "--question_column", "problem", "--reward_funcs", "code_sandbox"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_use_vllm_without_vllm_fails_at_config_time(tmp_path):
+    from pathlib import Path
+
+    from trl_rlvr.recipe import main
+
+    with pytest.raises(ImportError, match=r"use_vllm=True \(vllm_mode='colocate'\) needs vLLM"):
+        config(use_vllm=True)
+    recipe = Path(__file__).resolve().parent.parent / "examples" / "recipes" / "dapo.yaml"  # use_vllm: true
+    with pytest.raises(ImportError, match="use_vllm=True"):
+        main(["--config", str(recipe), "--model_name_or_path", MISSING_MODEL, "--bf16", "false", "--use_cpu", "true",
+              "--output_dir", str(tmp_path)])
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"max_sampling_rounds": 5}, "max_sampling_rounds=5 has no effect without dynamic_sampling=True"),
+    ({"dynamic_sampling_tolerance": 0.1}, "dynamic_sampling_tolerance=0.1 has no effect without dynamic_sampling"),
+    ({"overlong_penalty_factor": 0.5}, "overlong_penalty_factor=0.5 has no effect without overlong_buffer_length"),
+    ({"token_count_scope": "generation_batch", "loss_normalization": "per_answer"},
+     "token_count_scope='generation_batch' has no effect without loss_normalization='per_batch_token'"),
+    ({"advantage_std": "sample", "scale_rewards": "none"}, "advantage_std='sample' has no effect without scale_rewards"),
+])
+def test_options_without_effect_warn(fields, message):
+    with pytest.warns(UserWarning, match=message):
+        config(**fields)
+
+
+def test_no_warning_where_options_act():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        config()
+        config(dynamic_sampling=True, max_sampling_rounds=5, dynamic_sampling_tolerance=0.1)
+        config(max_completion_length=64, overlong_buffer_length=16, overlong_penalty_factor=0.5)
+        config(token_count_scope="generation_batch", advantage_std="sample")
+
+
+def test_bf16_on_cpu_warns():
+    with pytest.warns(UserWarning, match=r"bf16=True on a CPU .* Set bf16=False"):
+        config(bf16=True)

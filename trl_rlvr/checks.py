@@ -1,0 +1,102 @@
+"""Mistakes found before any model loads: the dataset's columns, and settings that cannot work or do nothing.
+
+A reward function declares the dataset columns it reads in an attribute ``required_columns``: a sequence whose
+entries are a column name or a tuple of names any one of which will do. ``boxed_math`` declares
+``(("answer", "solution"),)`` (or its ``gold_column``), ``code_sandbox`` ``(("tests", "test", "io_tests"),)``.
+A function without the attribute is not checked. TRL gives a reward function every dataset column but
+``prompt`` as a keyword argument, so a column missing from the dataset is otherwise found only after the model
+has loaded and the first batch has been generated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+def reward_name(reward) -> str:
+    return getattr(reward, "__name__", None) or type(reward).__name__
+
+
+def missing_columns(columns: Iterable[str], reward_funcs: Sequence) -> list[str]:
+    """One message per missing column: ``prompt``, then every reward function's ``required_columns``."""
+    columns = set(columns)
+    problems = [] if "prompt" in columns else ["the column 'prompt' (what the policy is given to answer)"]
+    for reward in reward_funcs:
+        for need in getattr(reward, "required_columns", ()) or ():
+            options = (need,) if isinstance(need, str) else tuple(need)
+            if not columns & set(options):
+                wanted = " or ".join(map(repr, options))
+                problems.append(f"the column {wanted}, which the reward function {reward_name(reward)!r} reads")
+    return problems
+
+
+def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_dataset") -> None:
+    """Raise ``ValueError`` naming every column ``dataset`` lacks (``prompt``, the rewards' ``required_columns``).
+
+    A dataset whose columns are unknown (an ``IterableDataset`` without features, a plain list) is not checked."""
+    columns = getattr(dataset, "column_names", None)
+    if dataset is None or columns is None:
+        return
+    if isinstance(columns, dict):  # a DatasetDict
+        return
+    problems = missing_columns(columns, reward_funcs)
+    if problems:
+        raise ValueError(f"{what} lacks " + "; and ".join(problems) + f". Its columns: {sorted(columns)}")
+
+
+# ------------------------------------------------------------------------------------------------ settings
+def _dynamic_sampling_options(config) -> list[str]:
+    names = [f for f in vars(type(config)).get("__dataclass_fields__", {}) if f.startswith("dynamic_sampling_")]
+    return ["max_sampling_rounds", *names]
+
+
+def ineffective_options(config) -> list[str]:
+    """One message per RLVR option set away from its default where the other settings make it do nothing."""
+    import dataclasses
+
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    rules = [(name, config.dynamic_sampling, "dynamic_sampling=True") for name in _dynamic_sampling_options(config)]
+    rules += [
+        ("overlong_penalty_factor", config.overlong_buffer_length is not None, "overlong_buffer_length"),
+        ("token_count_scope", config.loss_normalization == "per_batch_token", "loss_normalization='per_batch_token'"),
+        ("advantage_std", config.scale_rewards != "none" and config.multi_objective_aggregation == "sum_then_normalize",
+         "scale_rewards='group' or 'batch' and multi_objective_aggregation='sum_then_normalize'"),
+    ]
+    return [
+        f"{name}={getattr(config, name)!r} has no effect without {needs}"
+        for name, active, needs in rules
+        if name in defaults and getattr(config, name) != defaults[name] and not active
+    ]
+
+
+def check_settings(config) -> None:
+    """Errors and warnings that need no model: options without effect (warn), bf16 on a CPU (warn), ``use_vllm``
+    without vLLM installed (``ImportError`` now rather than after the model and data have loaded)."""
+    import importlib.util
+    import warnings
+
+    for message in ineffective_options(config):
+        warnings.warn(message, UserWarning, stacklevel=5)
+    if config.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ImportError(
+            f"use_vllm=True (vllm_mode={config.vllm_mode!r}) needs vLLM, which is not installed: pip install "
+            "'trl-rlvr[vllm]' (GPU) or see docs for vLLM's CPU build; or set use_vllm=False to generate with "
+            "transformers"
+        )
+    if config.bf16 and _on_cpu(config):
+        warnings.warn(
+            "bf16=True on a CPU (use_cpu=True or no GPU; TRL's GRPOConfig turns bf16 on by default): bfloat16 "
+            "autocast is slower than float32 on a CPU: about 7x per matmul on an AVX2 CPU, 1.1x per training "
+            "step on one with AVX512-BF16 (docs/benchmarks.md). Set bf16=False.",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
+def _on_cpu(config) -> bool:
+    if config.use_cpu:
+        return True
+    import torch
+
+    return not (torch.cuda.is_available() or getattr(torch, "xpu", None) and torch.xpu.is_available()
+                or torch.backends.mps.is_available())

@@ -1,0 +1,72 @@
+"""Named presets: the algorithm switches of one paper, as ``RLVRConfig`` field values.
+
+``RLVRConfig.from_preset("dapo", **overrides)`` in Python, ``preset: dapo`` in a recipe (``trl-rlvr train``).
+Every preset sets the same fields (:data:`PRESET_FIELDS`), so choosing one fixes the whole algorithm whatever
+the other fields say; model, data, batch sizes, lengths and learning rate stay the user's. The papers' own
+hyperparameters for those are listed in docs/recipes.md beside this table, not set here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: GRPOConfig's default generation budget, for presets whose values scale with it.
+_DEFAULT_MAX_COMPLETION_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class Preset:
+    paper: str
+    #: field -> value, or a function of the other settings (the DAPO overlong buffer scales with the budget)
+    values: Mapping[str, Any | Callable[[Mapping[str, Any]], Any]]
+
+
+def _dapo_overlong_buffer(settings: Mapping[str, Any]) -> int:
+    """DAPO's soft-punishment buffer, 4096 tokens of a 20480-token budget: one fifth of max_completion_length."""
+    return int(settings.get("max_completion_length") or _DEFAULT_MAX_COMPLETION_LENGTH) // 5
+
+
+PRESETS: dict[str, Preset] = {
+    "grpo": Preset(
+        "Shao et al. 2024, DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models "
+        "(arXiv:2402.03300)",
+        dict(loss_normalization="per_answer", scale_rewards="group", advantage_std="population",
+             advantage_baseline="group_mean", beta=0.04, epsilon=0.2, epsilon_high=None, dynamic_sampling=False,
+             overlong_buffer_length=None, mask_truncated_completions=False),
+    ),
+    "r1zero": Preset(
+        "DeepSeek-AI 2025, DeepSeek-R1: Incentivizing Reasoning Capability in LLMs via Reinforcement Learning "
+        "(arXiv:2501.12948; Nature 645, 2025)",
+        dict(loss_normalization="per_answer", scale_rewards="group", advantage_std="population",
+             advantage_baseline="group_mean", beta=0.001, epsilon=0.2, epsilon_high=None, dynamic_sampling=False,
+             overlong_buffer_length=None, mask_truncated_completions=False),
+    ),
+    "dr_grpo": Preset(
+        "Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (arXiv:2503.20783)",
+        dict(loss_normalization="constant", scale_rewards="none", advantage_std="population",
+             advantage_baseline="group_mean", beta=0.0, epsilon=0.2, epsilon_high=None, dynamic_sampling=False,
+             overlong_buffer_length=None, mask_truncated_completions=False),
+    ),
+    "dapo": Preset(
+        "Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv:2503.14476)",
+        dict(loss_normalization="per_batch_token", scale_rewards="group", advantage_std="population",
+             advantage_baseline="group_mean", beta=0.0, epsilon=0.2, epsilon_high=0.28, dynamic_sampling=True,
+             overlong_buffer_length=_dapo_overlong_buffer, overlong_penalty_factor=1.0,
+             mask_truncated_completions=False),
+    ),
+}
+
+#: The fields every preset sets.
+PRESET_FIELDS = tuple(PRESETS["grpo"].values)
+
+
+def preset_values(name: str, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The field values of preset ``name``; those that depend on other fields read them from ``settings``.
+
+    Raises ``ValueError`` naming ``name`` and the presets there are."""
+    if name not in PRESETS:
+        raise ValueError(f"Unknown preset {name!r}; presets: {', '.join(map(repr, PRESETS))}")
+    settings = settings or {}
+    return {k: v(settings) if callable(v) else v for k, v in PRESETS[name].values.items()}
