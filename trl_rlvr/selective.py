@@ -61,7 +61,7 @@ def should_skip(predicted_zero_signal: bool, consecutive_skips: int, draw: float
 
 class PromptHistory:
     """Per prompt (dataset index): the outcomes of its last ``window`` groups as (success rate, zero-signal),
-    and how many times in a row it has been skipped since it was last generated for."""
+    and how many times in a row it has been skipped since it was last taken."""
 
     def __init__(self, window: int, revisit_probability: float, seed: int):
         if window < 1:
@@ -83,6 +83,8 @@ class PromptHistory:
                               self.revisit_probability)
         if skipped:
             self.skips[index] = self.skips.get(index, 0) + 1
+        else:  # taken: the count of consecutive skips starts again
+            self.skips.pop(index, None)
         return skipped
 
     def record(self, index: int, success_rate: float, zero_signal: bool) -> bool:
@@ -92,7 +94,6 @@ class PromptHistory:
         recent = self.outcomes.setdefault(index, [])
         recent.append((float(success_rate), bool(zero_signal)))
         del recent[: -self.window]
-        self.skips.pop(index, None)
         return was_predicted
 
     def state_dict(self) -> dict:
