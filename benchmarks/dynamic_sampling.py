@@ -187,12 +187,28 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
             activation_checkpointing=False, report_to="none", save_strategy="no", logging_strategy="no",
             disable_tqdm=True, dataloader_pin_memory=False, **extra,
         )
-        trainer = Probe(model=build_policy(), reward_funcs=reward_funcs, args=args, train_dataset=dataset,
+        trainer = Probe(model=build_policy_for(answers, a), reward_funcs=reward_funcs, args=args, train_dataset=dataset,
                         processing_class=build_tokenizer())
         trainer.remove_callback(PrinterCallback)
         trainer.add_callback(Meter())
         trainer.train()
     return run_summary(method, seed, records, state["reached"])
+
+
+def build_policy_for(answers: list[int], a):
+    """The toy's policy; with --mastered N, questions 0..N-1 start mastered: their right first token gets the logit
+    --mastered-logit (p = e^L / (e^L + V), 0.993 at L = 6), the others stay at 0 (p = 1/5). Real datasets mix prompts
+    the model already solves with prompts it does not; the toy's 16 questions are otherwise equally hard, so a
+    prompt's own history tells no more than the batch's."""
+    import torch
+
+    from length_bias_toy import LMAX, START, V, build_policy
+
+    model = build_policy()
+    with torch.no_grad():
+        for q in range(a.mastered):
+            model.backbone.table.weight[(q * LMAX) * (V + 2) + START, answers[q]] = a.mastered_logit
+    return model
 
 
 def run_summary(method: str, seed: int, records: list, reached) -> dict:
@@ -291,8 +307,10 @@ def format_table(summaries, a) -> str:
     G = a.group_size
     head = (f"{'learner':36s} {'inform.':>8s} {'min/upd':>8s} {'1-p^G-(1-p)^G':>14s} {'gen.inf.':>8s} "
             f"{'answers':>8s} {'rows':>6s} {'upd->95%':>9s} {'s->95%':>7s} {'s/upd':>6s}  per seed (updates)")
-    lines = [f"Toy: 16 questions, G={G}, Adam lr {a.lr}, GRPO loss, target accuracy {a.target} (exact policy "
-             f"accuracy after the update), {a.seeds} seeds, medians over seeds, at most {a.max_updates} updates",
+    lines = [f"Toy: 16 questions ({a.mastered} of them mastered at the start), G={G}, Adam lr {a.lr}, GRPO loss, "
+             f"target accuracy {a.target} (exact policy accuracy after the update), {a.seeds} seeds, medians over "
+             f"seeds, at most {a.max_updates} updates; selective sampling: window {a.selective_window}, "
+             f"revisit_probability {a.revisit_probability}",
              head]
     for s in summaries:
         if s["error"] and not s["seeds"]:
@@ -330,6 +348,8 @@ def main(argv=None):
     p.add_argument("--replay-buffer-size", type=int, default=64, help="for (c); TRL's default")
     p.add_argument("--revisit-probability", type=float, default=0.25, help="for (d), (e), (g)")
     p.add_argument("--selective-window", type=int, default=1, help="for (d), (e), (g)")
+    p.add_argument("--mastered", type=int, default=0, help="questions 0..N-1 start mastered (see build_policy_for)")
+    p.add_argument("--mastered-logit", type=float, default=6.0)
     p.add_argument("--shaping", type=float, default=0.0,
                    help="add a reward -SHAPING x length / LMAX (the success reward stays the first-token one); "
                         "(h) filters on the success reward only")
@@ -355,7 +375,8 @@ def main(argv=None):
     shared = [f"--seeds={a.seeds}", f"--max-updates={a.max_updates}", f"--group-size={a.group_size}",
               f"--lr={a.lr}", f"--target={a.target}", f"--max-sampling-rounds={a.max_sampling_rounds}",
               f"--replay-buffer-size={a.replay_buffer_size}", f"--revisit-probability={a.revisit_probability}",
-              f"--selective-window={a.selective_window}", f"--shaping={a.shaping}"] + (
+              f"--selective-window={a.selective_window}", f"--shaping={a.shaping}", f"--mastered={a.mastered}",
+              f"--mastered-logit={a.mastered_logit}"] + (
                   ["--keep-going"] if a.keep_going else [])
     results: dict = {}
     gate = threading.Semaphore(max(1, a.workers))
