@@ -347,7 +347,7 @@ def main(argv=None):
     p.add_argument("--max-sampling-rounds", type=int, default=3, help="for (a); 0 = RLVRTrainer's 'unlimited'")
     p.add_argument("--replay-buffer-size", type=int, default=64, help="for (c); TRL's default")
     p.add_argument("--revisit-probability", type=float, default=0.25, help="for (d), (e), (g)")
-    p.add_argument("--selective-window", type=int, default=1, help="for (d), (e), (g)")
+    p.add_argument("--selective-window", type=int, default=2, help="for (d), (e), (g)")
     p.add_argument("--mastered", type=int, default=0, help="questions 0..N-1 start mastered (see build_policy_for)")
     p.add_argument("--mastered-logit", type=float, default=6.0)
     p.add_argument("--shaping", type=float, default=0.0,

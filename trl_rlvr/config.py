@@ -155,7 +155,7 @@ class RLVRConfig(GRPOConfig):
         },
     )
     selective_sampling_window: int = field(
-        default=1,
+        default=2,
         metadata={"help": "With selective_sampling: how many of a prompt's last groups must have been zero-signal."},
     )
     revisit_probability: float = field(

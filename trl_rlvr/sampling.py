@@ -98,7 +98,7 @@ class PromptStream:
                  history=None):
         if dataset_size < prompts_per_round:
             raise ValueError(
-                f"dynamic_sampling needs at least one generation batch of prompts ({prompts_per_round}); the "
+                f"dynamic_sampling / selective_sampling need at least one generation batch of prompts ({prompts_per_round}); the "
                 f"training dataset has {dataset_size}"
             )
         self.dataset_size, self.prompts_per_round, self.group_size = dataset_size, prompts_per_round, group_size
