@@ -11,6 +11,14 @@ advantages), beta 0, temperature 1. Three learners, same seeds:
     (a) RLVRTrainer, dynamic_sampling=True (max_sampling_rounds=3 by default)
     (b) RLVRTrainer, dynamic_sampling=False
     (c) TRL's experimental GRPOWithReplayBufferTrainer (groups without reward variance replaced from a replay buffer)
+    (d) selective_sampling (prompts whose last --selective-window groups had no signal skipped, revisited with
+        probability --revisit-probability), (e) selective + dynamic sampling, (f) dynamic sampling with
+        dynamic_sampling_oversample=1 (refills generate for the missing groups only), (g) (e) + (f),
+        (h) dynamic sampling filtering on the success reward only (meaningful with --shaping > 0; not run by default)
+
+The dataset holds one row per question (a prompt's selective-sampling history is kept per row); --mastered N makes
+questions 0..N-1 start mastered (mixed difficulty, as in real data; the 16 questions are otherwise equally hard).
+Results: benchmarks/results/dynamic_sampling*.txt (commands at their top), discussed in docs/dynamic_sampling.md.
 
 (c) is not in the installed TRL 1.16: `trl.experimental.grpo_with_replay_buffer` was removed in TRL 1.14
 (huggingface/trl PR #7132); the last release that ships it is 1.13.0. To run it, unpack that wheel somewhere and pass
