@@ -122,7 +122,7 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
     reward_funcs = [first_token_reward]
     if a.shaping:
         def length_shaping(completion_ids, **kwargs):
-            """A shaping term that varies inside a group although the success reward does not (verl's "score" vs "acc")."""
+            """A shaping term that varies inside a group where the success reward does not (verl's score vs acc)."""
             return [-a.shaping * len(ids) / LMAX for ids in completion_ids]
 
         reward_funcs.append(length_shaping)
@@ -195,7 +195,8 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
             activation_checkpointing=False, report_to="none", save_strategy="no", logging_strategy="no",
             disable_tqdm=True, dataloader_pin_memory=False, **extra,
         )
-        trainer = Probe(model=build_policy_for(answers, a), reward_funcs=reward_funcs, args=args, train_dataset=dataset,
+        trainer = Probe(model=build_policy_for(answers, a), reward_funcs=reward_funcs, args=args,
+                        train_dataset=dataset,
                         processing_class=build_tokenizer())
         trainer.remove_callback(PrinterCallback)
         trainer.add_callback(Meter())

@@ -237,7 +237,8 @@ def summary_table(before, after, history, timings):
     table.add_row("wasted-group share (zero-signal, mean)", "", _fmt(_mean(history, "rlvr/zero_signal_frac"), True))
     table.add_row("expected if all questions equally hard", "", _fmt(_mean(history, "rlvr/zero_signal_expected"), True))
     table.add_row("groups skipped by selective sampling (total)", "", _fmt(_sum(history, "rlvr/prompts_skipped")))
-    table.add_row("answers generated per informative row (mean)", "", _fmt(_mean(history, "rlvr/answers_per_informative_row")))
+    table.add_row("answers generated per informative row (mean)", "",
+                  _fmt(_mean(history, "rlvr/answers_per_informative_row")))
     table.add_section()
     for k, v in timings.items():
         table.add_row(f"time: {k} (s)", "", f"{v:.0f}")

@@ -23,8 +23,9 @@ def make_selective_trainer(model_dir, reward=mixed_reward, **overrides):
     """An RLVRTrainer with selective sampling over q0..q7 (its prompt stream rebuilt for that dataset)."""
     from datasets import Dataset
 
-    settings = dict(selective_sampling=True, selective_sampling_window=1, revisit_probability=0.25, max_steps=6, learning_rate=1e-3,
-                    per_device_train_batch_size=8, gradient_accumulation_steps=2, max_completion_length=8)
+    settings = dict(selective_sampling=True, selective_sampling_window=1, revisit_probability=0.25, max_steps=6,
+                    learning_rate=1e-3, per_device_train_batch_size=8, gradient_accumulation_steps=2,
+                    max_completion_length=8)
     settings.update(overrides)
     trainer = make_trainer(model_dir, reward_funcs=[reward], **settings)
     trainer.train_dataset = Dataset.from_dict({"prompt": [f"q{i}" for i in range(DATASET_SIZE)]})

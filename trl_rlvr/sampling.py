@@ -98,8 +98,8 @@ class PromptStream:
                  history=None):
         if dataset_size < prompts_per_round:
             raise ValueError(
-                f"dynamic_sampling / selective_sampling need at least one generation batch of prompts ({prompts_per_round}); the "
-                f"training dataset has {dataset_size}"
+                f"dynamic_sampling / selective_sampling need at least one generation batch of prompts "
+                f"({prompts_per_round}); the training dataset has {dataset_size}"
             )
         self.dataset_size, self.prompts_per_round, self.group_size = dataset_size, prompts_per_round, group_size
         self.seed, self.shuffle, self.history = seed, shuffle, history
