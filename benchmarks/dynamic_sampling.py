@@ -11,6 +11,14 @@ advantages), beta 0, temperature 1. Three learners, same seeds:
     (a) RLVRTrainer, dynamic_sampling=True (max_sampling_rounds=3 by default)
     (b) RLVRTrainer, dynamic_sampling=False
     (c) TRL's experimental GRPOWithReplayBufferTrainer (groups without reward variance replaced from a replay buffer)
+    (d) selective_sampling (prompts whose last --selective-window groups had no signal skipped, revisited with
+        probability --revisit-probability), (e) selective + dynamic sampling, (f) dynamic sampling with
+        dynamic_sampling_oversample=1 (refills generate for the missing groups only), (g) (e) + (f),
+        (h) dynamic sampling filtering on the success reward only (meaningful with --shaping > 0; not run by default)
+
+The dataset holds one row per question (a prompt's selective-sampling history is kept per row); --mastered N makes
+questions 0..N-1 start mastered (mixed difficulty, as in real data; the 16 questions are otherwise equally hard).
+Results: benchmarks/results/dynamic_sampling*.txt (commands at their top), discussed in docs/dynamic_sampling.md.
 
 (c) is not in the installed TRL 1.16: `trl.experimental.grpo_with_replay_buffer` was removed in TRL 1.14
 (huggingface/trl PR #7132); the last release that ships it is 1.13.0. To run it, unpack that wheel somewhere and pass
@@ -65,6 +73,22 @@ METHODS = {
     "a": "RLVRTrainer dynamic_sampling=True",
     "b": "RLVRTrainer dynamic_sampling=False",
     "c": "GRPOWithReplayBufferTrainer",
+    "d": "selective_sampling",
+    "e": "selective + dynamic",
+    "f": "dynamic, oversample=1",
+    "g": "selective + dynamic, oversample=1",
+    "h": "dynamic, metric=success",
+}
+
+#: RLVRConfig switches of each RLVRTrainer learner (besides the shared settings).
+SWITCHES = {
+    "a": dict(dynamic_sampling=True),
+    "b": dict(dynamic_sampling=False),
+    "d": dict(selective_sampling=True),
+    "e": dict(dynamic_sampling=True, selective_sampling=True),
+    "f": dict(dynamic_sampling=True, dynamic_sampling_oversample=1.0),
+    "g": dict(dynamic_sampling=True, selective_sampling=True, dynamic_sampling_oversample=1.0),
+    "h": dict(dynamic_sampling=True, dynamic_sampling_metric="success"),
 }
 
 
@@ -93,11 +117,21 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
         counters["mixed_groups"] += int((groups.max(1).values > groups.min(1).values).sum())
         return rewards
 
-    if method in ("a", "b"):
+    reward_funcs = [first_token_reward]
+    if a.shaping:
+        def length_shaping(completion_ids, **kwargs):
+            """A shaping term that varies inside a group where the success reward does not (verl's score vs acc)."""
+            return [-a.shaping * len(ids) / LMAX for ids in completion_ids]
+
+        reward_funcs.append(length_shaping)
+    if method in SWITCHES:
         from trl_rlvr import RLVRConfig as Config, RLVRTrainer as Trainer
 
-        extra = dict(loss_normalization="per_answer", scale_rewards="group", dynamic_sampling=method == "a",
-                     max_sampling_rounds=a.max_sampling_rounds)
+        # refills of only the missing groups (oversample) are small: they get twice the rounds
+        rounds = a.max_sampling_rounds * (2 if "dynamic_sampling_oversample" in SWITCHES[method] else 1)
+        extra = dict(loss_normalization="per_answer", scale_rewards="group", max_sampling_rounds=rounds,
+                     revisit_probability=a.revisit_probability, selective_sampling_window=a.selective_window,
+                     success_reward="first_token_reward", **SWITCHES[method])
     else:
         from trl.experimental.grpo_with_replay_buffer import (
             GRPOWithReplayBufferConfig as Config,
@@ -146,8 +180,9 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
                 if not a.keep_going:
                     control.should_training_stop = True
 
-    dataset = Dataset.from_dict({"prompt": [f"q{i}" for i in range(Q)] * a.max_updates,
-                                 "answer": answers * a.max_updates})
+    # One row per question: a prompt's history (selective sampling) is kept per dataset row, and every pass over
+    # the 16 rows is one generation batch, as the repeated dataset of earlier versions of this benchmark gave.
+    dataset = Dataset.from_dict({"prompt": [f"q{i}" for i in range(Q)], "answer": answers})
     with tempfile.TemporaryDirectory(prefix="dynamic_sampling_") as out:
         args = Config(
             output_dir=out, beta=0.0, num_iterations=1, num_generations=G, per_device_train_batch_size=Q * G,
@@ -158,12 +193,29 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
             activation_checkpointing=False, report_to="none", save_strategy="no", logging_strategy="no",
             disable_tqdm=True, dataloader_pin_memory=False, **extra,
         )
-        trainer = Probe(model=build_policy(), reward_funcs=[first_token_reward], args=args, train_dataset=dataset,
+        trainer = Probe(model=build_policy_for(answers, a), reward_funcs=reward_funcs, args=args,
+                        train_dataset=dataset,
                         processing_class=build_tokenizer())
         trainer.remove_callback(PrinterCallback)
         trainer.add_callback(Meter())
         trainer.train()
     return run_summary(method, seed, records, state["reached"])
+
+
+def build_policy_for(answers: list[int], a):
+    """The toy's policy; with --mastered N, questions 0..N-1 start mastered: their right first token gets the logit
+    --mastered-logit (p = e^L / (e^L + V), 0.993 at L = 6), the others stay at 0 (p = 1/5). Real datasets mix prompts
+    the model already solves with prompts it does not; the toy's 16 questions are otherwise equally hard, so a
+    prompt's own history tells no more than the batch's."""
+    import torch
+
+    from length_bias_toy import LMAX, START, V, build_policy
+
+    model = build_policy()
+    with torch.no_grad():
+        for q in range(a.mastered):
+            model.backbone.table.weight[(q * LMAX) * (V + 2) + START, answers[q]] = a.mastered_logit
+    return model
 
 
 def run_summary(method: str, seed: int, records: list, reached) -> dict:
@@ -262,8 +314,10 @@ def format_table(summaries, a) -> str:
     G = a.group_size
     head = (f"{'learner':36s} {'inform.':>8s} {'min/upd':>8s} {'1-p^G-(1-p)^G':>14s} {'gen.inf.':>8s} "
             f"{'answers':>8s} {'rows':>6s} {'upd->95%':>9s} {'s->95%':>7s} {'s/upd':>6s}  per seed (updates)")
-    lines = [f"Toy: 16 questions, G={G}, Adam lr {a.lr}, GRPO loss, target accuracy {a.target} (exact policy "
-             f"accuracy after the update), {a.seeds} seeds, medians over seeds, at most {a.max_updates} updates",
+    lines = [f"Toy: 16 questions ({a.mastered} of them mastered at the start), G={G}, Adam lr {a.lr}, GRPO loss, "
+             f"target accuracy {a.target} (exact policy accuracy after the update), {a.seeds} seeds, medians over "
+             f"seeds, at most {a.max_updates} updates; selective sampling: window {a.selective_window}, "
+             f"revisit_probability {a.revisit_probability}",
              head]
     for s in summaries:
         if s["error"] and not s["seeds"]:
@@ -299,8 +353,15 @@ def main(argv=None):
     p.add_argument("--target", type=float, default=0.95)
     p.add_argument("--max-sampling-rounds", type=int, default=3, help="for (a); 0 = RLVRTrainer's 'unlimited'")
     p.add_argument("--replay-buffer-size", type=int, default=64, help="for (c); TRL's default")
+    p.add_argument("--revisit-probability", type=float, default=0.25, help="for (d), (e), (g)")
+    p.add_argument("--selective-window", type=int, default=2, help="for (d), (e), (g)")
+    p.add_argument("--mastered", type=int, default=0, help="questions 0..N-1 start mastered (see build_policy_for)")
+    p.add_argument("--mastered-logit", type=float, default=6.0)
+    p.add_argument("--shaping", type=float, default=0.0,
+                   help="add a reward -SHAPING x length / LMAX (the success reward stays the first-token one); "
+                        "(h) filters on the success reward only")
     p.add_argument("--keep-going", action="store_true", help="run --max-updates even after the target is reached")
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--methods", nargs="+", default=["a", "b", "c", "d", "e", "f", "g"], choices=list(METHODS))
     p.add_argument("--replay-trl", default=os.environ.get("RLVR_REPLAY_TRL"),
                    help="folder holding the trl/ package of a release with grpo_with_replay_buffer (e.g. 1.13.0)")
     p.add_argument("--workers", type=int, default=2)
@@ -320,7 +381,10 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="dynamic_sampling_bench_")
     shared = [f"--seeds={a.seeds}", f"--max-updates={a.max_updates}", f"--group-size={a.group_size}",
               f"--lr={a.lr}", f"--target={a.target}", f"--max-sampling-rounds={a.max_sampling_rounds}",
-              f"--replay-buffer-size={a.replay_buffer_size}"] + (["--keep-going"] if a.keep_going else [])
+              f"--replay-buffer-size={a.replay_buffer_size}", f"--revisit-probability={a.revisit_probability}",
+              f"--selective-window={a.selective_window}", f"--shaping={a.shaping}", f"--mastered={a.mastered}",
+              f"--mastered-logit={a.mastered_logit}"] + (
+                  ["--keep-going"] if a.keep_going else [])
     results: dict = {}
     gate = threading.Semaphore(max(1, a.workers))
 
@@ -352,7 +416,9 @@ def main(argv=None):
             table += f"\n({s['method']}) error: {s['error'].strip()}"
         if s["method"] == "c" and s["trl_path"]:
             table += f"\n(c) ran with the trl package at {s['trl_path']}"
-    table += f"\ntotal wall time {wall:.0f} s, {a.workers} worker process(es) at a time"
+    load = os.getloadavg()
+    table += (f"\ntotal wall time {wall:.0f} s, {a.workers} worker process(es) at a time; load average at the end "
+              f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (1/5/15 min) on {os.cpu_count()} cores")
     print(table)
     if a.table:
         Path(a.table).write_text(command + "\n" + table + "\n")
@@ -360,7 +426,7 @@ def main(argv=None):
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         settings = {k: v for k, v in vars(a).items() if not k.startswith("_") and k not in ("json", "table")}
         Path(a.json).write_text(json.dumps({
-            "command": command, "settings": settings, "wall_seconds": wall,
+            "command": command, "settings": settings, "wall_seconds": wall, "load_average_at_end": load,
             "summary": summaries, "runs": [r for m in a.methods for r in results[m]["runs"]],
         }, indent=1, allow_nan=True))
     return summaries

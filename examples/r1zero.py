@@ -168,6 +168,11 @@ def _mean(history, key):
     return sum(vals) / len(vals) if vals else None
 
 
+def _sum(history, key):
+    vals = [h[key] for h in history if isinstance(h.get(key), (int, float))]
+    return sum(vals) if vals else None
+
+
 def summary_table(before, after, history, timings):
     from rich.table import Table
 
@@ -191,6 +196,9 @@ def summary_table(before, after, history, timings):
                   _fmt(_mean(history, "rlvr/length_wrong")))
     table.add_row("wasted-group share (zero-signal, mean)", "", _fmt(_mean(history, "rlvr/zero_signal_frac"), True))
     table.add_row("expected if all questions equally hard", "", _fmt(_mean(history, "rlvr/zero_signal_expected"), True))
+    table.add_row("groups skipped by selective sampling (total)", "", _fmt(_sum(history, "rlvr/prompts_skipped")))
+    table.add_row("answers generated per informative row (mean)", "",
+                  _fmt(_mean(history, "rlvr/answers_per_informative_row")))
     table.add_section()
     for k, v in timings.items():
         table.add_row(f"time: {k} (s)", "", f"{v:.0f}")
@@ -310,6 +318,8 @@ def main(script_args, training_args, model_args):
             "before": before,
             "after": after,
             "wasted_group_share": _mean(history, "rlvr/zero_signal_frac"),
+            "groups_skipped": _sum(history, "rlvr/prompts_skipped"),
+            "answers_per_informative_row": _mean(history, "rlvr/answers_per_informative_row"),
             "train_length_right": _mean(history, "rlvr/length_right"),
             "train_length_wrong": _mean(history, "rlvr/length_wrong"),
             "train_metrics": train_result.metrics,

@@ -48,7 +48,7 @@ def run(model_dir, reward=mixed_reward, record_prompts=None, **overrides):
     trainer.compute_loss = recording
     if record_prompts is not None:
         next_prompts = trainer._next_prompts
-        trainer._next_prompts = lambda: record_prompts.append(next_prompts()) or record_prompts[-1]
+        trainer._next_prompts = lambda *a: record_prompts.append(next_prompts(*a)) or record_prompts[-1]
     trainer.train()
     return trainer, seen
 

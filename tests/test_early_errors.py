@@ -83,6 +83,11 @@ def test_use_vllm_without_vllm_fails_at_config_time(tmp_path):
 @pytest.mark.parametrize("fields,message", [
     ({"max_sampling_rounds": 5}, "max_sampling_rounds=5 has no effect without dynamic_sampling=True"),
     ({"dynamic_sampling_tolerance": 0.1}, "dynamic_sampling_tolerance=0.1 has no effect without dynamic_sampling"),
+    ({"dynamic_sampling_oversample": 2.0}, "dynamic_sampling_oversample=2.0 has no effect without dynamic_sampling"),
+    ({"revisit_probability": 0.5}, "revisit_probability=0.5 has no effect without selective_sampling=True"),
+    ({"selective_sampling_window": 3}, "selective_sampling_window=3 has no effect without selective_sampling=True"),
+    ({"dynamic_sampling_oversample": 2.0, "selective_sampling": True},
+     "dynamic_sampling_oversample=2.0 has no effect without dynamic_sampling=True"),
     ({"overlong_penalty_factor": 0.5}, "overlong_penalty_factor=0.5 has no effect without overlong_buffer_length"),
     ({"token_count_scope": "generation_batch", "loss_normalization": "per_answer"},
      "token_count_scope='generation_batch' has no effect without loss_normalization='per_batch_token'"),
@@ -98,6 +103,8 @@ def test_no_warning_where_options_act():
         warnings.simplefilter("error", UserWarning)
         config()
         config(dynamic_sampling=True, max_sampling_rounds=5, dynamic_sampling_tolerance=0.1)
+        config(selective_sampling=True, revisit_probability=0.5, dynamic_sampling_metric="success",
+               dynamic_sampling_tolerance=0.1)
         config(max_completion_length=64, overlong_buffer_length=16, overlong_penalty_factor=0.5)
         config(token_count_scope="generation_batch", advantage_std="sample")
 

@@ -45,18 +45,19 @@ def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_da
 
 
 # ------------------------------------------------------------------------------------------------ settings
-def _dynamic_sampling_options(config) -> list[str]:
-    names = [f for f in vars(type(config)).get("__dataclass_fields__", {}) if f.startswith("dynamic_sampling_")]
-    return ["max_sampling_rounds", *names]
-
-
 def ineffective_options(config) -> list[str]:
     """One message per RLVR option set away from its default where the other settings make it do nothing."""
     import dataclasses
 
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
-    rules = [(name, config.dynamic_sampling, "dynamic_sampling=True") for name in _dynamic_sampling_options(config)]
-    rules += [
+    filtering = config.dynamic_sampling or config.selective_sampling  # both judge groups by metric and tolerance
+    rules = [
+        ("max_sampling_rounds", config.dynamic_sampling, "dynamic_sampling=True"),
+        ("dynamic_sampling_oversample", config.dynamic_sampling, "dynamic_sampling=True"),
+        ("dynamic_sampling_metric", filtering, "dynamic_sampling=True or selective_sampling=True"),
+        ("dynamic_sampling_tolerance", filtering, "dynamic_sampling=True or selective_sampling=True"),
+        ("selective_sampling_window", config.selective_sampling, "selective_sampling=True"),
+        ("revisit_probability", config.selective_sampling, "selective_sampling=True"),
         ("overlong_penalty_factor", config.overlong_buffer_length is not None, "overlong_buffer_length"),
         ("token_count_scope", config.loss_normalization == "per_batch_token", "loss_normalization='per_batch_token'"),
         ("advantage_std", config.scale_rewards != "none" and config.multi_objective_aggregation == "sum_then_normalize",

@@ -154,6 +154,44 @@ class RLVRConfig(GRPOConfig):
             "value. 0.0 (default) means exact equality."
         },
     )
+    dynamic_sampling_metric: str = field(
+        default="reward",
+        metadata={
+            "help": "With dynamic_sampling: what a group must vary in to be kept. 'reward' (default): the total "
+            "reward, format and overlong shaping included; 'success': the success_reward only (verl's "
+            "filter_groups.metric=acc), so a group whose answers are all right or all wrong is dropped even when "
+            "their shaping terms differ.",
+            "choices": ["reward", "success"],
+        },
+    )
+    dynamic_sampling_oversample: float | None = field(
+        default=None,
+        metadata={
+            "help": "With dynamic_sampling: prompts per round as a multiple of the groups the batch still needs "
+            "(all of them in the first round, the missing ones in a refill), rounded up to split over the "
+            "processes. None (default): every round is a full generation batch, as DAPO's recipe does."
+        },
+    )
+    selective_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Skip, before generating, prompts whose last selective_sampling_window groups were all "
+            "zero-signal (GRESO, Zheng et al. 2025), revisiting each with probability revisit_probability; "
+            "prompts never seen are always sampled and no prompt is skipped indefinitely. Works with and without "
+            "dynamic_sampling; prompts then come from the trainer's own prompt stream (see docs/dynamic_sampling.md)."
+        },
+    )
+    selective_sampling_window: int = field(
+        default=2,
+        metadata={"help": "With selective_sampling: how many of a prompt's last groups must have been zero-signal."},
+    )
+    revisit_probability: float = field(
+        default=0.25,
+        metadata={
+            "help": "With selective_sampling: the probability that a prompt predicted zero-signal is generated "
+            "for anyway (its outcome checks the prediction); 1 turns skipping off. In (0, 1]."
+        },
+    )
 
     # transformers 5.2x renamed gradient_checkpointing to activation_checkpointing and warns whenever the old name
     # holds a value the new one lacks; TRL 1.16 still gives the old name a default (True), so every plain
@@ -256,6 +294,19 @@ class RLVRConfig(GRPOConfig):
             raise _choice_error("token_count_scope", self.token_count_scope, TOKEN_COUNT_SCOPES)
         if not self.dynamic_sampling_tolerance >= 0:
             raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance!r}")
+        if self.dynamic_sampling_metric not in ("reward", "success"):
+            raise _choice_error("dynamic_sampling_metric", self.dynamic_sampling_metric, ("reward", "success"))
+        if self.dynamic_sampling_oversample is not None and not self.dynamic_sampling_oversample >= 1:
+            raise ValueError(
+                f"dynamic_sampling_oversample must be >= 1 (or None), got {self.dynamic_sampling_oversample!r}"
+            )
+        if self.selective_sampling_window < 1:
+            raise ValueError(f"selective_sampling_window must be >= 1, got {self.selective_sampling_window!r}")
+        if not 0 < self.revisit_probability <= 1:
+            raise ValueError(
+                f"revisit_probability must be in (0, 1] (0 would never revisit a skipped prompt), got "
+                f"{self.revisit_probability!r}"
+            )
         check_settings(self)  # options without effect, bf16 on a CPU, use_vllm without vLLM (trl_rlvr.checks)
         if self.reward_options is not None and not isinstance(self.reward_options, dict):
             raise ValueError(f"reward_options must be a mapping plugin name -> options, got {self.reward_options!r}")

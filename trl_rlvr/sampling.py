@@ -13,6 +13,8 @@ re-sliced so that every rank ends with the same number of rows.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .advantages import zero_signal_groups
@@ -59,48 +61,94 @@ def concat_rows(pieces: list[dict[str, torch.Tensor]], pad_values: dict[str, flo
     return out
 
 
+def prompts_for_round(missing_groups: int, full_round: int, oversample: float | None, group_size: int,
+                      num_processes: int) -> int:
+    """Prompts to draw for a dynamic-sampling round.
+
+    ``oversample`` None: every round is a full generation batch (``full_round`` prompts), as DAPO's recipe does.
+    Otherwise ``ceil(oversample x missing_groups)``, the groups the batch still needs (all of them in the first
+    round): a round of the first kind fills the batch when at least 1/oversample of its groups have signal, and
+    refills generate for what is missing, not a whole batch again. Rounded up so that the round's rows
+    (prompts x G) split evenly over the processes.
+    """
+    if oversample is None:
+        return full_round
+    prompts = max(1, math.ceil(oversample * missing_groups - 1e-9))
+    step = num_processes // math.gcd(group_size, num_processes)
+    return -(-prompts // step) * step
+
+
 class PromptStream:
-    """Where dynamic sampling takes its prompts from: ONE stream for the first round and every refill.
+    """Where dynamic and selective sampling take their prompts from: ONE stream for every round.
 
     Passes over the dataset, a new permutation each pass (seeded by ``seed`` and the pass number), handed out
     a round at a time: every prompt is used once per pass, whether by a first round or by a refill, so nothing
-    is skipped or repeated beyond what a sampler would do. The position advances only when a round is drawn
-    and is part of the checkpoint (:meth:`state_dict`), so a resumed run continues exactly where it stopped.
-    Yields global index lists of ``prompts_per_round`` prompts, each repeated ``group_size`` times
-    consecutively, as TRL's ``RepeatSampler`` lays out a generation batch.
+    is skipped or repeated beyond what a sampler would do. A pass is ``rounds_per_pass`` full rounds (the tail
+    of the permutation is dropped, as a sampler with drop_last does); a smaller or larger round continues into
+    the next pass. The position advances only when prompts are drawn and is part of the checkpoint
+    (:meth:`state_dict`), so a resumed run continues exactly where it stopped. Yields global index lists, each
+    prompt repeated ``group_size`` times consecutively, as TRL's ``RepeatSampler`` lays out a generation batch.
+
+    With a :class:`~trl_rlvr.selective.PromptHistory` (selective sampling), each candidate prompt is first
+    offered to it: a skipped prompt is passed over (it comes back in a later pass) and the next one taken. The
+    history is part of the checkpoint too.
     """
 
-    def __init__(self, dataset_size: int, prompts_per_round: int, group_size: int, seed: int, shuffle: bool = True):
+    def __init__(self, dataset_size: int, prompts_per_round: int, group_size: int, seed: int, shuffle: bool = True,
+                 history=None):
         if dataset_size < prompts_per_round:
             raise ValueError(
-                f"dynamic_sampling needs at least one generation batch of prompts ({prompts_per_round}); the "
-                f"training dataset has {dataset_size}"
+                f"dynamic_sampling / selective_sampling need at least one generation batch of prompts "
+                f"({prompts_per_round}); the training dataset has {dataset_size}"
             )
         self.dataset_size, self.prompts_per_round, self.group_size = dataset_size, prompts_per_round, group_size
-        self.seed, self.shuffle = seed, shuffle
-        self.epoch, self.offset = 0, 0
+        self.seed, self.shuffle, self.history = seed, shuffle, history
+        self.epoch, self.position = 0, 0
+        self.skipped = 0  # prompts passed over by the history since the counter was last reset (not checkpointed)
+        self._order_cache: tuple[int, list[int]] | None = None
 
     @property
     def rounds_per_pass(self) -> int:
         return self.dataset_size // self.prompts_per_round
 
-    def _order(self) -> list[int]:
-        if not self.shuffle:
-            return list(range(self.dataset_size))
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        return torch.randperm(self.dataset_size, generator=generator).tolist()
+    @property
+    def pass_length(self) -> int:
+        return self.rounds_per_pass * self.prompts_per_round
 
-    def next_indices(self) -> list[int]:
-        """Global dataset indices of the next round (prompts_per_round x group_size)."""
-        if self.offset >= self.rounds_per_pass:
-            self.epoch, self.offset = self.epoch + 1, 0
-        start = self.offset * self.prompts_per_round
-        prompts = self._order()[start : start + self.prompts_per_round]
-        self.offset += 1
-        return [index for index in prompts for _ in range(self.group_size)]
+    def _order(self) -> list[int]:
+        if self._order_cache is None or self._order_cache[0] != self.epoch:
+            if self.shuffle:
+                generator = torch.Generator().manual_seed(self.seed + self.epoch)
+                order = torch.randperm(self.dataset_size, generator=generator).tolist()
+            else:
+                order = list(range(self.dataset_size))
+            self._order_cache = (self.epoch, order)
+        return self._order_cache[1]
+
+    def next_indices(self, prompts: int | None = None) -> list[int]:
+        """Global dataset indices of the next round: ``prompts`` (default: a full round) x group_size."""
+        wanted = self.prompts_per_round if prompts is None else prompts
+        taken = []
+        while len(taken) < wanted:
+            if self.position >= self.pass_length:
+                self.epoch, self.position = self.epoch + 1, 0
+            index = self._order()[self.position]
+            if self.history is not None and self.history.skip(index, self.epoch, self.position):
+                self.skipped += 1
+            else:
+                taken.append(index)
+            self.position += 1
+        return [index for index in taken for _ in range(self.group_size)]
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "offset": self.offset}
+        state = {"epoch": self.epoch, "position": self.position}
+        if self.history is not None:
+            state["history"] = self.history.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
+        self.epoch = int(state["epoch"])
+        # "offset" (full rounds drawn in the pass) is how trl-rlvr before selective sampling saved the position
+        self.position = int(state["position"]) if "position" in state else int(state["offset"]) * self.prompts_per_round
+        if self.history is not None and "history" in state:
+            self.history.load_state_dict(state["history"])

@@ -34,13 +34,16 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from .advantages import group_advantages
+from .advantages import group_advantages, zero_signal_groups
 from .checks import check_dataset_columns
 from .config import RLVRConfig
 from .losses import per_step_num_items
 from .metrics import rollout_metrics
 from .quantized import keep_4bit_weights_trainable
-from .sampling import ROW_KEYS, PromptStream, concat_rows, informative_rows, rows_per_process
+from .sampling import (
+    ROW_KEYS, PromptStream, concat_rows, informative_rows, prompts_for_round, rows_per_process,
+)
+from .selective import PromptHistory, record_groups
 
 logger = logging.getLogger(__name__)
 # TRL 1.16's generation helper (trl.models.utils.unwrap_model_for_generation) reads a property transformers 5
@@ -83,7 +86,8 @@ class RLVRTrainer(GRPOTrainer):
         for trained_or_reference in (self.model, self.ref_model):
             keep_4bit_weights_trainable(trained_or_reference)  # QLoRA on AVX512-BF16 CPUs (see quantized.py)
         self._success_index = self._find_success_reward(args.success_reward)
-        self._prompt_stream = self._make_prompt_stream() if args.dynamic_sampling else None
+        self._prompt_stream = self._make_prompt_stream() if args.dynamic_sampling or args.selective_sampling else None
+        self._revisits = [0, 0]  # selective sampling, this update: revisited prompts, revisits with no signal
         self._skip_optimizer_steps = 0
         if args.dynamic_sampling:
             self.add_callback(_SkipEmptyUpdates(self))
@@ -117,13 +121,19 @@ class RLVRTrainer(GRPOTrainer):
         from torch.utils.data import IterableDataset
 
         if self.train_dataset is None or isinstance(self.train_dataset, IterableDataset):
-            raise ValueError("dynamic_sampling=True needs a map-style (indexable) train_dataset to draw prompts from")
+            raise ValueError(
+                "dynamic_sampling / selective_sampling need a map-style (indexable) train_dataset to draw prompts from"
+            )
+        history = None
+        if self.args.selective_sampling:
+            history = PromptHistory(self.args.selective_sampling_window, self.args.revisit_probability, self.args.seed)
         return PromptStream(
             len(self.train_dataset),
             prompts_per_round=self.args.generation_batch_size // self.num_generations,
             group_size=self.num_generations,
             seed=self.args.seed,
             shuffle=self.shuffle_dataset,
+            history=history,
         )
 
     def _find_success_reward(self, name: str | None) -> int | None:
@@ -144,6 +154,7 @@ class RLVRTrainer(GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         require_finite_rewards(rewards_per_func, self.reward_func_names)  # gathered: every rank raises alike
         self._batch_rewards = self._total_rewards(rewards_per_func)
+        self._batch_rewards_per_func = rewards_per_func
         self._log_rollout_metrics(rewards_per_func, completion_ids_list)
         return rewards_per_func
 
@@ -156,6 +167,8 @@ class RLVRTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         if self.args.dynamic_sampling and self.model.training:
             return self._generate_informative_batch(inputs)
+        if self.args.selective_sampling and self.model.training:
+            return self._generate_selected_round()
         return self._generate_and_score_round(inputs)
 
     def _generate_and_score_round(self, inputs):
@@ -191,8 +204,12 @@ class RLVRTrainer(GRPOTrainer):
         with _swapped(self, "beta", 0.0):  # reference log-probs are computed below, for kept rows only
             while True:
                 rounds += 1
-                output = self._generate_and_score_round(self._next_prompts())
-                keep = informative_rows(self._batch_rewards, group_size, self.args.dynamic_sampling_tolerance)
+                missing_groups = -(-(target * num_processes - kept_rows) // group_size)
+                prompts = prompts_for_round(missing_groups, self._prompt_stream.prompts_per_round,
+                                            self.args.dynamic_sampling_oversample, group_size, num_processes)
+                output = self._generate_and_score_round(self._next_prompts(prompts))
+                self._record_round()
+                keep = informative_rows(self._filter_rewards(), group_size, self.args.dynamic_sampling_tolerance)
                 groups_seen += len(keep) // group_size
                 if keep.any():
                     piece = {k: v[keep.to(v.device)] for k, v in self._gather_rows(output).items()}
@@ -206,6 +223,7 @@ class RLVRTrainer(GRPOTrainer):
         mode_metrics["rlvr/sampling_rounds"].append(rounds)
         mode_metrics["rlvr/prompts_sampled"].append(groups_seen)
         mode_metrics["rlvr/kept_groups_frac"].append(kept_rows / group_size / groups_seen)
+        self._log_selection_metrics(groups_seen * group_size, rows * num_processes)
         if rows < target:
             logger.warning(
                 "dynamic sampling: %d rounds found %d informative groups of the %d wanted; training on %d rows "
@@ -247,12 +265,59 @@ class RLVRTrainer(GRPOTrainer):
         pad = self._tokenizer.pad_token_id
         return {"prompt_ids": pad, "completion_ids": pad, "tool_mask": 1}
 
-    def _next_prompts(self) -> list[dict]:
-        """This process's share of the next round of prompts from the stream."""
-        indices = self._prompt_stream.next_indices()
+    def _next_prompts(self, prompts: int | None = None) -> list[dict]:
+        """This process's share of the next round of prompts from the stream (``prompts`` of them in all; default
+        a full generation batch)."""
+        indices = self._prompt_stream.next_indices(prompts)
+        self._round_prompts = indices[:: self.num_generations]
         per_process = len(indices) // self.accelerator.num_processes
         start = self.accelerator.process_index * per_process
         return [self.train_dataset[i] for i in indices[start : start + per_process]]
+
+    def _filter_rewards(self) -> torch.Tensor:
+        """What a group must vary in to have signal (``dynamic_sampling_metric``): the total reward or the success
+        reward alone."""
+        if self.args.dynamic_sampling_metric == "success":
+            return self._batch_rewards_per_func[:, self._success_index]
+        return self._batch_rewards
+
+    # -- selective sampling -------------------------------------------------------------------------------------
+
+    def _generate_selected_round(self):
+        """Selective sampling without dynamic sampling: one round from the stream (skipping predicted zero-signal
+        prompts), trained on whole."""
+        output = self._generate_and_score_round(self._next_prompts())
+        self._record_round()
+        rows = informative_rows(self._filter_rewards(), self.num_generations, self.args.dynamic_sampling_tolerance)
+        self._log_selection_metrics(len(rows), int(rows.sum()))
+        return output
+
+    def _record_round(self) -> None:
+        """Every group of the round just scored into the prompt history, from the gathered rewards, so that every
+        rank holds the same history and takes the same skip decisions."""
+        history = self._prompt_stream.history
+        if history is None:
+            return
+        group_size = self.num_generations
+        zero = zero_signal_groups(self._filter_rewards(), group_size, self.args.dynamic_sampling_tolerance)
+        success = self._batch_rewards_per_func[:, self._success_index] >= self.args.success_threshold
+        rates = success.float().view(-1, group_size).mean(dim=1)
+        revisits, held = record_groups(history, self._round_prompts, rates.tolist(), zero.tolist())
+        self._revisits[0] += revisits
+        self._revisits[1] += held
+
+    def _log_selection_metrics(self, answers: int, informative_rows_trained: int) -> None:
+        metrics = self._metrics["train"]
+        if informative_rows_trained:
+            metrics["rlvr/answers_per_informative_row"].append(answers / informative_rows_trained)
+        if self._prompt_stream.history is None:
+            return
+        metrics["rlvr/prompts_skipped"].append(self._prompt_stream.skipped)
+        self._prompt_stream.skipped = 0
+        revisits, held = self._revisits
+        if revisits:
+            metrics["rlvr/skipped_would_have_been_zero_signal"].append(held / revisits)
+        self._revisits = [0, 0]
 
     def _empty_update(self, output: dict) -> dict:
         """No informative group at all: a batch that carries no gradient, and the optimizer steps it feeds skipped."""
