@@ -34,27 +34,30 @@ PRESETS: dict[str, Preset] = {
         "(arXiv:2402.03300)",
         dict(loss_normalization="per_answer", scale_rewards="group", advantage_std="population",
              advantage_baseline="group_mean", beta=0.04, epsilon=0.2, epsilon_high=None, dynamic_sampling=False,
-             overlong_buffer_length=None, mask_truncated_completions=False),
+             overlong_buffer_length=None, mask_truncated_completions=False,
+             max_sampling_rounds=3, dynamic_sampling_metric="reward"),
     ),
     "r1zero": Preset(
         "DeepSeek-AI 2025, DeepSeek-R1: Incentivizing Reasoning Capability in LLMs via Reinforcement Learning "
         "(arXiv:2501.12948; Nature 645, 2025)",
         dict(loss_normalization="per_answer", scale_rewards="group", advantage_std="population",
              advantage_baseline="group_mean", beta=0.001, epsilon=0.2, epsilon_high=None, dynamic_sampling=False,
-             overlong_buffer_length=None, mask_truncated_completions=False),
+             overlong_buffer_length=None, mask_truncated_completions=False,
+             max_sampling_rounds=3, dynamic_sampling_metric="reward"),
     ),
     "dr_grpo": Preset(
         "Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (arXiv:2503.20783)",
         dict(loss_normalization="constant", scale_rewards="none", advantage_std="population",
              advantage_baseline="group_mean", beta=0.0, epsilon=0.2, epsilon_high=None, dynamic_sampling=False,
-             overlong_buffer_length=None, mask_truncated_completions=False),
+             overlong_buffer_length=None, mask_truncated_completions=False,
+             max_sampling_rounds=3, dynamic_sampling_metric="reward"),
     ),
     "dapo": Preset(
         "Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv:2503.14476)",
         dict(loss_normalization="per_batch_token", scale_rewards="group", advantage_std="population",
              advantage_baseline="group_mean", beta=0.0, epsilon=0.2, epsilon_high=0.28, dynamic_sampling=True,
              overlong_buffer_length=_dapo_overlong_buffer, overlong_penalty_factor=1.0,
-             mask_truncated_completions=False),
+             mask_truncated_completions=False, max_sampling_rounds=10, dynamic_sampling_metric="success"),
     ),
 }
 
