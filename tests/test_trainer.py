@@ -128,7 +128,7 @@ def test_success_reward_defaults_to_the_correctness_verifier(tiny_model_dir):
 
 
 def test_require_finite_rewards_names_the_function_and_the_row():
-    from trl_rlvr.trainer import require_finite_rewards
+    from trl_rlvr.advantages import require_finite_rewards
 
     names = ["accuracy", "spiky"]
     nan = float("nan")

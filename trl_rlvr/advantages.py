@@ -103,3 +103,23 @@ def zero_signal_groups(rewards: torch.Tensor, group_size: int, tolerance: float 
 def expected_zero_signal_frac(p: float, group_size: int) -> float:
     """p^G + (1-p)^G: the share of groups with no signal if every question were answered right with probability p."""
     return p**group_size + (1.0 - p) ** group_size
+
+
+def require_finite_rewards(rewards_per_func: torch.Tensor, reward_func_names: list[str]) -> None:
+    """Raise if a reward function returned +-inf (NaN is TRL's "not scored by this function", from ``None``).
+
+    An infinite reward does not fail by itself: it becomes NaN advantages (``scale_rewards="none"``) or
+    silently zeroes every other answer's advantage (a std of inf), and dynamic sampling keeps such a group as
+    informative. It is a bug of the reward function, so training stops here, naming it and the row (in the
+    batch gathered over processes), rather than masking it as ``None``, which would change the objective
+    without anyone noticing."""
+    bad = torch.isinf(rewards_per_func)
+    if not bad.any():
+        return
+    row, col = (int(i) for i in bad.nonzero()[0])
+    count = int(bad.sum())
+    raise ValueError(
+        f"reward function {reward_func_names[col]!r} returned {rewards_per_func[row, col].item()} for row {row} of "
+        f"the generation batch ({count} non-finite reward{'s' if count > 1 else ''} in all); rewards must be "
+        "finite numbers, or None for an answer the function does not score"
+    )

@@ -34,14 +34,14 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from .advantages import group_advantages, zero_signal_groups
+from .advantages import group_advantages, require_finite_rewards, zero_signal_groups
 from .checks import check_dataset_columns
 from .config import RLVRConfig
 from .losses import per_step_num_items
 from .metrics import rollout_metrics
 from .quantized import keep_4bit_weights_trainable
 from .sampling import (
-    ROW_KEYS, PromptStream, concat_rows, informative_rows, prompts_for_round, rows_per_process,
+    ROW_KEYS, PromptStream, concat_rows, informative_rows, prompts_for_round, rows_per_process, write_json_atomically,
 )
 from .selective import PromptHistory, record_groups
 
@@ -464,43 +464,6 @@ class _SkipEmptyUpdates(TrainerCallback):
             for g, lr in zip(self.trainer.optimizer.param_groups, self.saved_lrs, strict=True):
                 g["lr"] = lr
             self.saved_lrs = None
-
-
-def require_finite_rewards(rewards_per_func: torch.Tensor, reward_func_names: list[str]) -> None:
-    """Raise if a reward function returned +-inf (NaN is TRL's "not scored by this function", from ``None``).
-
-    An infinite reward does not fail by itself: it becomes NaN advantages (``scale_rewards="none"``) or
-    silently zeroes every other answer's advantage (a std of inf), and dynamic sampling keeps such a group as
-    informative. It is a bug of the reward function, so training stops here, naming it and the row (in the
-    batch gathered over processes), rather than masking it as ``None``, which would change the objective
-    without anyone noticing."""
-    bad = torch.isinf(rewards_per_func)
-    if not bad.any():
-        return
-    row, col = (int(i) for i in bad.nonzero()[0])
-    count = int(bad.sum())
-    raise ValueError(
-        f"reward function {reward_func_names[col]!r} returned {rewards_per_func[row, col].item()} for row {row} of "
-        f"the generation batch ({count} non-finite reward{'s' if count > 1 else ''} in all); rewards must be "
-        "finite numbers, or None for an answer the function does not score"
-    )
-
-
-def write_json_atomically(path: str, data) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file in the same folder and ``os.replace``: a reader
-    (or a crash) sees the old file or the whole new one, never a part. Creates the folder if needed."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _loss_mask(batch: dict) -> torch.Tensor:
