@@ -1,4 +1,4 @@
-"""``trl-rlvr`` command line: ``trl-rlvr rewards list`` and ``trl-rlvr rewards show NAME``."""
+"""``trl-rlvr`` command line: ``trl-rlvr rewards list``, ``trl-rlvr rewards show NAME``, ``trl-rlvr eval MODEL ...``."""
 
 from __future__ import annotations
 
@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = rsub.add_parser("show", help="show one reward plugin and its options")
     p.add_argument("name")
     p.set_defaults(func=_rewards_show)
+    from trl_rlvr.eval_cli import add_parser as add_eval_parser
+
+    add_eval_parser(sub)
     return parser
 
 
