@@ -95,7 +95,7 @@ def compare_sentence(base: dict, trained: dict, base_label: str = "base", traine
     gap_lo = _get(trained["pass@k"], lo) - _get(base["pass@k"], lo)
     gap_hi = _get(trained["pass@k"], hi) - _get(base["pass@k"], hi)
     if abs(gap_hi - gap_lo) < 0.02:
-        trend = "about the same at every k"
+        trend = "is about the same at every k"
     elif gap_hi < gap_lo:
         trend = "shrinks as k grows" + (" and reverses (the base model solves more at large k)" if gap_hi < 0 else "")
     else:
@@ -103,3 +103,37 @@ def compare_sentence(base: dict, trained: dict, base_label: str = "base", traine
     return (f"The {trained_label} model's pass@k advantage over the {base_label} model {trend}: "
             f"{gap_lo:+.1%} at k={lo} ({_pct(_get(base['pass@k'], lo))} -> {_pct(_get(trained['pass@k'], lo))}), "
             f"{gap_hi:+.1%} at k={hi} ({_pct(_get(base['pass@k'], hi))} -> {_pct(_get(trained['pass@k'], hi))}).")
+
+
+class SampledComparison:
+    """Sampled evaluations of one model at several points (base, trained) on the same questions and samples'
+    seeds, then one table, one pass@k plot and the base-vs-trained sentence. What ``examples/r1zero.py`` uses::
+
+        cmp = SampledComparison(test_set, success_fn, format_fn, n=8, num_questions=8, accelerator=acc)
+        cmp.run("base", model, tokenizer); trainer.train(); cmp.run("trained", model, tokenizer)
+        report = cmp.report(out_dir / "r1zero_passk.png")   # on the main process
+    """
+
+    def __init__(self, dataset, success_fn, format_fn=None, *, n: int = 8, num_questions: int | None = None,
+                 **eval_kwargs):
+        if num_questions is not None and num_questions < len(dataset):
+            dataset = dataset.select(range(num_questions))
+        self.dataset, self.success_fn, self.format_fn = dataset, success_fn, format_fn
+        self.n, self.eval_kwargs = n, eval_kwargs
+        self.results: dict[str, dict] = {}
+
+    def run(self, label: str, model, tokenizer) -> dict:
+        from .evaluation import evaluate_sampled
+
+        self.results[label] = evaluate_sampled(model, tokenizer, self.dataset, self.success_fn, self.format_fn,
+                                               n=self.n, **self.eval_kwargs)
+        return self.results[label]
+
+    def report(self, plot_path: str | Path | None = None) -> dict:
+        """``{"results", "table", "sentence", "plot"}``; the sentence compares the first and last runs."""
+        labels = list(self.results)
+        sentence = compare_sentence(self.results[labels[0]], self.results[labels[-1]], labels[0], labels[-1]) \
+            if len(labels) > 1 else None
+        plot = plot_passk(self.results, plot_path) if plot_path is not None and self.results else None
+        return {"results": self.results, "table": format_table(self.results) if self.results else "",
+                "sentence": sentence, "plot": str(plot) if plot else None}
