@@ -196,3 +196,26 @@ def test_boxed_math_extract_answer_never_raises_on_hostile_text(text):
     assert answer is None or isinstance(answer, str)
     assert reward.extract_answer([{"role": "assistant", "content": text}]) == answer
     assert reward.extract_answer(None) is None and reward.extract_answer(12) is None
+
+
+def test_score_question_votes_with_the_verifier_and_counts_no_answers(boxed):
+    from trl_rlvr.evaluation import score_question
+
+    texts = ["</think> \\boxed{\\frac{1}{2}}", "</think> \\boxed{0.5}", "</think> \\boxed{1/2}", "</think> \\boxed{3}",
+             "</think> \\boxed{3}", "</think> \\boxed{3}", "</think> no box", "</think> \\boxed{3}"]
+    samples = [(t, [0] * (i + 1), i != 6) for i, t in enumerate(texts)]
+    rec = score_question(samples, {"answer": "\\frac{1}{2}"}, "prompt", boxed, None, [1, 2, 8],
+                         success_threshold=1.0, format_threshold=1.0)
+    assert rec["right"] == 3 and rec["no_answer"] == 1
+    assert rec["answers"][0][1:] == [4, False] and rec["answers"][1][1:] == [3, True]  # [text, votes, right]
+    assert rec["maj@k"][8] == 0.0  # 3 \times 4 beats 1/2 \times 3 (7 voters: the unboxed sample is silent)
+    assert rec["maj@k"][1] == pytest.approx(3 / 8) and rec["pass@k"][1] == pytest.approx(3 / 8)
+    assert rec["pass@k"][8] == 1.0
+    samples[7] = ("</think> no box either", [0], True)  # 3 votes each: a tie
+    rec = score_question(samples, {"answer": "\\frac{1}{2}"}, "prompt", boxed, None, [8],
+                         success_threshold=1.0, format_threshold=1.0)
+    assert rec["maj@k"][8] == 0.5
+    samples[7] = ("</think> \\boxed{\\tfrac{1}{2}}", [0], True)  # a fourth way of writing 1/2: it wins
+    rec = score_question(samples, {"answer": "\\frac{1}{2}"}, "prompt", boxed, None, [8],
+                         success_threshold=1.0, format_threshold=1.0)
+    assert rec["maj@k"][8] == 1.0
