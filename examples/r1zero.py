@@ -47,6 +47,14 @@ class R1ZeroArguments(RecipeArguments):
         default=None, metadata={"help": "Greedy evaluation budget in tokens (default: max_completion_length)."}
     )
     eval_batch_size: int = field(default=50, metadata={"help": "Prompts per generate() call in the evaluation."})
+    eval_num_samples: int = field(
+        default=8, metadata={"help": "Sampled evaluation before/after (pass@k, maj@k; trl_rlvr.evaluation): samples "
+                             "per question at the training temperature (0: off)."}
+    )
+    eval_sampled_questions: int = field(
+        default=8, metadata={"help": "Held-out questions (the first ones) in the sampled evaluation; small to keep "
+                             "the default run within 15 minutes on 2 CPU cores."}
+    )
     save_model: bool = field(default=True, metadata={"help": "Save the trained model (or adapter) to output_dir."})
     plot: bool = field(default=True, metadata={"help": "Write r1zero_curves.png (needs matplotlib)."})
 
@@ -284,6 +292,13 @@ def main(script_args, training_args, model_args):
         success_threshold=training_args.success_threshold,
     )
 
+    from trl_rlvr.eval_report import SampledComparison
+
+    sampled = SampledComparison(
+        data["test"], success_fn, format_fn, n=script_args.eval_num_samples,
+        num_questions=script_args.eval_sampled_questions, temperature=training_args.temperature, seed=training_args.seed,
+        **{k: v for k, v in eval_kwargs.items() if k != "batch_size"},
+    ) if script_args.eval_num_samples else None
     before = after = None
     if script_args.eval_before:
         say(f"evaluating {len(data['test'])} held-out questions before training (greedy)...")
@@ -291,6 +306,10 @@ def main(script_args, training_args, model_args):
         before = evaluate(trainer.model_wrapped, tokenizer, data["test"], success_fn, format_fn, **eval_kwargs)
         timings["eval before"] = time.time() - t
         say(f"  before: accuracy {before['accuracy']:.1%}, format {_fmt(before['format_rate'], True)}")
+        if sampled:
+            t = time.time()
+            sampled.run("base", trainer.model_wrapped, tokenizer)
+            timings["sampled eval before"] = time.time() - t
 
     t = time.time()
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -301,6 +320,10 @@ def main(script_args, training_args, model_args):
         t = time.time()
         after = evaluate(trainer.model_wrapped, tokenizer, data["test"], success_fn, format_fn, **eval_kwargs)
         timings["eval after"] = time.time() - t
+        if sampled:
+            t = time.time()
+            sampled.run("trained", trainer.model_wrapped, tokenizer)
+            timings["sampled eval after"] = time.time() - t
 
     if script_args.save_model:
         trainer.save_model(training_args.output_dir)
@@ -310,6 +333,7 @@ def main(script_args, training_args, model_args):
         out = Path(training_args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
         history = progress.history
+        report = sampled.report(out / "r1zero_passk.png" if script_args.plot else None) if sampled else None
         metrics = {
             "model": model_path,
             "dataset": script_args.dataset_name or "arithmetic",
@@ -317,6 +341,7 @@ def main(script_args, training_args, model_args):
             "script_num_processes": state.num_processes,  # what the script's own split of work saw
             "before": before,
             "after": after,
+            "sampled": report,  # pass@k / maj@k before and after (trl_rlvr.eval_report.SampledComparison)
             "wasted_group_share": _mean(history, "rlvr/zero_signal_frac"),
             "groups_skipped": _sum(history, "rlvr/prompts_skipped"),
             "answers_per_informative_row": _mean(history, "rlvr/answers_per_informative_row"),
@@ -331,6 +356,9 @@ def main(script_args, training_args, model_args):
         (out / "r1zero_metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
         plot = save_plot(history, out / "r1zero_curves.png") if script_args.plot and history else None
         console.print(summary_table(before, after, history, timings))
+        if report:
+            console.print(report["table"], markup=False, highlight=False)
+            console.print(report["sentence"] or "", markup=False)
         console.print(f"metrics: {out / 'r1zero_metrics.json'}" + (f"   plot: {plot}" if plot else ""))
     trainer.accelerator.wait_for_everyone()
     return trainer

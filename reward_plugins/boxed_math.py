@@ -194,6 +194,32 @@ class BoxedMathReward:
         )
         return rewards
 
+    # -- majority voting (maj@k; the interface of trl_rlvr.voting) -------------------------------------------
+    def extract_answer(self, completion) -> str | None:
+        """The final boxed answer, read as the reward reads it (after ``</think>``, last top-level box); ``None``
+        when the reward would find no answer (no box, unclosed reasoning, an over-long or unbalanced box)."""
+        try:
+            cands = self.candidates(completion_text(completion))
+        except Exception:  # noqa: BLE001 - untrusted text: no answer
+            return None
+        return None if isinstance(cands, str) else cands[-1]
+
+    def same_answers(self, pairs) -> list[bool]:
+        """Whether each pair of extracted answers is one answer for the checker: each, taken as the gold,
+        accepts the other (both ways, so that neither side is read by the gold's lenient parse alone). Equal
+        :func:`answer_key` needs no check; the rest run in the deadline-bounded workers (a timeout: not same)."""
+        out = [answer_key(a) == answer_key(b) for a, b in pairs]
+        todo = [i for i, same in enumerate(out) if not same]
+        tasks = [(a, (a, (b,))) for i in todo for a, b in (pairs[i], pairs[i][::-1])]
+        results = self._run(tasks) if tasks else []
+        for n, i in enumerate(todo):
+            out[i] = all(r == ("ok", "correct") for r in results[2 * n : 2 * n + 2])
+        return out
+
+    def same_answer(self, a: str, b: str) -> bool:
+        """:meth:`same_answers` for one pair."""
+        return self.same_answers([(a, b)])[0]
+
     def _pool(self):
         from reward_plugins._math_check import check, warm
         from reward_plugins._pool import get_pool

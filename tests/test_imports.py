@@ -4,7 +4,6 @@ output, no open file, no thread, no exception. And the strings that name a modul
 """
 
 import json
-import os
 import subprocess
 import sys
 import textwrap

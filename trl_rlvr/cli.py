@@ -1,5 +1,5 @@
 """``trl-rlvr`` command line: ``trl-rlvr train --config recipe.yaml [--field value ...]`` (:mod:`trl_rlvr.recipe`),
-``trl-rlvr rewards list`` and ``trl-rlvr rewards show NAME``."""
+``trl-rlvr eval MODEL ...`` (:mod:`trl_rlvr.eval_cli`), ``trl-rlvr rewards list`` and ``trl-rlvr rewards show NAME``."""
 
 from __future__ import annotations
 
@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = rsub.add_parser("show", help="show one reward plugin and its options")
     p.add_argument("name")
     p.set_defaults(func=_rewards_show)
+    from trl_rlvr.eval_cli import add_parser as add_eval_parser
+
+    add_eval_parser(sub)
     return parser
 
 

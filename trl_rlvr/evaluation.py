@@ -1,4 +1,4 @@
-"""Held-out evaluation with greedy decoding: accuracy, format rate, answer lengths.
+"""Held-out evaluation: greedy (:func:`evaluate`) and sampled (:func:`evaluate_sampled`: pass@k, maj@k, mean@n).
 
 Scores completions with the same reward functions the trainer uses (TRL's signature:
 ``f(prompts=, completions=, completion_ids=, **dataset_columns) -> list[float]``), so "right" means
@@ -133,3 +133,177 @@ def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerat
                    success_threshold, format_threshold)
     result["seconds"] = round(time.time() - t0, 1)
     return result
+
+
+# ------------------------------------------------------------------------------------------------ sampled
+def default_ks(n: int) -> list[int]:
+    """1, 2, 4, ... up to ``n``, and ``n`` itself."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return ks + [n]
+
+
+def _distributed(accelerator):
+    """(world size, rank, generation context factory, synced_gpus) for an Accelerator, a PartialState or None."""
+    if accelerator is None:
+        return 1, 0, nullcontext, False
+    world, rank = accelerator.num_processes, accelerator.process_index
+    dist = str(accelerator.distributed_type)
+    synced = world > 1 and ("DEEPSPEED" in dist or "FSDP" in dist)
+    if hasattr(accelerator, "unwrap_model"):  # an Accelerator: the model may be wrapped (DDP, ZeRO-3, FSDP)
+        from trl.models import unwrap_model_for_generation
+
+        return world, rank, lambda m: unwrap_model_for_generation(m, accelerator), synced
+    return world, rank, nullcontext, synced
+
+
+def score_question(samples, row: dict, prompt, success_fn, format_fn, ks, *, success_threshold: float,
+                   format_threshold: float) -> dict:
+    """One question's ``n`` samples scored with the rewards: counts, pass@k, maj@k and per-sample details."""
+    from .passk import maj_at_k, pass_at_k
+    from .voting import answer_classes, supports_voting
+
+    n = len(samples)
+    texts = [s[0] for s in samples]
+    conversational = not isinstance(prompt, str)
+    comp = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+    columns = {k: [v] * n for k, v in row.items() if k != "prompt"}
+    kwargs = dict(prompts=[prompt] * n, completions=comp, completion_ids=[s[1] for s in samples], **columns)
+    success = success_fn(**kwargs)
+    right = [s is not None and s >= success_threshold for s in success]
+    formatted = None
+    if format_fn is not None:
+        formatted = [f is not None and f >= format_threshold for f in format_fn(**kwargs)]
+    c = sum(right)
+    out = {
+        "right": c,
+        "unscored": sum(s is None for s in success),
+        "formatted": sum(formatted) if formatted is not None else None,
+        "pass@k": {k: pass_at_k(n, c, k) for k in ks},
+        "maj@k": None,
+        "lengths": [len(s[1]) for s in samples],
+        "right_flags": right,
+        "finished": [s[2] for s in samples],
+    }
+    if supports_voting(success_fn):
+        answers, classes = answer_classes(success_fn, [comp])
+        answers, classes = answers[0], classes[0]
+        cls_right: dict[int, bool] = {}
+        for cls, r in zip(classes, right):
+            if cls is not None:
+                cls_right[cls] = cls_right.get(cls, False) or r  # an answer is right if the reward scored it so
+        out["maj@k"] = {k: maj_at_k(classes, cls_right, k) for k in ks}
+        out["no_answer"] = sum(a is None for a in answers)
+        votes: dict[int, list] = {}
+        for a, cls in zip(answers, classes):
+            if cls is not None:
+                votes.setdefault(cls, [a, 0, cls_right[cls]])[1] += 1
+        out["answers"] = sorted(votes.values(), key=lambda v: -v[1])  # [first text, votes, right]
+    return out
+
+
+def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n: int = 8,
+                     ks: list[int] | None = None, accelerator=None, temperature: float = 1.0, top_p: float = 1.0,
+                     top_k: int = 0, max_new_tokens: int = 256, batch_size: int = 64, seed: int = 0,
+                     success_threshold: float = 1.0, format_threshold: float = 1.0, progress: bool = False,
+                     keep_samples: int = 2) -> dict:
+    """Sampled evaluation: ``n`` completions per question, scored by the training rewards.
+
+    Returns overall metrics -- ``pass@k`` (Chen et al.'s unbiased estimator, averaged over questions) for each
+    ``k`` in ``ks`` (default 1, 2, 4, ... n), ``mean@n`` (mean accuracy of all samples, = pass@1), ``maj@k``
+    (majority vote over answers grouped by the reward's own equivalence; ``None`` with ``maj_note`` when the
+    reward cannot extract answers), ``format_rate`` (share of samples ``format_fn`` scores >= ``format_threshold``),
+    ``length_right`` / ``length_wrong`` (mean tokens of right / wrong samples), ``truncated_frac`` (share that
+    hit ``max_new_tokens`` without EOS), ``no_answer_frac`` -- and ``per_question`` (right count, pass@k, maj@k,
+    answer votes). Definitions: :mod:`trl_rlvr.passk`, :mod:`trl_rlvr.voting`, docs/evaluation.md.
+
+    ``model``: a model (possibly wrapped by ``accelerator``, an ``Accelerator`` or a ``PartialState``). With
+    several processes each evaluates every ``world``-th question (the same number of ``generate`` calls on every
+    rank) and the results are gathered on every rank. A sample's tokens depend only on ``(seed, question index,
+    sample index)``, so the numbers do not depend on the number of processes or the batch size.
+    """
+    from accelerate.utils import gather_object
+
+    from .passk import check_k
+    from .seeded_sampling import sample_completions
+    from .voting import supports_voting
+
+    rows = [dict(r) for r in dataset]
+    if not rows:
+        raise ValueError("evaluate_sampled: the dataset is empty")
+    ks = sorted(set(ks)) if ks else default_ks(n)
+    for k in ks:
+        check_k(n, k)
+    world, rank, unwrap, synced = _distributed(accelerator)
+    mine = list(range(rank, len(rows), world))
+    per_call = max(1, batch_size // n)
+    n_batches = math.ceil(math.ceil(len(rows) / world) / per_call)
+    bar = None
+    if progress and rank == 0:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(rows), desc=f"sampling n={n}", unit="question")
+    t0 = time.time()
+    with unwrap(model) as gen_model:
+        was_training = gen_model.training
+        gen_model.eval()
+        try:
+            samples = sample_completions(
+                gen_model, tokenizer, [rows[i]["prompt"] for i in mine], mine, n, temperature=temperature,
+                top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
+                n_batches=n_batches, synced_gpus=synced, on_batch=(lambda d: bar.update(d * world)) if bar else None,
+            )
+        finally:
+            if was_training:
+                gen_model.train()
+    if bar is not None:
+        bar.close()
+    local = []
+    for i, group in zip(mine, samples):
+        rec = score_question(group, rows[i], rows[i]["prompt"], success_fn, format_fn, ks,
+                             success_threshold=success_threshold, format_threshold=format_threshold)
+        rec = {"index": i, "question": rows[i].get("question"), "answer": rows[i].get("answer"), **rec}
+        if i < keep_samples:
+            rec["samples"] = [s[0] for s in group]
+        local.append(rec)
+    per_question = sorted(gather_object(local) if world > 1 else local, key=lambda r: r["index"])
+    result = summarize_sampled(per_question, n, ks, temperature=temperature, top_p=top_p, top_k=top_k,
+                               max_new_tokens=max_new_tokens, seed=seed)
+    if not supports_voting(success_fn):
+        name = getattr(success_fn, "__name__", type(success_fn).__name__)
+        result["maj_note"] = f"maj@k not defined: reward {name!r} has no extract_answer (trl_rlvr.voting)"
+    result["seconds"] = round(time.time() - t0, 1)
+    return result
+
+
+def _mean(values):
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
+def summarize_sampled(per_question: list[dict], n: int, ks: list[int], **settings) -> dict:
+    """Overall metrics from :func:`score_question` records (means over questions, or over all samples)."""
+    lengths = [x for q in per_question for x in q["lengths"]]
+    right = [x for q in per_question for x in q["right_flags"]]
+    has_maj = all(q["maj@k"] is not None for q in per_question)
+    has_format = all(q["formatted"] is not None for q in per_question)
+    total = len(lengths)
+    return {
+        "questions": len(per_question),
+        "n": n,
+        "ks": ks,
+        **settings,
+        "mean@n": _mean(q["right"] / n for q in per_question),
+        "pass@k": {k: _mean(q["pass@k"][k] for q in per_question) for k in ks},
+        "maj@k": {k: _mean(q["maj@k"][k] for q in per_question) for k in ks} if has_maj else None,
+        "format_rate": sum(q["formatted"] for q in per_question) / total if has_format else None,
+        "no_answer_frac": sum(q["no_answer"] for q in per_question) / total if has_maj else None,
+        "unscored_frac": sum(q["unscored"] for q in per_question) / total,
+        "mean_length": _mean(lengths),
+        "length_right": _mean(x for x, r in zip(lengths, right) if r),
+        "length_wrong": _mean(x for x, r in zip(lengths, right) if not r),
+        "truncated_frac": sum(not f for q in per_question for f in q["finished"]) / total,
+        "per_question": per_question,
+    }
