@@ -13,6 +13,8 @@ import math
 import time
 from contextlib import nullcontext
 
+from .seeded_sampling import cut_at_eos
+
 
 def _render(prompt, tokenizer) -> str:
     if isinstance(prompt, str):
@@ -47,13 +49,7 @@ def generate_greedy(model, tokenizer, prompts, max_new_tokens: int = 96, batch_s
             if i * batch_size >= len(texts):
                 continue
             for row in gen[:, enc["input_ids"].shape[1]:].tolist():
-                ids = []
-                finished = False
-                for t in row:
-                    if t in eos_ids:
-                        finished = True
-                        break
-                    ids.append(t)
+                ids, finished = cut_at_eos(row, eos_ids)
                 out.append((tokenizer.decode(ids, skip_special_tokens=True), ids, finished))
     finally:
         tokenizer.padding_side = side

@@ -15,6 +15,14 @@ import random
 from collections.abc import Callable, Sequence
 
 
+def cut_at_eos(token_ids: Sequence[int], eos_ids) -> tuple[list[int], bool]:
+    """A generated row's tokens up to its first end-of-sequence token, and whether there was one (not truncated)."""
+    for position, token in enumerate(token_ids):
+        if token in eos_ids:
+            return list(token_ids[:position]), True
+    return list(token_ids), False
+
+
 def row_seed(seed: int, question_id: int, sample: int) -> str:
     """The seed of one sample's random stream (a string: ``random.Random`` hashes it with SHA-512)."""
     return f"{seed}:{question_id}:{sample}"
@@ -134,12 +142,7 @@ def sample_completions(
             for q in range(len(idx)):
                 group = []
                 for row in rows[q * n:(q + 1) * n]:
-                    ids, finished = [], False
-                    for t in row:
-                        if t in eos_ids:
-                            finished = True
-                            break
-                        ids.append(t)
+                    ids, finished = cut_at_eos(row, eos_ids)
                     group.append((tokenizer.decode(ids, skip_special_tokens=True), ids, finished))
                 out.append(group)
             if on_batch is not None:
