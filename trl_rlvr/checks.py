@@ -45,28 +45,43 @@ def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_da
 
 
 # ------------------------------------------------------------------------------------------------ settings
+def _filtering(config) -> bool:
+    return config.dynamic_sampling or config.selective_sampling  # both judge groups by metric and tolerance
+
+
+#: option -> (whether it acts under a built config, what it needs). The two rules of the GRPOTrainer-compatible
+#: switches (``advantage_std``, ``token_count_scope``) read only fields a plain ``GRPOConfig`` has too
+#: (``loss_type == "dapo"`` is ``loss_normalization="per_batch_token"`` once RLVRConfig has resolved it).
+ACTS_WHEN = {
+    "max_sampling_rounds": (lambda c: c.dynamic_sampling, "dynamic_sampling=True"),
+    "dynamic_sampling_oversample": (lambda c: c.dynamic_sampling, "dynamic_sampling=True"),
+    "dynamic_sampling_metric": (_filtering, "dynamic_sampling=True or selective_sampling=True"),
+    "dynamic_sampling_tolerance": (_filtering, "dynamic_sampling=True or selective_sampling=True"),
+    "selective_sampling_window": (lambda c: c.selective_sampling, "selective_sampling=True"),
+    "revisit_probability": (lambda c: c.selective_sampling, "selective_sampling=True"),
+    "overlong_penalty_factor": (lambda c: c.overlong_buffer_length is not None, "overlong_buffer_length"),
+    "token_count_scope": (lambda c: c.loss_type == "dapo", "loss_normalization='per_batch_token'"),
+    "advantage_std": (
+        lambda c: c.scale_rewards != "none" and c.multi_objective_aggregation == "sum_then_normalize",
+        "scale_rewards='group' or 'batch' and multi_objective_aggregation='sum_then_normalize'",
+    ),
+}
+
+
+def option_acts(config, name: str) -> bool:
+    """Whether RLVR option ``name`` changes anything under the other settings of ``config``."""
+    return bool(ACTS_WHEN[name][0](config))
+
+
 def ineffective_options(config) -> list[str]:
     """One message per RLVR option set away from its default where the other settings make it do nothing."""
     import dataclasses
 
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
-    filtering = config.dynamic_sampling or config.selective_sampling  # both judge groups by metric and tolerance
-    rules = [
-        ("max_sampling_rounds", config.dynamic_sampling, "dynamic_sampling=True"),
-        ("dynamic_sampling_oversample", config.dynamic_sampling, "dynamic_sampling=True"),
-        ("dynamic_sampling_metric", filtering, "dynamic_sampling=True or selective_sampling=True"),
-        ("dynamic_sampling_tolerance", filtering, "dynamic_sampling=True or selective_sampling=True"),
-        ("selective_sampling_window", config.selective_sampling, "selective_sampling=True"),
-        ("revisit_probability", config.selective_sampling, "selective_sampling=True"),
-        ("overlong_penalty_factor", config.overlong_buffer_length is not None, "overlong_buffer_length"),
-        ("token_count_scope", config.loss_normalization == "per_batch_token", "loss_normalization='per_batch_token'"),
-        ("advantage_std", config.scale_rewards != "none" and config.multi_objective_aggregation == "sum_then_normalize",
-         "scale_rewards='group' or 'batch' and multi_objective_aggregation='sum_then_normalize'"),
-    ]
     return [
         f"{name}={getattr(config, name)!r} has no effect without {needs}"
-        for name, active, needs in rules
-        if name in defaults and getattr(config, name) != defaults[name] and not active
+        for name, (_, needs) in ACTS_WHEN.items()
+        if name in defaults and getattr(config, name) != defaults[name] and not option_acts(config, name)
     ]
 
 

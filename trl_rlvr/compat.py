@@ -30,6 +30,7 @@ def rlvr_config_from_grpo(config):
     """
     from trl import GRPOConfig
 
+    from .checks import option_acts
     from .config import RLVRConfig
 
     if not isinstance(config, GRPOConfig):
@@ -38,8 +39,5 @@ def rlvr_config_from_grpo(config):
         return config
     values = {f.name: getattr(config, f.name) for f in dataclasses.fields(GRPOConfig) if f.init}
     # only the switches that act under this config (the others would warn that they have no effect)
-    acting = {
-        "advantage_std": config.scale_rewards != "none" and config.multi_objective_aggregation == "sum_then_normalize",
-        "token_count_scope": config.loss_type == "dapo",
-    }
-    return RLVRConfig(**values, **{k: v for k, v in GRPO_TRAINER_BEHAVIOUR.items() if acting[k]})
+    acting = {k: v for k, v in GRPO_TRAINER_BEHAVIOUR.items() if option_acts(config, k)}
+    return RLVRConfig(**values, **acting)
