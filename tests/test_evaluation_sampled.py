@@ -200,3 +200,25 @@ def test_callback_logs_eval_keys_through_the_trainer_log(tiny_model_dir, questio
     assert [h for h in trainer.state.log_history if "eval/pass@1" in h][-1]["eval/pass@1"] == evals[-1][1]["eval/pass@1"]
     with pytest.raises(ValueError, match="success_reward 'boxed_math' is not one of the trainer's rewards"):
         SampledEvalCallback(trainer, questions, success_reward="boxed_math", eval_steps=1)
+
+
+def test_load_model_reads_a_checkpoint_and_a_peft_adapter_on_its_base(tiny_model_dir, tmp_path):
+    """`trl-rlvr eval` takes a checkpoint directory or a PEFT adapter directory (tokenizer from its base)."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from trl_rlvr.eval_cli import load_model
+
+    model, tokenizer = load_model(str(tiny_model_dir), "float32", "cpu")
+    assert not model.training and model.dtype == torch.float32 and tokenizer.pad_token_id is not None
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    lora = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")  # no tokenizer files beside it
+    loaded, tokenizer = load_model(str(tmp_path / "adapter"), "float32", "cpu")
+    assert isinstance(loaded, PeftModel) and not loaded.training
+    assert tokenizer.pad_token_id is not None  # read from the base model's directory
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        assert torch.allclose(loaded(input_ids=ids).logits, lora.eval()(input_ids=ids).logits, atol=1e-5)

@@ -196,3 +196,16 @@ def test_plain_clone_without_installed_metadata(monkeypatch, tiny_model_dir):
     trainer = make_trainer(tiny_model_dir, reward_funcs=["think_format"], overlong_buffer_length=4)
     assert trainer.reward_func_names == ["think_format", "overlong"]
     assert trainer.reward_funcs[1](prompts=None, completions=["x"], completion_ids=[[0] * 64]) == [-1.0]
+
+
+def test_import_reward_function_names_what_is_wrong():
+    from trl_rlvr.rewards import import_reward_function
+
+    fn = import_reward_function("reward_plugins.think_format:reward")
+    assert fn is import_reward_function("reward_plugins.think_format.reward") and callable(fn)
+    for spec, message in [("nodots", "neither a registered reward name"),
+                          ("no_such_module_xyz.fn", "cannot import 'fn' from 'no_such_module_xyz'"),
+                          ("reward_plugins.think_format.nope", "cannot import 'nope'"),
+                          ("trl_rlvr.rewards.__name__", "is not callable")]:
+        with pytest.raises(ValueError, match=message):
+            import_reward_function(spec)

@@ -117,6 +117,28 @@ def format_prompt(question: str, tokenizer=None, prompt_style: str = "chat_prefi
     return rendered + THINK_PREFILL
 
 
+#: Prompt styles whose prompt ends with ``<think>``: the completion starts inside the reasoning.
+PREFILLED_STYLES = ("chat_prefill", "r1zero")
+#: Rewards that read the reasoning/answer split, and so take ``prefilled=True`` with such a prompt.
+PREFILL_AWARE_REWARDS = ("think_format", "boxed_math")
+
+
+def with_prefilled_options(options: dict, reward_names, prompt_style: str) -> dict:
+    """``options`` (``{reward: {option: value}}``, updated in place and returned) with ``prefilled=True`` for each
+    reward of :data:`PREFILL_AWARE_REWARDS` in ``reward_names`` when ``prompt_style`` pre-fills ``<think>`` (an
+    option set explicitly is kept): an answer then exists only after ``</think>``."""
+    if prompt_style in PREFILLED_STYLES:
+        for name in PREFILL_AWARE_REWARDS:
+            if name in reward_names:
+                options.setdefault(name, {}).setdefault("prefilled", True)
+    return options
+
+
+def heldout_arithmetic(n: int, seed: int = 0, max_operand: int = 20) -> list[dict]:
+    """The held-out problems of :func:`arithmetic_dataset` with this ``seed`` (drawn first, from their own seed)."""
+    return generate_arithmetic(n, seed=seed + 1_000_003, max_operand=max_operand)
+
+
 def _to_dataset(rows: list[dict], tokenizer, prompt_style: str, system_prompt: str | None = None):
     from datasets import Dataset
 
@@ -135,7 +157,7 @@ def arithmetic_dataset(tokenizer=None, n_train: int = 256, n_eval: int = 100, se
     """
     from datasets import DatasetDict
 
-    test = generate_arithmetic(n_eval, seed=seed + 1_000_003, max_operand=max_operand)
+    test = heldout_arithmetic(n_eval, seed, max_operand)
     train = generate_arithmetic(n_train, seed=seed, max_operand=max_operand, exclude={r["key"] for r in test})
     return DatasetDict(train=_to_dataset(train, tokenizer, prompt_style, system_prompt),
                        test=_to_dataset(test, tokenizer, prompt_style, system_prompt))

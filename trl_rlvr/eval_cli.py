@@ -10,13 +10,11 @@ of the questions; the numbers equal a one-process run's). Definitions: docs/eval
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
 from pathlib import Path
 
-PREFILL_AWARE = ("boxed_math", "think_format")
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -83,34 +81,27 @@ def parse_reward_options(items: list[str]) -> dict[str, dict]:
 
 def load_reward_fn(spec: str, options: dict):
     """A registered reward name, or ``module:function`` / ``module.function`` (used as is, options not allowed)."""
-    from trl_rlvr.rewards import load_reward, reward_specs
+    from trl_rlvr.rewards import import_reward_function, load_reward, reward_specs
 
     if spec in reward_specs():
         return load_reward(spec, **options)
     if options:
         raise ValueError(f"--reward_option for {spec!r}: options apply to registered rewards only")
-    module, sep, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
-    if not sep or not module:
+    if ":" not in spec and "." not in spec:
         load_reward(spec)  # raises the registry's error: unknown name, closest match, available names
-    try:
-        fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"reward {spec!r}: cannot import {attr!r} from {module!r}: {e}") from e
-    if not callable(fn):
-        raise ValueError(f"reward {spec!r} is not callable")
-    return fn
+    return import_reward_function(spec)
 
 
 def build_rewards(args) -> tuple:
+    from trl_rlvr.data import with_prefilled_options
+
     options = parse_reward_options(args.reward_option)
     names = [args.reward] + ([args.format_reward] if args.format_reward and args.format_reward != "none" else [])
     stray = [n for n in options if n not in names]
     if stray:
         raise ValueError(f"--reward_option for {stray}, which is not --reward or --format_reward ({names})")
-    if args.prompt_column is None and args.prompt_style in ("chat_prefill", "r1zero"):
-        for name in PREFILL_AWARE:  # the prompt ends with <think>: the completion starts inside the reasoning
-            if name in names:
-                options.setdefault(name, {}).setdefault("prefilled", True)
+    if args.prompt_column is None:  # the prompt is ours: it may end with <think>
+        with_prefilled_options(options, names, args.prompt_style)
     success = load_reward_fn(args.reward, options.get(args.reward, {}))
     fmt = load_reward_fn(names[1], options.get(names[1], {})) if len(names) > 1 else None
     return success, fmt
@@ -118,13 +109,12 @@ def build_rewards(args) -> tuple:
 
 def load_rows(args) -> list[dict]:
     """Question/answer rows (``question``, ``answer``, optionally ``prompt``) from the chosen source."""
-    from trl_rlvr.data import extract_reference, generate_arithmetic
+    from trl_rlvr.data import extract_reference, heldout_arithmetic
 
-    if args.dataset == "arithmetic":
-        # the same held-out set as arithmetic_dataset(..., seed=dataset_seed) (and the main job's) test split
+    if args.dataset == "arithmetic":  # the test split of arithmetic_dataset(seed=dataset_seed), as the main job's
         n = args.num_questions or 100
         return [{"question": r["question"], "answer": r["answer"]}
-                for r in generate_arithmetic(n, seed=args.dataset_seed + 1_000_003, max_operand=args.max_operand)]
+                for r in heldout_arithmetic(n, args.dataset_seed, args.max_operand)]
     from datasets import load_dataset
 
     path = Path(args.dataset)
@@ -165,24 +155,20 @@ def with_prompts(rows: list[dict], tokenizer, prompt_style: str):
 
 def load_model(path: str, dtype: str, device):
     """A causal LM (or a PEFT adapter on its base) and its tokenizer, in eval mode on ``device``."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from trl_rlvr.models import load_tokenizer, resolve_model_path
+    from trl_rlvr.models import load_model_and_tokenizer, load_tokenizer, resolve_model_path
 
     path = resolve_model_path(path)
-    torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     adapter = Path(path) / "adapter_config.json"
-    if adapter.is_file():
-        from peft import AutoPeftModelForCausalLM
+    if not adapter.is_file():
+        model, tokenizer, _ = load_model_and_tokenizer(path, dtype=dtype)
+        return model.to(device).eval(), tokenizer
+    import torch
+    from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-        has_tokenizer = any((Path(path) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
-        base = json.loads(adapter.read_text()).get("base_model_name_or_path")
-        tokenizer = load_tokenizer(path if has_tokenizer or not base else base)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-        tokenizer = load_tokenizer(path)
+    model = AutoPeftModelForCausalLM.from_pretrained(path, dtype="auto" if dtype == "auto" else getattr(torch, dtype))
+    has_tokenizer = any((Path(path) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+    base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+    tokenizer = load_tokenizer(path if has_tokenizer or not base else base)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).eval(), tokenizer

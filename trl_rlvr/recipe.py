@@ -192,19 +192,10 @@ def build_datasets(recipe, tokenizer, raw=None):
 # ------------------------------------------------------------------------------------------------ 3. rewards
 def import_dotted_reward_funcs(names):
     """Registry names stay strings (RLVRTrainer loads them); dotted paths are imported."""
-    import importlib
-
-    from .rewards import reward_specs
+    from .rewards import import_reward_function, reward_specs
 
     registered = set(reward_specs())
-    out = []
-    for name in names:
-        if name in registered or "." not in name:
-            out.append(name)
-        else:
-            module, attr = name.rsplit(".", 1)
-            out.append(getattr(importlib.import_module(module), attr))
-    return out
+    return [name if name in registered or "." not in name else import_reward_function(name) for name in names]
 
 
 def build_rewards(recipe, training_args) -> list:
@@ -214,13 +205,11 @@ def build_rewards(recipe, training_args) -> list:
     get ``prefilled=True``: the completion starts inside the reasoning, and an answer exists only after
     ``</think>`` (boxed_math gives no credit to a box inside unclosed reasoning)."""
     from .checks import check_dataset_columns
+    from .data import with_prefilled_options
     from .rewards import resolve_reward_funcs
 
     options = {k: dict(v) for k, v in (training_args.reward_options or {}).items()}
-    if recipe.prompt_style in ("chat_prefill", "r1zero"):
-        for name in ("think_format", "boxed_math"):
-            if name in recipe.reward_funcs:
-                options.setdefault(name, {}).setdefault("prefilled", True)
+    with_prefilled_options(options, recipe.reward_funcs, recipe.prompt_style)
     reward_funcs = resolve_reward_funcs(import_dotted_reward_funcs(recipe.reward_funcs), options)
     training_args.reward_options = None  # consumed: the functions are built
     if training_args.success_reward is not None and training_args.success_reward not in [

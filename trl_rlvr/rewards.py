@@ -213,6 +213,24 @@ def load_reward(name: str, **options: Any) -> Callable[..., list[float | None]]:
     return reward
 
 
+def import_reward_function(spec: str) -> Callable[..., Any]:
+    """A reward function given by its import path, ``module:function`` or ``module.function``.
+
+    Raises ``ValueError`` naming ``spec`` when it is not such a path, does not import, or is not callable."""
+    import importlib
+
+    module, sep, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
+    if not sep or not module or not attr:
+        raise ValueError(f"reward {spec!r} is neither a registered reward name nor a module.function path")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"reward {spec!r}: cannot import {attr!r} from {module!r}: {e}") from e
+    if not callable(fn):
+        raise ValueError(f"reward {spec!r} is not callable")
+    return fn
+
+
 def resolve_reward_funcs(reward_funcs: Any, reward_options: Mapping[str, Mapping[str, Any]] | None = None) -> list:
     """Turn registered names in ``reward_funcs`` into reward functions, for ``GRPOTrainer(reward_funcs=...)``.
 
