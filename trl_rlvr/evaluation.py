@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 from .seeded_sampling import cut_at_eos
 
@@ -87,6 +87,33 @@ def score(rows, completions, prompts, success_fn, format_fn=None, success_thresh
     }
 
 
+def _distributed(accelerator):
+    """(world size, rank, generation context factory, synced_gpus) for an Accelerator, a PartialState or None."""
+    if accelerator is None:
+        return 1, 0, nullcontext, False
+    world, rank = accelerator.num_processes, accelerator.process_index
+    dist = str(accelerator.distributed_type)
+    synced = world > 1 and ("DEEPSPEED" in dist or "FSDP" in dist)
+    if hasattr(accelerator, "unwrap_model"):  # an Accelerator: the model may be wrapped (DDP, ZeRO-3, FSDP)
+        from trl.models import unwrap_model_for_generation
+
+        return world, rank, lambda m: unwrap_model_for_generation(m, accelerator), synced
+    return world, rank, nullcontext, synced
+
+
+@contextmanager
+def _generating(model, unwrap):
+    """The model to generate with (unwrapped: DDP, ZeRO-3, FSDP), in eval mode, put back in training mode after."""
+    with unwrap(model) as gen_model:
+        was_training = gen_model.training
+        gen_model.eval()
+        try:
+            yield gen_model
+        finally:
+            if was_training:
+                gen_model.train()
+
+
 def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerator=None,
              max_new_tokens: int = 96, batch_size: int = 32, success_threshold: float = 1.0,
              format_threshold: float = 1.0) -> dict:
@@ -98,28 +125,13 @@ def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerat
     from accelerate.utils import gather_object
 
     rows = [dict(r) for r in dataset]
-    world, rank = 1, 0
-    ctx = nullcontext(model)
-    synced = False
-    if accelerator is not None:
-        from trl.models import unwrap_model_for_generation
-
-        world, rank = accelerator.num_processes, accelerator.process_index
-        ctx = unwrap_model_for_generation(model, accelerator)
-        dist = str(accelerator.distributed_type)
-        synced = world > 1 and ("DEEPSPEED" in dist or "FSDP" in dist)
+    world, rank, unwrap, synced = _distributed(accelerator)
     mine = list(range(rank, len(rows), world))
     n_batches = math.ceil(math.ceil(len(rows) / world) / batch_size)
     t0 = time.time()
-    with ctx as gen_model:
-        was_training = gen_model.training
-        gen_model.eval()
-        try:
-            completions = generate_greedy(gen_model, tokenizer, [rows[i]["prompt"] for i in mine], max_new_tokens,
-                                          batch_size, synced_gpus=synced, n_batches=n_batches)
-        finally:
-            if was_training:
-                gen_model.train()
+    with _generating(model, unwrap) as gen_model:
+        completions = generate_greedy(gen_model, tokenizer, [rows[i]["prompt"] for i in mine], max_new_tokens,
+                                      batch_size, synced_gpus=synced, n_batches=n_batches)
     local = list(zip(mine, completions))
     gathered = gather_object(local) if world > 1 else local
     gathered = sorted(dict(gathered).items())
@@ -139,20 +151,6 @@ def default_ks(n: int) -> list[int]:
         ks.append(k)
         k *= 2
     return ks + [n]
-
-
-def _distributed(accelerator):
-    """(world size, rank, generation context factory, synced_gpus) for an Accelerator, a PartialState or None."""
-    if accelerator is None:
-        return 1, 0, nullcontext, False
-    world, rank = accelerator.num_processes, accelerator.process_index
-    dist = str(accelerator.distributed_type)
-    synced = world > 1 and ("DEEPSPEED" in dist or "FSDP" in dist)
-    if hasattr(accelerator, "unwrap_model"):  # an Accelerator: the model may be wrapped (DDP, ZeRO-3, FSDP)
-        from trl.models import unwrap_model_for_generation
-
-        return world, rank, lambda m: unwrap_model_for_generation(m, accelerator), synced
-    return world, rank, nullcontext, synced
 
 
 def score_question(samples, row: dict, prompt, success_fn, format_fn, ks, *, success_threshold: float,
@@ -242,18 +240,12 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
 
         bar = tqdm(total=len(rows), desc=f"sampling n={n}", unit="question")
     t0 = time.time()
-    with unwrap(model) as gen_model:
-        was_training = gen_model.training
-        gen_model.eval()
-        try:
-            samples = sample_completions(
-                gen_model, tokenizer, [rows[i]["prompt"] for i in mine], mine, n, temperature=temperature,
-                top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
-                n_batches=n_batches, synced_gpus=synced, on_batch=(lambda d: bar.update(d * world)) if bar else None,
-            )
-        finally:
-            if was_training:
-                gen_model.train()
+    with _generating(model, unwrap) as gen_model:
+        samples = sample_completions(
+            gen_model, tokenizer, [rows[i]["prompt"] for i in mine], mine, n, temperature=temperature,
+            top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
+            n_batches=n_batches, synced_gpus=synced, on_batch=(lambda d: bar.update(d * world)) if bar else None,
+        )
     if bar is not None:
         bar.close()
     local = []
