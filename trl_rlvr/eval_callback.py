@@ -35,8 +35,7 @@ class SampledEvalCallback(TrainerCallback):
                  n: int = 8, ks: list[int] | None = None, temperature: float | None = None, top_p: float = 1.0,
                  max_new_tokens: int | None = None, batch_size: int = 64, seed: int = 0,
                  eval_steps: int | None = None, at_start: bool = False):
-        from .evaluation import default_ks
-        from .passk import check_k
+        from .evaluation import resolve_ks
 
         args = trainer.args
         self.trainer = trainer
@@ -52,9 +51,7 @@ class SampledEvalCallback(TrainerCallback):
         if not self.eval_steps or self.eval_steps < 1 or self.eval_steps != int(self.eval_steps):
             raise ValueError(f"SampledEvalCallback: eval_steps must be a positive integer, got {self.eval_steps!r}")
         self.eval_steps = int(self.eval_steps)
-        self.ks = sorted(set(ks)) if ks else default_ks(n)
-        for k in self.ks:
-            check_k(n, k)
+        self.ks = resolve_ks(n, ks)
         self.at_start = at_start
         self.kwargs = dict(
             n=n, ks=self.ks, temperature=temperature if temperature is not None else args.temperature, top_p=top_p,

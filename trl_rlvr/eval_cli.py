@@ -181,8 +181,7 @@ def run(args) -> int:
     from accelerate.utils import parse_flag_from_env
 
     from trl_rlvr.eval_report import format_table, plot_passk
-    from trl_rlvr.evaluation import default_ks, evaluate_sampled
-    from trl_rlvr.passk import check_k
+    from trl_rlvr.evaluation import evaluate_sampled, resolve_ks
 
     labels = args.label or [Path(m.rstrip("/")).name or m for m in args.models]
     try:
@@ -190,9 +189,7 @@ def run(args) -> int:
             raise ValueError(f"{len(labels)} --label for {len(args.models)} models: give one per model")
         if len(set(labels)) != len(labels):
             raise ValueError(f"labels must differ: {labels} (use --label)")
-        ks = sorted(set(args.k)) if args.k else default_ks(args.n)
-        for k in ks:
-            check_k(args.n, k)
+        ks = resolve_ks(args.n, args.k)
         success_fn, format_fn = build_rewards(args)
         rows = load_rows(args)
     except ValueError as e:

@@ -153,6 +153,16 @@ def default_ks(n: int) -> list[int]:
     return ks + [n]
 
 
+def resolve_ks(n: int, ks=None) -> list[int]:
+    """The sorted, distinct ``ks`` (default :func:`default_ks`), each checked against ``n`` (:func:`passk.check_k`)."""
+    from .passk import check_k
+
+    ks = sorted(set(ks)) if ks else default_ks(n)
+    for k in ks:
+        check_k(n, k)
+    return ks
+
+
 def score_question(samples, row: dict, prompt, success_fn, format_fn, ks, *, success_threshold: float,
                    format_threshold: float) -> dict:
     """One question's ``n`` samples scored with the rewards: counts, pass@k, maj@k and per-sample details."""
@@ -220,16 +230,13 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     """
     from accelerate.utils import gather_object
 
-    from .passk import check_k
     from .seeded_sampling import sample_completions
     from .voting import supports_voting
 
     rows = [dict(r) for r in dataset]
     if not rows:
         raise ValueError("evaluate_sampled: the dataset is empty")
-    ks = sorted(set(ks)) if ks else default_ks(n)
-    for k in ks:
-        check_k(n, k)
+    ks = resolve_ks(n, ks)
     world, rank, unwrap, synced = _distributed(accelerator)
     mine = list(range(rank, len(rows), world))
     per_call = max(1, batch_size // n)
