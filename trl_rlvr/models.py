@@ -239,6 +239,19 @@ def quantization_config_4bit(compute_dtype="float32", quant_type: str = "nf4", d
     )
 
 
+def quantization_config(load_in_4bit: bool, load_in_8bit: bool, compute_dtype="float32", quant_type: str = "nf4",
+                        double_quant: bool = False, quant_storage: str = "uint8"):
+    """The bitsandbytes config for 4-bit (:func:`quantization_config_4bit`) or 8-bit loading, else None. Load with
+    ``device_map=kbit_device_map()`` when it is not None."""
+    if load_in_4bit:
+        return quantization_config_4bit(compute_dtype, quant_type, double_quant, quant_storage)
+    if load_in_8bit:
+        from transformers import BitsAndBytesConfig
+
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return None
+
+
 def kbit_device_map():
     """Quantised weights must be placed at load time: this process's GPU, or the CPU."""
     import torch
@@ -269,7 +282,7 @@ def load_model_and_tokenizer(
     trainer: QLoRA). Returns ``(model, tokenizer, resolved_path)``.
     """
     import torch
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(model_name_or_path, quiet=quiet)
     tokenizer = load_tokenizer(path, revision=revision, trust_remote_code=trust_remote_code)
@@ -279,14 +292,10 @@ def load_model_and_tokenizer(
         kwargs["revision"] = revision
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    if load_in_4bit:
-        kwargs["quantization_config"] = quantization_config_4bit(
-            torch_dtype or torch.float32, bnb_4bit_quant_type, use_bnb_nested_quant
-        )
-        kwargs["device_map"] = kbit_device_map()
-    elif load_in_8bit:
-        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
-        kwargs["device_map"] = kbit_device_map()
+    quantization = quantization_config(load_in_4bit, load_in_8bit, torch_dtype or torch.float32, bnb_4bit_quant_type,
+                                       use_bnb_nested_quant)
+    if quantization is not None:
+        kwargs.update(quantization_config=quantization, device_map=kbit_device_map())
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id

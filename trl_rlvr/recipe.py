@@ -228,7 +228,7 @@ def build_rewards(recipe, training_args) -> list:
 def load_model_and_tokenizer(model_args, training_args, quiet: bool = False):
     """(model path, tokenizer, quantization config); ``training_args.model_init_kwargs`` filled from
     ``model_args`` (dtype, attention, revision, 4/8-bit device map). The weights load in ``RLVRTrainer``."""
-    from .models import kbit_device_map, load_tokenizer, quantization_config_4bit, resolve_model_path
+    from .models import kbit_device_map, load_tokenizer, quantization_config, resolve_model_path
 
     model_path = resolve_model_path(model_args.model_name_or_path, quiet=quiet)
     tokenizer = load_tokenizer(model_path, revision=model_args.model_revision,
@@ -240,20 +240,14 @@ def load_model_and_tokenizer(model_args, training_args, quiet: bool = False):
         init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     if model_args.model_revision not in (None, "main"):
         init_kwargs.setdefault("revision", model_args.model_revision)
-    quantization_config = None
-    if model_args.load_in_4bit:
-        quantization_config = quantization_config_4bit(
-            init_kwargs["dtype"], model_args.bnb_4bit_quant_type, model_args.use_bnb_nested_quant,
-            model_args.bnb_4bit_quant_storage or "uint8",
-        )
-        init_kwargs.setdefault("device_map", kbit_device_map())
-    elif model_args.load_in_8bit:
-        from transformers import BitsAndBytesConfig
-
-        quantization_config = BitsAndBytesConfig(load_in_8bit=True)
+    quantization = quantization_config(
+        model_args.load_in_4bit, model_args.load_in_8bit, init_kwargs["dtype"], model_args.bnb_4bit_quant_type,
+        model_args.use_bnb_nested_quant, model_args.bnb_4bit_quant_storage or "uint8",
+    )
+    if quantization is not None:
         init_kwargs.setdefault("device_map", kbit_device_map())
     training_args.model_init_kwargs = init_kwargs
-    return model_path, tokenizer, quantization_config
+    return model_path, tokenizer, quantization
 
 
 def build_trainer(recipe, training_args, model_args, quiet: bool = False, main_process_first=None):
