@@ -3,7 +3,7 @@
     bash benchmarks/gpu_check.sh --model MODEL_DIR [--vllm-python PY]   # a machine with one GPU
     bash benchmarks/gpu_check.sh --cpu-smoke [--vllm-python PY]         # dry run on a CPU, tiny random model
 
-MODEL_DIR is a local SmolLM2-135M(-Instruct) checkpoint, e.g. the directory `trl_rlvr.models.smollm2_checkpoint()`
+MODEL_DIR is a local SmolLM2-135M(-Instruct) checkpoint, e.g. the directory `trl_rlvr.scripts.models.smollm2_checkpoint()`
 writes (the GPU machine may have no internet). `--vllm-python` is the interpreter of an environment with vLLM
 (vLLM pins its own torch, so it often lives in a venv of its own); default: this one.
 
@@ -67,7 +67,7 @@ class StepTimer(TrainerCallback):
 def build_trainer(model, tokenizer, smoke: bool, shape: tuple[int, int, int], peft_config=None, **overrides):
     """RLVRTrainer on arithmetic problems with `boxed_math`; `shape` = (answers per step, group size, tokens)."""
     from trl_rlvr import RLVRConfig, RLVRTrainer
-    from trl_rlvr.data import arithmetic_dataset
+    from trl_rlvr.scripts.data import arithmetic_dataset
 
     answers, group, tokens = shape
     settings = dict(
@@ -96,7 +96,7 @@ def check_qlora(model_dir: str, smoke: bool) -> dict:
     import bitsandbytes as bnb
     from peft import LoraConfig
 
-    from trl_rlvr.models import load_model_and_tokenizer
+    from trl_rlvr.scripts.models import load_model_and_tokenizer
 
     shape = shapes(smoke)["qlora"]
     model, tokenizer, _ = load_model_and_tokenizer(model_dir, dtype="float32" if smoke else "bfloat16",
@@ -114,8 +114,8 @@ def check_qlora(model_dir: str, smoke: bool) -> dict:
 
 
 def check_vllm(model_dir: str, smoke: bool) -> dict:
-    from trl_rlvr.models import load_model_and_tokenizer
-    from trl_rlvr.vllm_cpu import runs_on_cpu
+    from trl_rlvr.scripts.models import load_model_and_tokenizer
+    from trl_rlvr._compat.vllm_cpu import runs_on_cpu
 
     answers, group, tokens = shape = shapes(smoke)["vllm"]
     model, tokenizer, _ = load_model_and_tokenizer(model_dir, dtype="float32" if smoke else "bfloat16", quiet=True)
@@ -150,10 +150,10 @@ def check_vllm(model_dir: str, smoke: bool) -> dict:
 
 
 def check_zero2(model_dir: str, smoke: bool) -> dict:
-    from trl_rlvr.models import load_model_and_tokenizer
+    from trl_rlvr.scripts.models import load_model_and_tokenizer
 
-    if smoke:  # accelerate only applies a DeepSpeed config to processes on an accelerator (tests/engine_launch.py)
-        from tests.engine_launch import allow_engines_on_cpu
+    if smoke:  # accelerate only applies a DeepSpeed config to processes on an accelerator (tests/harness/engine_launch.py)
+        from tests.harness.engine_launch import allow_engines_on_cpu
 
         allow_engines_on_cpu()
     answers, group, tokens = shape = shapes(smoke)["zero2"]
@@ -195,7 +195,7 @@ def missing_pieces(model_dir: str | None, smoke: bool, vllm_python: str) -> list
     if not _importable(vllm_python, "vllm"):
         missing.append(f"vllm is not importable by {vllm_python} (choose an interpreter with --vllm-python)")
     else:
-        imports = "import trl_rlvr.trainer, trl_rlvr.vllm_cpu, reward_plugins.boxed_math"
+        imports = "import trl_rlvr.trainer, trl_rlvr._compat.vllm_cpu, reward_plugins.boxed_math"
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         failed = subprocess.run([vllm_python, "-c", imports], capture_output=True, text=True, env=env)
         if failed.returncode != 0:
@@ -212,7 +212,7 @@ def _importable(python: str, module: str) -> bool:
 
 
 def _free_port() -> int:
-    from tests.launch import free_port  # the launch helper the tests use
+    from tests.harness.launch import free_port  # the launch helper the tests use
 
     return free_port()
 

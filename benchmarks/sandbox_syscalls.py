@@ -15,7 +15,7 @@ The allowlist in ``reward_plugins/code_sandbox/isolation.py`` is the union of wh
     python -m benchmarks.sandbox_syscalls -- python -m benchmarks.sandbox --no-baseline --repeat 1 \
         --trivial 20 --mbpp /path/to/mbpp.jsonl
     python -m benchmarks.sandbox_syscalls -- python -m pytest -q -p no:cacheprovider \
-        tests/test_sandbox_integrity_os.py -k stdlib
+        tests/reward_plugins/code_sandbox/test_sandbox_integrity_os.py -k stdlib
 (MBPP's 974 reference solutions, HumanEval's 164 canonical ones on both verdict paths, and a
 sample that imports and exercises the stdlib modules solutions use), with the syscalls that
 a vDSO or libc fallback needs where this machine did not show them (see the comments there).

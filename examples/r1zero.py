@@ -7,7 +7,7 @@ clip-higher 0.2/0.28, dynamic sampling and the soft overlong penalty. It evaluat
 greedily before and after training, prints a table, and writes ``r1zero_metrics.json`` and
 ``r1zero_curves.png`` to the output directory.
 
-Parsing, data, rewards, model loading and the trainer come from :mod:`trl_rlvr.recipe` (what ``trl-rlvr train``
+Parsing, data, rewards, model loading and the trainer come from :mod:`trl_rlvr.scripts.train` (what ``trl-rlvr train``
 runs, docs/recipes.md); this script adds the evaluation, the table and the plot. Every ``RLVRConfig`` /
 ``GRPOConfig`` field, the ``trl.ModelConfig`` fields and the script's own fields below can be given on the command
 line or in a YAML file (``--config examples/recipes/dapo.yaml``, ``preset: dapo``); the command line wins over the
@@ -31,12 +31,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from trl_rlvr.recipe import RecipeArguments
+from trl_rlvr.scripts.train import RecipeArguments
 
 
 @dataclass
 class R1ZeroArguments(RecipeArguments):
-    """The script's own options: a recipe's (preset, data, prompt, rewards; trl_rlvr.recipe) plus evaluation."""
+    """The script's own options: a recipe's (preset, data, prompt, rewards; trl_rlvr.scripts.train) plus evaluation."""
 
     format_reward: str | None = field(
         default="think_format", metadata={"help": "Reward whose score 1.0 counts as 'formatted' in the evaluation."}
@@ -48,7 +48,7 @@ class R1ZeroArguments(RecipeArguments):
     )
     eval_batch_size: int = field(default=50, metadata={"help": "Prompts per generate() call in the evaluation."})
     eval_num_samples: int = field(
-        default=8, metadata={"help": "Sampled evaluation before/after (pass@k, maj@k; trl_rlvr.evaluation): samples "
+        default=8, metadata={"help": "Sampled evaluation before/after (pass@k, maj@k; trl_rlvr.evaluation.evaluate): samples "
                              "per question at the training temperature (0: off)."}
     )
     eval_sampled_questions: int = field(
@@ -91,10 +91,10 @@ DEFAULTS = dict(
 
 
 def make_parser():
-    """trl_rlvr.recipe's parser (preset, YAML, command line) over this script's arguments and DEFAULTS."""
+    """trl_rlvr.scripts.train's parser (preset, YAML, command line) over this script's arguments and DEFAULTS."""
     import torch
 
-    from trl_rlvr.recipe import make_parser as make_recipe_parser
+    from trl_rlvr.scripts.train import make_parser as make_recipe_parser
 
     defaults = dict(DEFAULTS)
     if not torch.cuda.is_available():
@@ -254,23 +254,21 @@ def save_plot(history, path):
 
 # ------------------------------------------------------------------------------------------------ main
 def main(script_args, training_args, model_args):
-    from accelerate import PartialState
-    from accelerate.utils import parse_flag_from_env
     from rich.console import Console
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
     from trl_rlvr.evaluation import evaluate
-    from trl_rlvr.recipe import build_trainer, use_cpu_threads
+    from trl_rlvr.scripts.distributed import distributed_state
+    from trl_rlvr.scripts.train import build_trainer, use_cpu_threads
 
     t_start = time.time()
     timings = {}
-    # cpu=...: on CPU a bare PartialState() built before the trainer's Accelerator says "1 process" on every rank
-    # (every rank would then convert the model and print as the main process).
-    state = PartialState(cpu=training_args.use_cpu or parse_flag_from_env("ACCELERATE_USE_CPU"))
+    state = distributed_state(training_args.use_cpu)  # right on a CPU launch too (trl_rlvr.scripts.distributed)
     use_cpu_threads(script_args.cpu_threads, state.num_processes)
     console = Console(stderr=False, soft_wrap=True)
     say = console.print if state.is_main_process else (lambda *a, **k: None)
 
-    # Data, rewards, model and trainer (trl_rlvr.recipe; the offline SmolLM2 default is converted once, by the
+    # Data, rewards, model and trainer (trl_rlvr.scripts.train; the offline SmolLM2 default is converted once, by the
     # main process). The evaluation reads success_reward and format_reward by name below.
     trainer, data = build_trainer(script_args, training_args, model_args, quiet=not state.is_main_process,
                                   main_process_first=state.main_process_first)
@@ -292,7 +290,7 @@ def main(script_args, training_args, model_args):
         success_threshold=training_args.success_threshold,
     )
 
-    from trl_rlvr.eval_report import SampledComparison
+    from trl_rlvr.evaluation.report import SampledComparison
 
     sampled = SampledComparison(
         data["test"], success_fn, format_fn, n=script_args.eval_num_samples,
@@ -341,7 +339,7 @@ def main(script_args, training_args, model_args):
             "script_num_processes": state.num_processes,  # what the script's own split of work saw
             "before": before,
             "after": after,
-            "sampled": report,  # pass@k / maj@k before and after (trl_rlvr.eval_report.SampledComparison)
+            "sampled": report,  # pass@k / maj@k before and after (trl_rlvr.evaluation.report.SampledComparison)
             "wasted_group_share": _mean(history, "rlvr/zero_signal_frac"),
             "groups_skipped": _sum(history, "rlvr/prompts_skipped"),
             "answers_per_informative_row": _mean(history, "rlvr/answers_per_informative_row"),

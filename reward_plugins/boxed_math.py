@@ -194,7 +194,7 @@ class BoxedMathReward:
         )
         return rewards
 
-    # -- majority voting (maj@k; the interface of trl_rlvr.voting) -------------------------------------------
+    # -- majority voting (maj@k; the interface of trl_rlvr.rewards.voting) -------------------------------------------
     def extract_answer(self, completion) -> str | None:
         """The final boxed answer, read as the reward reads it (after ``</think>``, last top-level box); ``None``
         when the reward would find no answer (no box, unclosed reasoning, an over-long or unbalanced box)."""

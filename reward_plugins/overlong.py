@@ -1,8 +1,8 @@
 """``overlong``: DAPO's soft overlong punishment as a reward function, in [-1, 0].
 
 TRL's ``trl.rewards.get_soft_overlong_punishment`` computes it (Yu et al., 2025, "DAPO: An Open-Source LLM
-Reinforcement Learning System at Scale", eq. 13; ``trl_rlvr.shaping`` states the formula). This plugin
-adds only what TRL's leaves out: parameters checked with errors that name them (``trl_rlvr.shaping``), and
+Reinforcement Learning System at Scale", eq. 13; ``trl_rlvr.algorithms.shaping`` states the formula). This plugin
+adds only what TRL's leaves out: parameters checked with errors that name them (``trl_rlvr.algorithms.shaping``), and
 the name ``overlong`` (TRL logs ``rewards/overlong/mean``). The penalty's size is the reward's weight:
 DAPO's factor 1.0 is weight 1 (``GRPOConfig.reward_weights``; the trainer switch
 ``RLVRConfig.overlong_penalty_factor`` sets it so).
@@ -14,9 +14,7 @@ are in tokens: TRL passes ``completion_ids`` to reward functions, and the functi
 
 from __future__ import annotations
 
-from trl.rewards import get_soft_overlong_punishment
-
-from trl_rlvr.shaping import validate_overlong
+from trl_rlvr.algorithms.shaping import overlong_penalty
 
 
 def overlong(max_completion_length: int, buffer_length: int):
@@ -28,7 +26,4 @@ def overlong(max_completion_length: int, buffer_length: int):
 
     Returns TRL's reward function (picklable), named ``overlong``; scale it with its reward weight.
     """
-    validate_overlong(max_completion_length, buffer_length, prefix="overlong: ")
-    reward = get_soft_overlong_punishment(max_completion_len=int(max_completion_length), soft_punish_cache=int(buffer_length))
-    reward.__name__ = "overlong"
-    return reward
+    return overlong_penalty(max_completion_length, buffer_length)

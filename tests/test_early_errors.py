@@ -54,7 +54,7 @@ def test_dataset_without_prompt():
 
 
 def test_recipe_columns_checked_before_the_model(tmp_path):
-    from trl_rlvr.recipe import main
+    from trl_rlvr.scripts.train import main
 
     data = tmp_path / "qa.jsonl"
     data.write_text(json.dumps({"problem": "What is 1 + 1?", "answer": "2"}))
@@ -70,7 +70,7 @@ def test_recipe_columns_checked_before_the_model(tmp_path):
 def test_use_vllm_without_vllm_fails_at_config_time(tmp_path):
     from pathlib import Path
 
-    from trl_rlvr.recipe import main
+    from trl_rlvr.scripts.train import main
 
     with pytest.raises(ImportError, match=r"use_vllm=True \(vllm_mode='colocate'\) needs vLLM"):
         config(use_vllm=True)

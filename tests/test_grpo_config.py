@@ -11,7 +11,7 @@ import tempfile
 import pytest
 import torch
 
-from trl_rlvr.advantages import group_advantages
+from trl_rlvr.algorithms.advantages import group_advantages
 
 
 def length_reward(completions, **kwargs):

@@ -27,7 +27,7 @@ def test_import_and_config_are_quiet(tmp_path):
 def test_the_bitsandbytes_filter_drops_only_its_notice():
     import logging
 
-    from trl_rlvr.quantized import silence_cpu_kernel_notice
+    from trl_rlvr._compat.quantized import silence_cpu_kernel_notice
 
     silence_cpu_kernel_notice()
     logger = logging.getLogger("bitsandbytes.backends.cpu.ops")

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from tests.loss_harness import make_trainer
-from trl_rlvr.advantages import group_advantages
+from tests.harness.loss_harness import make_trainer
+from trl_rlvr.algorithms.advantages import group_advantages
 
 
 def even_length(completions, **kwargs):
@@ -128,7 +128,7 @@ def test_success_reward_defaults_to_the_correctness_verifier(tiny_model_dir):
 
 
 def test_require_finite_rewards_names_the_function_and_the_row():
-    from trl_rlvr.advantages import require_finite_rewards
+    from trl_rlvr.algorithms.advantages import require_finite_rewards
 
     names = ["accuracy", "spiky"]
     nan = float("nan")

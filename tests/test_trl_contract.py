@@ -1,4 +1,4 @@
-"""The installed TRL still has the shape RLVRTrainer relies on (trl_rlvr/trl_contract.py lists every piece)."""
+"""The installed TRL still has the shape RLVRTrainer relies on (trl_rlvr/_compat/trl_contract.py lists every piece)."""
 
 import importlib.metadata
 import tomllib
@@ -6,8 +6,8 @@ from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
-from tests.loss_harness import make_trainer
-from trl_rlvr import trl_contract
+from tests.harness.loss_harness import make_trainer
+from trl_rlvr._compat import trl_contract
 
 ROOT = Path(__file__).resolve().parents[1]
 

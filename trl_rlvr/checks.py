@@ -102,8 +102,7 @@ def check_settings(config) -> None:
     if config.bf16 and _on_cpu(config):
         warnings.warn(
             "bf16=True on a CPU (use_cpu=True or no GPU; TRL's GRPOConfig turns bf16 on by default): bfloat16 "
-            "autocast is slower than float32 on a CPU: about 7x per matmul on an AVX2 CPU, 1.1x per training "
-            "step on one with AVX512-BF16 (docs/benchmarks.md). Set bf16=False.",
+            "autocast is slower than float32 on a CPU (measured in docs/benchmarks.md). Set bf16=False.",
             UserWarning,
             stacklevel=5,
         )

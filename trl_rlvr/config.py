@@ -7,23 +7,27 @@ switches TRL already has (`epsilon`/`epsilon_high` for clip-higher, `scale_rewar
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from trl import GRPOConfig
 
-from .advantages import BASELINES, STD_KINDS
-from .checks import check_settings
-from .shaping import validate_overlong
+from trl_rlvr.algorithms.advantages import BASELINES, STD_KINDS
+from trl_rlvr.algorithms.shaping import validate_overlong
+from trl_rlvr.checks import check_settings, option_acts
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
 _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOConfig.__dataclass_fields__
 
 #: `loss_normalization` -> the TRL `loss_type` whose aggregation is that normalisation (checked
-#: against an independent reference in tests/test_loss_normalization.py).
+#: against an independent reference in tests/algorithms/test_loss_normalization.py).
 LOSS_TYPE_OF = {"per_answer": "grpo", "per_batch_token": "dapo", "constant": "dr_grpo"}
 NORMALIZATION_OF = {loss_type: name for name, loss_type in LOSS_TYPE_OF.items()}
+#: The RLVRConfig switches whose defaults differ from what GRPOTrainer computes, at GRPOTrainer's values
+#: (:meth:`RLVRConfig.from_grpo_config`).
+GRPO_TRAINER_BEHAVIOUR = {"advantage_std": "sample", "token_count_scope": "generation_batch"}
 #: `token_count_scope` values (see its help).
 TOKEN_COUNT_SCOPES = ("optimizer_step", "generation_batch")
 
@@ -328,17 +332,33 @@ class RLVRConfig(GRPOConfig):
     def from_preset(cls, name: str, **overrides) -> RLVRConfig:
         """The switches of one paper (``"dapo"``, ``"dr_grpo"``, ``"grpo"``, ``"r1zero"``; :mod:`trl_rlvr.presets`,
         docs/recipes.md), with ``overrides`` (any field) on top."""
-        from .presets import preset_values
+        from trl_rlvr.presets import preset_values
 
         return cls(**{**preset_values(name, overrides), **overrides})
 
     @classmethod
     def from_grpo_config(cls, config: GRPOConfig) -> RLVRConfig:
-        """The RLVRConfig that makes RLVRTrainer compute what GRPOTrainer computes for ``config``
-        (:mod:`trl_rlvr.compat`)."""
-        from .compat import rlvr_config_from_grpo
+        """The RLVRConfig that makes RLVRTrainer compute what GRPOTrainer computes for ``config``.
 
-        return rlvr_config_from_grpo(config)
+        ``RLVRTrainer`` differs from ``GRPOTrainer`` by default in two computations (docs/trainer.md): the std
+        that ``scale_rewards`` divides the advantages by (the population std, GRPO's definition, instead of TRL's
+        sample std) and DAPO's token count (the exact count of each optimizer step instead of TRL's estimate from
+        the generation batch). A ``GRPOConfig`` carries no choice for either, so its user expects TRL's: every
+        field of ``config`` is kept and these two switches are set to TRL's values
+        (:data:`GRPO_TRAINER_BEHAVIOUR`); every other RLVR switch stays off at its default.
+
+        The values are read from the built config's attributes (not ``to_dict()``, which hides tokens), so what
+        GRPOConfig derived in its ``__post_init__`` (``steps_per_generation``, ``scale_rewards`` as a string, ...)
+        is carried over and checked again here.
+        """
+        if not isinstance(config, GRPOConfig):
+            raise TypeError(f"RLVRTrainer needs args of type RLVRConfig or trl.GRPOConfig, got {type(config).__name__}")
+        if isinstance(config, cls):
+            return config
+        values = {f.name: getattr(config, f.name) for f in dataclasses.fields(GRPOConfig) if f.init}
+        # only the switches that act under this config (the others would warn that they have no effect)
+        acting = {k: v for k, v in GRPO_TRAINER_BEHAVIOUR.items() if option_acts(config, k)}
+        return cls(**values, **acting)
 
     @property
     def effective_loss_constant(self) -> int:

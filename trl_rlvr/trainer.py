@@ -5,19 +5,19 @@ What is TRL's and what is ours:
 - the PPO-clip token loss, clip-higher (``epsilon``/``epsilon_high``) and ``mask_truncated_completions`` are
   TRL's code, used as is (tests hold them to independent references);
 - the group advantages are recomputed with the population std of the GRPO paper
-  (:func:`trl_rlvr.advantages.group_advantages`): TRL 1.16 divides by the sample std (Bessel), 0.87x at G=4
+  (:func:`trl_rlvr.algorithms.advantages.group_advantages`): TRL 1.16 divides by the sample std (Bessel), 0.87x at G=4
   (``advantage_std="sample"`` keeps TRL's; a ``GRPOConfig`` is converted with TRL's behaviour, :mod:`.compat`);
   ``advantage_baseline="leave_one_out"`` takes RLOO's baseline instead of the group mean;
 - ``loss_normalization`` selects TRL's ``loss_type``; for ``per_batch_token`` we give every micro-batch the exact
-  token count of its optimizer step (:func:`trl_rlvr.losses.per_step_num_items`); for ``constant`` we let
+  token count of its optimizer step (:func:`trl_rlvr.algorithms.losses.per_step_num_items`); for ``constant`` we let
   ``loss_constant`` replace ``max_completion_length`` as Dr. GRPO's divisor;
 - reward functions may be registry names (``reward_funcs=["boxed_math", "think_format"]``);
 - DAPO's soft overlong penalty is the ``overlong`` reward plugin (TRL's ``get_soft_overlong_punishment``),
   appended with ``overlong_penalty_factor`` as its reward weight (so it is added to the reward before the group
   baseline and logged, unweighted, as ``rewards/overlong/mean``);
-- the ``rlvr/`` diagnostics (:mod:`trl_rlvr.metrics`) are computed from the gathered rewards of each batch.
+- the ``rlvr/`` diagnostics (:mod:`trl_rlvr.algorithms.metrics`) are computed from the gathered rewards of each batch.
 
-Every private piece of TRL this glue overrides, reads or swaps is listed in :mod:`trl_rlvr.trl_contract`, which a
+Every private piece of TRL this glue overrides, reads or swaps is listed in :mod:`trl_rlvr._compat.trl_contract`, which a
 test checks against the installed TRL.
 """
 
@@ -28,27 +28,26 @@ import copy
 import json
 import logging
 import os
-import warnings
 
 import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from .advantages import group_advantages, require_finite_rewards, zero_signal_groups
-from .checks import check_dataset_columns
-from .config import RLVRConfig
-from .losses import per_step_num_items
-from .metrics import rollout_metrics
-from .quantized import keep_4bit_weights_trainable
-from .sampling import (
+from trl_rlvr.algorithms.advantages import group_advantages, require_finite_rewards, zero_signal_groups
+from trl_rlvr.checks import check_dataset_columns
+from trl_rlvr.config import RLVRConfig
+from trl_rlvr.rewards.registry import resolve_reward_funcs
+from trl_rlvr.algorithms.losses import per_step_num_items
+from trl_rlvr.algorithms.metrics import rollout_metrics
+from trl_rlvr.algorithms.shaping import overlong_penalty
+from trl_rlvr._compat.notices import trl_generation_notices_silenced
+from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
+from trl_rlvr.sampling.dynamic import (
     ROW_KEYS, PromptStream, concat_rows, informative_rows, prompts_for_round, rows_per_process, write_json_atomically,
 )
-from .selective import PromptHistory, record_groups
+from trl_rlvr.sampling.selective import PromptHistory, record_groups
 
 logger = logging.getLogger(__name__)
-# TRL 1.16's generation helper (trl.models.utils.unwrap_model_for_generation) reads a property transformers 5
-# deprecated; the notice is TRL's to act on, not the user's.
-warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 PROMPT_STREAM_STATE_FILE = "rlvr_prompt_stream.json"
 
 #: TRL metric -> the rlvr/ name it is re-published under.
@@ -103,18 +102,10 @@ class RLVRTrainer(GRPOTrainer):
             funcs = list(reward_funcs)
         else:
             funcs = [reward_funcs]
-        if any(isinstance(f, str) for f in funcs) or args.overlong_buffer_length is not None:
-            from .rewards import load_reward, resolve_reward_funcs
-
+        if any(isinstance(f, str) for f in funcs):
             funcs = resolve_reward_funcs(funcs, args.reward_options)
-            if args.overlong_buffer_length is not None:
-                funcs.append(
-                    load_reward(
-                        "overlong",
-                        max_completion_length=args.max_completion_length,
-                        buffer_length=args.overlong_buffer_length,
-                    )
-                )
+        if args.overlong_buffer_length is not None:
+            funcs.append(overlong_penalty(args.max_completion_length, args.overlong_buffer_length))
         return funcs if funcs or reward_funcs is not None else None
 
     def _make_prompt_stream(self) -> PromptStream:
@@ -439,10 +430,11 @@ class RLVRTrainer(GRPOTrainer):
     def _generate_single_turn(self, *args, **kwargs):
         # TRL's vLLM weight sync fails when vLLM runs on a CPU; route it through vLLM's reload path (vllm_cpu).
         if self.use_vllm:
-            from .vllm_cpu import adapt_weight_sync
+            from trl_rlvr._compat.vllm_cpu import adapt_weight_sync
 
             adapt_weight_sync(self.vllm_generation)
-        return super()._generate_single_turn(*args, **kwargs)
+        with trl_generation_notices_silenced():
+            return super()._generate_single_turn(*args, **kwargs)
 
 
 class _SkipEmptyUpdates(TrainerCallback):

@@ -497,7 +497,7 @@ _CLONE_THREAD = 0x00010000
 # Default deny: a sandboxed process (candidate, io program, tester) may make these syscalls and no
 # others; anything else fails with EPERM. The list is measured, not guessed: it is what
 # benchmarks/sandbox_syscalls.py saw these processes call while running MBPP's reference solutions,
-# HumanEval's canonical ones on both verdict paths, and tests/stdlib_probe.py (threads, clocks,
+# HumanEval's canonical ones on both verdict paths, and tests/harness/stdlib_probe.py (threads, clocks,
 # randomness, hashing, files, mmap, signals to itself, its own rlimits, polling, the pure-Python
 # modules). Added to what was seen, and marked: "(equiv)" the same operation under the number an
 # older or newer libc uses for it, "(vDSO)" the syscall the vDSO falls back to on a clock source it

@@ -1,0 +1,136 @@
+"""The package's shape: the public face, the 0.2 module paths kept for one release, and the directions of dependence."""
+
+import ast
+import importlib
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from trl_rlvr._compat.moved import MOVED
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "trl_rlvr"
+
+
+def test_public_names_resolve():
+    import trl_rlvr
+
+    for name in trl_rlvr.__all__:
+        assert getattr(trl_rlvr, name) is not None, name
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_old_module_path_warns_at_the_importing_line_and_forwards(old):
+    sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    moved = [w for w in caught if issubclass(w.category, FutureWarning) and old in str(w.message)]
+    assert len(moved) == 1, [str(w.message) for w in caught]
+    assert MOVED[old] in str(moved[0].message)
+    assert moved[0].filename == __file__  # the user's line, not importlib's or ours
+    new = importlib.import_module(MOVED[old])
+    public = [n for n in dir(new) if not n.startswith("__")]
+    assert public and all(getattr(module, n) is getattr(new, n) for n in public)
+
+
+def test_from_import_of_an_old_path_works_in_a_fresh_process():
+    code = (
+        "import warnings; warnings.simplefilter('error', FutureWarning)\n"
+        "try:\n    from trl_rlvr.passk import pass_at_k\nexcept FutureWarning as w:\n    print('warned', w)\n"
+        "import warnings; warnings.simplefilter('ignore', FutureWarning)\n"
+        "from trl_rlvr.passk import pass_at_k; from trl_rlvr.evaluation.passk import pass_at_k as new\n"
+        "print(pass_at_k is new)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "warned trl_rlvr.passk moved to trl_rlvr.evaluation.passk; the old path is removed in trl-rlvr 0.4. "
+        "Import from trl_rlvr.evaluation.passk.",
+        "True",
+    ]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every trl_rlvr module ``path`` imports, at any depth of the file (lazy imports in functions included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+GRAPH = {name: {m for m in _imports(p) if m in MODULES and m != name} for name, p in MODULES.items()}
+
+
+def test_no_relative_imports():
+    relative = [
+        name for name, p in MODULES.items()
+        for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.ImportFrom) and node.level
+    ]
+    assert not relative
+
+
+def test_no_import_circle_between_modules():
+    """No module reaches itself through the modules it imports (package ``__init__`` re-exports excluded)."""
+    graph = {n: {m for m in deps if not MODULES[m].name == "__init__.py"} for n, deps in GRAPH.items()}
+
+    def reaches(start):
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            if m == start:
+                return True
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph.get(m, ()))
+        return False
+
+    assert [n for n in graph if reaches(n)] == []
+
+
+@pytest.mark.parametrize(
+    "package, never",
+    [
+        ("trl_rlvr.algorithms", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")),
+        ("trl_rlvr.sampling", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")),
+        ("trl_rlvr.rewards", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")),
+        ("trl_rlvr.evaluation", ("trl_rlvr.trainer", "trl_rlvr.scripts")),
+    ],
+)
+def test_directions_of_dependence(package, never):
+    wrong = {
+        name: sorted(m for m in deps if m.startswith(never))
+        for name, deps in GRAPH.items() if name.startswith(package)
+    }
+    assert not {k: v for k, v in wrong.items() if v}
+
+
+def test_algorithms_never_import_a_trainer_class():
+    for name, p in MODULES.items():
+        if name.startswith("trl_rlvr.algorithms"):
+            assert not {m for m in _imports(p) if m.startswith(("trl.trainer", "trl.GRPOTrainer", "transformers.Trainer"))}
+
+
+def test_private_compat_is_not_imported_from_outside_the_package():
+    outside = [*ROOT.joinpath("reward_plugins").rglob("*.py"), *ROOT.joinpath("examples").rglob("*.py")]
+    users = [str(p.relative_to(ROOT)) for p in outside if any(m.startswith("trl_rlvr._compat") for m in _imports(p))]
+    assert users == []
+
+
+def test_the_moved_paths_are_documented():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    missing = [f"`{old}` | `{new}`" for old, new in MOVED.items() if f"`{old}` | `{new}`" not in page]
+    assert not missing

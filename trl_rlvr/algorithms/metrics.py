@@ -1,0 +1,52 @@
+"""The ``rlvr/`` diagnostics of one generation batch (pure functions).
+
+- ``rlvr/accuracy``: share of answers counted right by the success reward (score >= threshold);
+- ``rlvr/length_right`` / ``rlvr/length_wrong``: mean completion tokens of right / wrong answers: the
+  length-bias signal of Liu et al. (2025) (NaN, i.e. not logged, when there is no such answer);
+- ``rlvr/zero_signal_frac``: share of groups whose total rewards are all equal (zero advantage);
+- ``rlvr/zero_signal_expected``: p^G + (1-p)^G with p = the batch's accuracy, the waste if every question
+  were equally hard; the gap to the measured share shows how uneven the difficulty is;
+- ``rlvr/truncated_frac``: share of answers cut off at ``max_completion_length``.
+
+``rlvr/clip_low_frac`` / ``rlvr/clip_high_frac`` are TRL's own ``clip_ratio/low_mean`` / ``high_mean``
+(tokens whose gradient the asymmetric clip zeroes), re-published under the same prefix by the trainer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trl_rlvr.algorithms.advantages import expected_zero_signal_frac, zero_signal_groups
+
+
+def rollout_metrics(
+    rewards: torch.Tensor,
+    success_scores: torch.Tensor,
+    lengths: torch.Tensor,
+    truncated: torch.Tensor,
+    group_size: int,
+    success_threshold: float = 1.0,
+    tolerance: float = 0.0,
+) -> dict[str, float]:
+    """Diagnostics of one generation batch; every argument covers the global batch, group after group.
+
+    Args:
+        rewards: (N,) total (weighted) reward of each answer, the quantity the advantages are computed from.
+        success_scores: (N,) score of the success reward (NaN where it did not apply).
+        lengths: (N,) completion lengths in tokens.
+        truncated: (N,) bool, answer cut off by the length limit.
+        group_size: answers per question (G).
+    """
+    right = success_scores >= success_threshold  # NaN compares False: unscored answers count as wrong
+    lengths = lengths.float()
+    accuracy = right.float().mean().item()
+    return {
+        "rlvr/accuracy": accuracy,
+        "rlvr/length_right": lengths[right].mean().item() if right.any() else math.nan,
+        "rlvr/length_wrong": lengths[~right].mean().item() if (~right).any() else math.nan,
+        "rlvr/zero_signal_frac": zero_signal_groups(rewards, group_size, tolerance).float().mean().item(),
+        "rlvr/zero_signal_expected": expected_zero_signal_frac(accuracy, group_size),
+        "rlvr/truncated_frac": truncated.float().mean().item(),
+    }

@@ -1,0 +1,33 @@
+"""Held-out evaluation with the training verifiers: greedy accuracy, and sampled pass@k / maj@k / mean@n.
+
+- :mod:`.evaluate`: :func:`evaluate` (greedy) and :func:`evaluate_sampled`, single- or multi-process;
+- :mod:`.generation`: the one generation loop (greedy, or seeded sampling with each sample's stream fixed by seed, question and sample index);
+- :mod:`.passk`: the unbiased pass@k estimator and exact maj@k;
+- :mod:`.report`: the table, the JSON and the pass@k plot; :mod:`.callback`: :class:`SampledEvalCallback`.
+"""
+
+from trl_rlvr.evaluation.evaluate import (
+    default_ks,
+    evaluate,
+    evaluate_sampled,
+    resolve_ks,
+    score_question,
+    score_questions,
+    summarize_sampled,
+)
+from trl_rlvr.evaluation.generation import generate_completions
+from trl_rlvr.evaluation.passk import maj_at_k, mean_pass_at_k, pass_at_k
+
+__all__ = [
+    "default_ks",
+    "evaluate",
+    "evaluate_sampled",
+    "generate_completions",
+    "maj_at_k",
+    "mean_pass_at_k",
+    "pass_at_k",
+    "resolve_ks",
+    "score_question",
+    "score_questions",
+    "summarize_sampled",
+]

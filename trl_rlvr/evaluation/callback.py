@@ -1,0 +1,93 @@
+"""Sampled evaluation during training: ``eval/pass@1``, ``eval/pass@k``, ``eval/maj@k`` every ``eval_steps``.
+
+    trainer.add_callback(SampledEvalCallback(trainer, eval_dataset, success_reward="boxed_math", n=8, eval_steps=50))
+
+TRL's own eval loop (``eval_strategy``) logs mean rewards, not pass@k, so this is a callback. After every
+``eval_steps``-th optimizer step (and, with ``at_start``, before the first) it runs
+:func:`trl_rlvr.evaluation.evaluate.evaluate_sampled` on the trainer's model with the trainer's accelerator (every process
+samples a share; ZeRO-3 / FSDP parameters are gathered for generation) and logs the results through
+``transformers.Trainer.log``, so they reach every ``report_to`` integration and ``state.log_history``. (It calls
+the base ``Trainer.log``, not GRPOTrainer's, which would take and clear the pending training metrics; and it
+keeps the step's ``should_log``, which logging resets.)
+"""
+
+from __future__ import annotations
+
+from transformers import Trainer, TrainerCallback
+
+
+class SampledEvalCallback(TrainerCallback):
+    """Logs sampled pass@k / maj@k of ``dataset`` (rows with ``prompt`` and the reward's reference columns).
+
+    Args:
+        trainer: the (RLVR/GRPO) trainer the callback is added to.
+        dataset: held-out rows.
+        success_reward: which of the trainer's reward functions decides right/wrong (its name, as in
+            ``trainer.reward_func_names``; default: the trainer's ``args.success_reward``, else the first).
+        format_reward: a reward name whose score >= 1 counts as formatted (``eval/format_rate``), or None.
+        n, ks, temperature, top_p, max_new_tokens, batch_size, seed: as :func:`evaluate_sampled`
+            (``max_new_tokens`` default: the trainer's ``max_completion_length``; ``temperature``: its temperature).
+        eval_steps: evaluate every this many optimizer steps (default: ``args.eval_steps``).
+        at_start: also evaluate before the first step (logged at step 0).
+    """
+
+    def __init__(self, trainer, dataset, *, success_reward: str | None = None, format_reward: str | None = None,
+                 n: int = 8, ks: list[int] | None = None, temperature: float | None = None, top_p: float = 1.0,
+                 max_new_tokens: int | None = None, batch_size: int = 64, seed: int = 0,
+                 eval_steps: int | None = None, at_start: bool = False):
+        from trl_rlvr.evaluation.evaluate import resolve_ks
+
+        args = trainer.args
+        self.trainer = trainer
+        self.dataset = dataset
+        names = list(trainer.reward_func_names)
+        success_reward = success_reward or getattr(args, "success_reward", None) or names[0]
+        for label, name in (("success_reward", success_reward), ("format_reward", format_reward)):
+            if name is not None and name not in names:
+                raise ValueError(f"SampledEvalCallback: {label} {name!r} is not one of the trainer's rewards {names}")
+        self.success_fn = trainer.reward_funcs[names.index(success_reward)]
+        self.format_fn = trainer.reward_funcs[names.index(format_reward)] if format_reward else None
+        self.eval_steps = eval_steps or args.eval_steps
+        if not self.eval_steps or self.eval_steps < 1 or self.eval_steps != int(self.eval_steps):
+            raise ValueError(f"SampledEvalCallback: eval_steps must be a positive integer, got {self.eval_steps!r}")
+        self.eval_steps = int(self.eval_steps)
+        self.ks = resolve_ks(n, ks)
+        self.at_start = at_start
+        self.kwargs = dict(
+            n=n, ks=self.ks, temperature=temperature if temperature is not None else args.temperature, top_p=top_p,
+            max_new_tokens=max_new_tokens or args.max_completion_length, batch_size=batch_size, seed=seed,
+            success_threshold=getattr(args, "success_threshold", 1.0),
+        )
+        self.history: list[dict] = []
+
+    def metrics(self, result: dict) -> dict:
+        """The logged keys: eval/pass@k for each k (pass@1 = mean@n), eval/maj@k, format, lengths, truncation."""
+        logs = {f"eval/pass@{k}": result["pass@k"][k] for k in self.ks}
+        if result["maj@k"] is not None:
+            logs.update({f"eval/maj@{k}": result["maj@k"][k] for k in self.ks})
+        for key in ("format_rate", "no_answer_frac", "truncated_frac", "length_right", "length_wrong"):
+            if result[key] is not None:
+                logs[f"eval/{key}"] = result[key]
+        return logs
+
+    def evaluate(self, state) -> dict:
+        from trl_rlvr.evaluation.evaluate import evaluate_sampled
+
+        t = self.trainer
+        result = evaluate_sampled(t.model_wrapped, t.processing_class, self.dataset, self.success_fn,
+                                  self.format_fn, accelerator=t.accelerator, **self.kwargs)
+        logs = self.metrics(result)
+        self.history.append({"step": state.global_step, **logs})
+        Trainer.log(t, logs)
+        return result
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.at_start and state.global_step == 0:
+            self.evaluate(state)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step > 0 and state.global_step % self.eval_steps == 0:
+            should_log = control.should_log
+            self.evaluate(state)
+            control.should_log = should_log  # logging resets it: the step's own training log must still happen
+        return control

@@ -1,0 +1,277 @@
+"""Held-out evaluation: greedy (:func:`evaluate`) and sampled (:func:`evaluate_sampled`: pass@k, maj@k, mean@n).
+
+Both run the same pieces: one generation loop (:func:`trl_rlvr.evaluation.generation.generate_completions`; greedy is
+one completion per question), one scorer (:func:`score_questions`: the rewards called once over all samples of a
+process, then each question's counts, pass@k and maj@k) and one summary (:func:`summarize_sampled`).
+
+Scores completions with the same reward functions the trainer uses (TRL's signature:
+``f(prompts=, completions=, completion_ids=, **dataset_columns) -> list[float]``), so "right" means
+exactly what it means during training. Works single-process and distributed: the prompts are split
+evenly over the processes (every rank runs the same number of ``generate`` calls, which ZeRO-3 and
+FSDP need) and the results are gathered on every rank.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager, nullcontext
+
+from trl_rlvr._compat.notices import trl_generation_notices_silenced
+from trl_rlvr.evaluation.generation import generate_completions
+
+
+def _distributed(accelerator):
+    """(world size, rank, generation context factory, synced_gpus) for an Accelerator, a PartialState or None."""
+    if accelerator is None:
+        return 1, 0, nullcontext, False
+    world, rank = accelerator.num_processes, accelerator.process_index
+    dist = str(accelerator.distributed_type)
+    synced = world > 1 and ("DEEPSPEED" in dist or "FSDP" in dist)
+    if hasattr(accelerator, "unwrap_model"):  # an Accelerator: the model may be wrapped (DDP, ZeRO-3, FSDP)
+        from trl.models import unwrap_model_for_generation
+
+        return world, rank, lambda m: unwrap_model_for_generation(m, accelerator), synced
+    return world, rank, nullcontext, synced
+
+
+@contextmanager
+def _generating(model, unwrap):
+    """The model to generate with (unwrapped: DDP, ZeRO-3, FSDP), in eval mode, put back in training mode after."""
+    with trl_generation_notices_silenced(), unwrap(model) as gen_model:
+        was_training = gen_model.training
+        gen_model.eval()
+        try:
+            yield gen_model
+        finally:
+            if was_training:
+                gen_model.train()
+
+
+def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, accelerator, batch_size, n,
+                        success_threshold, format_threshold, keep_samples, progress, **generation):
+    """Every process generates for its share of ``rows`` (every ``world``-th question, the same number of ``generate``
+    calls on every rank) and scores it; the per-question records, gathered on every rank, in question order."""
+    from accelerate.utils import gather_object
+
+    world, rank, unwrap, synced = _distributed(accelerator)
+    mine = list(range(rank, len(rows), world))
+    n_batches = math.ceil(math.ceil(len(rows) / world) / max(1, batch_size // n))
+    bar = None
+    if progress and rank == 0:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(rows), desc=f"sampling n={n}", unit="question")
+    with _generating(model, unwrap) as gen_model:
+        groups = generate_completions(
+            gen_model, tokenizer, [rows[i]["prompt"] for i in mine], mine, n, batch_size=batch_size,
+            n_batches=n_batches, synced_gpus=synced, on_batch=(lambda d: bar.update(d * world)) if bar else None,
+            **generation,
+        )
+    if bar is not None:
+        bar.close()
+    records = score_questions([rows[i] for i in mine], groups, success_fn, format_fn, ks,
+                              success_threshold=success_threshold, format_threshold=format_threshold)
+    local = []
+    for i, group, rec in zip(mine, groups, records):
+        rec = {"index": i, "question": rows[i].get("question"), "answer": rows[i].get("answer"), **rec}
+        if i < keep_samples:
+            rec["samples"] = [s[0] for s in group]
+        local.append(rec)
+    return sorted(gather_object(local) if world > 1 else local, key=lambda r: r["index"])
+
+
+def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerator=None,
+             max_new_tokens: int = 96, batch_size: int = 32, success_threshold: float = 1.0,
+             format_threshold: float = 1.0) -> dict:
+    """Greedy held-out evaluation of ``model`` on ``dataset`` (rows with ``prompt`` and reference columns).
+
+    ``model`` may be a wrapped training model (DDP, DeepSpeed, FSDP) when ``accelerator`` is given: it is
+    unwrapped for generation (ZeRO-3 parameters gathered) and every process evaluates a share. Returns
+    ``accuracy`` (share of answers ``success_fn`` scores >= ``success_threshold``), ``format_rate``,
+    ``mean_length`` / ``length_right`` / ``length_wrong`` (tokens), ``truncated_frac`` and five ``samples``.
+    """
+    rows = [dict(r) for r in dataset]
+    t0 = time.time()
+    per_question = _generate_and_score(
+        model, tokenizer, rows, success_fn, format_fn, [1], accelerator=accelerator, batch_size=batch_size, n=1,
+        success_threshold=success_threshold, format_threshold=format_threshold, keep_samples=5, progress=False,
+        greedy=True, max_new_tokens=max_new_tokens,
+    )
+    summary = summarize_sampled(per_question, 1, [1])
+    return {
+        "n": len(per_question),
+        "accuracy": summary["mean@n"] or 0.0,
+        "format_rate": summary["format_rate"],
+        "mean_length": summary["mean_length"],
+        "length_right": summary["length_right"],
+        "length_wrong": summary["length_wrong"],
+        "truncated_frac": summary["truncated_frac"],
+        "samples": [
+            {"question": q["question"], "answer": q["answer"], "completion": q["samples"][0], "right": q["right"] == 1,
+             "format": bool(q["formatted"])}
+            for q in per_question[:5]
+        ],
+        "seconds": round(time.time() - t0, 1),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ sampled
+def default_ks(n: int) -> list[int]:
+    """1, 2, 4, ... up to ``n``, and ``n`` itself."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return ks + [n]
+
+
+def resolve_ks(n: int, ks=None) -> list[int]:
+    """The sorted, distinct ``ks`` (default :func:`default_ks`), each checked against ``n`` (:func:`passk.check_k`)."""
+    from trl_rlvr.evaluation.passk import check_k
+
+    ks = sorted(set(ks)) if ks else default_ks(n)
+    for k in ks:
+        check_k(n, k)
+    return ks
+
+
+def _as_completions(texts, prompt):
+    """Completions as the reward receives them: messages for a conversational prompt, else text."""
+    return [[{"role": "assistant", "content": x}] for x in texts] if not isinstance(prompt, str) else list(texts)
+
+
+def score_questions(rows: list[dict], groups, success_fn, format_fn, ks, *, success_threshold: float,
+                    format_threshold: float) -> list[dict]:
+    """The one scorer: each question's samples scored with the rewards (one call of each reward over all the
+    samples), then per question its right count, pass@k, maj@k (grouped by the reward's own equivalence) and
+    per-sample flags. ``groups[q]``: question ``q``'s samples ``(text, token ids, finished)``."""
+    from trl_rlvr.evaluation.passk import maj_at_k, pass_at_k
+    from trl_rlvr.rewards.voting import answer_classes, supports_voting
+
+    if not rows:
+        return []
+    completions = [_as_completions([s[0] for s in g], row["prompt"]) for row, g in zip(rows, groups)]
+    columns = {k: [row.get(k) for row, g in zip(rows, groups) for _ in g] for k in rows[0] if k != "prompt"}
+    kwargs = dict(
+        prompts=[row["prompt"] for row, g in zip(rows, groups) for _ in g],
+        completions=[c for comp in completions for c in comp],
+        completion_ids=[s[1] for g in groups for s in g],
+        **columns,
+    )
+    success = list(success_fn(**kwargs))
+    formats = list(format_fn(**kwargs)) if format_fn is not None else None
+    voting = supports_voting(success_fn)
+    answers, classes = answer_classes(success_fn, completions) if voting else (None, None)
+    out, start = [], 0
+    for q, group in enumerate(groups):
+        n = len(group)
+        scores = success[start:start + n]
+        right = [s is not None and s >= success_threshold for s in scores]
+        formatted = None if formats is None else [f is not None and f >= format_threshold for f in formats[start:start + n]]
+        start += n
+        c = sum(right)
+        rec = {
+            "right": c,
+            "unscored": sum(s is None for s in scores),
+            "formatted": sum(formatted) if formatted is not None else None,
+            "pass@k": {k: pass_at_k(n, c, k) for k in ks},
+            "maj@k": None,
+            "lengths": [len(s[1]) for s in group],
+            "right_flags": right,
+            "finished": [s[2] for s in group],
+        }
+        if voting:
+            cls_right: dict[int, bool] = {}
+            for cls, r in zip(classes[q], right):
+                if cls is not None:
+                    cls_right[cls] = cls_right.get(cls, False) or r  # an answer is right if the reward scored it so
+            rec["maj@k"] = {k: maj_at_k(classes[q], cls_right, k) for k in ks}
+            rec["no_answer"] = sum(a is None for a in answers[q])
+            votes: dict[int, list] = {}
+            for a, cls in zip(answers[q], classes[q]):
+                if cls is not None:
+                    votes.setdefault(cls, [a, 0, cls_right[cls]])[1] += 1
+            rec["answers"] = sorted(votes.values(), key=lambda v: -v[1])  # [first text, votes, right]
+        out.append(rec)
+    return out
+
+
+def score_question(samples, row: dict, prompt, success_fn, format_fn, ks, *, success_threshold: float,
+                   format_threshold: float) -> dict:
+    """:func:`score_questions` for one question's ``samples`` (``row``'s columns, ``prompt``)."""
+    return score_questions([{**row, "prompt": prompt}], [samples], success_fn, format_fn, ks,
+                           success_threshold=success_threshold, format_threshold=format_threshold)[0]
+
+
+def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n: int = 8,
+                     ks: list[int] | None = None, accelerator=None, temperature: float = 1.0, top_p: float = 1.0,
+                     top_k: int = 0, max_new_tokens: int = 256, batch_size: int = 64, seed: int = 0,
+                     success_threshold: float = 1.0, format_threshold: float = 1.0, progress: bool = False,
+                     keep_samples: int = 2) -> dict:
+    """Sampled evaluation: ``n`` completions per question, scored by the training rewards.
+
+    Returns overall metrics -- ``pass@k`` (Chen et al.'s unbiased estimator, averaged over questions) for each
+    ``k`` in ``ks`` (default 1, 2, 4, ... n), ``mean@n`` (mean accuracy of all samples, = pass@1), ``maj@k``
+    (majority vote over answers grouped by the reward's own equivalence; ``None`` with ``maj_note`` when the
+    reward cannot extract answers), ``format_rate`` (share of samples ``format_fn`` scores >= ``format_threshold``),
+    ``length_right`` / ``length_wrong`` (mean tokens of right / wrong samples), ``truncated_frac`` (share that
+    hit ``max_new_tokens`` without EOS), ``no_answer_frac`` -- and ``per_question`` (right count, pass@k, maj@k,
+    answer votes). Definitions: :mod:`trl_rlvr.evaluation.passk`, :mod:`trl_rlvr.rewards.voting`, docs/evaluation.md.
+
+    ``model``: a model (possibly wrapped by ``accelerator``, an ``Accelerator`` or a ``PartialState``). With
+    several processes each evaluates every ``world``-th question (the same number of ``generate`` calls on every
+    rank) and the results are gathered on every rank. A sample's tokens depend only on ``(seed, question index,
+    sample index)``, so the numbers do not depend on the number of processes or the batch size.
+    """
+    from trl_rlvr.rewards.voting import supports_voting
+
+    rows = [dict(r) for r in dataset]
+    if not rows:
+        raise ValueError("evaluate_sampled: the dataset is empty")
+    ks = resolve_ks(n, ks)
+    t0 = time.time()
+    per_question = _generate_and_score(
+        model, tokenizer, rows, success_fn, format_fn, ks, accelerator=accelerator, batch_size=batch_size, n=n,
+        success_threshold=success_threshold, format_threshold=format_threshold, keep_samples=keep_samples,
+        progress=progress, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
+        seed=seed,
+    )
+    result = summarize_sampled(per_question, n, ks, temperature=temperature, top_p=top_p, top_k=top_k,
+                               max_new_tokens=max_new_tokens, seed=seed)
+    if not supports_voting(success_fn):
+        name = getattr(success_fn, "__name__", type(success_fn).__name__)
+        result["maj_note"] = f"maj@k not defined: reward {name!r} has no extract_answer (trl_rlvr.rewards.voting)"
+    result["seconds"] = round(time.time() - t0, 1)
+    return result
+
+
+def _mean(values):
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
+def summarize_sampled(per_question: list[dict], n: int, ks: list[int], **settings) -> dict:
+    """Overall metrics from :func:`score_question` records (means over questions, or over all samples)."""
+    lengths = [x for q in per_question for x in q["lengths"]]
+    right = [x for q in per_question for x in q["right_flags"]]
+    has_maj = all(q["maj@k"] is not None for q in per_question)
+    has_format = all(q["formatted"] is not None for q in per_question)
+    total = len(lengths)
+    return {
+        "questions": len(per_question),
+        "n": n,
+        "ks": ks,
+        **settings,
+        "mean@n": _mean(q["right"] / n for q in per_question),
+        "pass@k": {k: _mean(q["pass@k"][k] for q in per_question) for k in ks},
+        "maj@k": {k: _mean(q["maj@k"][k] for q in per_question) for k in ks} if has_maj else None,
+        "format_rate": sum(q["formatted"] for q in per_question) / total if has_format else None,
+        "no_answer_frac": sum(q["no_answer"] for q in per_question) / total if has_maj else None,
+        "unscored_frac": sum(q["unscored"] for q in per_question) / total,
+        "mean_length": _mean(lengths),
+        "length_right": _mean(x for x, r in zip(lengths, right) if r),
+        "length_wrong": _mean(x for x, r in zip(lengths, right) if not r),
+        "truncated_frac": sum(not f for q in per_question for f in q["finished"]) / total,
+        "per_question": per_question,
+    }

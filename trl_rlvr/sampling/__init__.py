@@ -1,0 +1,27 @@
+"""Which rows reach the loss: dynamic sampling (drop zero-signal groups, refill) and selective sampling (skip prompts
+predicted to be zero-signal), and the checkpointed prompt stream both draw from.
+
+- :mod:`.dynamic`: the filter and refill pieces (pure), :class:`PromptStream`;
+- :mod:`.selective`: the per-prompt history and its skip rule (pure).
+"""
+
+from trl_rlvr.sampling.dynamic import (
+    PromptStream,
+    concat_rows,
+    informative_rows,
+    prompts_for_round,
+    rows_per_process,
+    write_json_atomically,
+)
+from trl_rlvr.sampling.selective import PromptHistory, record_groups
+
+__all__ = [
+    "PromptHistory",
+    "PromptStream",
+    "concat_rows",
+    "informative_rows",
+    "prompts_for_round",
+    "record_groups",
+    "rows_per_process",
+    "write_json_atomically",
+]

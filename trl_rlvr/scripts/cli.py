@@ -1,0 +1,87 @@
+"""``trl-rlvr`` command line: ``trl-rlvr train --config recipe.yaml [--field value ...]`` (:mod:`trl_rlvr.scripts.train`),
+``trl-rlvr eval MODEL ...`` (:mod:`trl_rlvr.scripts.eval`), ``trl-rlvr rewards list`` and ``trl-rlvr rewards show NAME``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _rewards_list(args: argparse.Namespace) -> int:
+    from trl_rlvr.rewards.registry import available_rewards, reward_specs
+
+    specs = reward_specs()
+    if not specs:
+        print("No reward plugins installed (entry-point group 'trl_rlvr.rewards').")
+        return 0
+    descriptions = available_rewards()
+    rows = [(name, descriptions[name], f"{s.package} {s.version}") for name, s in specs.items()]
+    w0 = max(len("NAME"), *(len(r[0]) for r in rows))
+    w2 = max(len("PACKAGE"), *(len(r[2]) for r in rows))
+    print(f"{'NAME':<{w0}}  {'PACKAGE':<{w2}}  DESCRIPTION")
+    for name, desc, pkg in rows:
+        print(f"{name:<{w0}}  {pkg:<{w2}}  {desc}")
+    return 0
+
+
+def _rewards_show(args: argparse.Namespace) -> int:
+    from trl_rlvr.rewards.registry import RewardPluginError, describe_reward
+
+    try:
+        info = describe_reward(args.name)
+    except (ValueError, RewardPluginError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{info['name']}: {info['description']}")
+    print(f"  package:     {info['package']} {info['version']}")
+    print(f"  entry point: {info['entry_point']}")
+    print("  options:" if info["options"] else "  options: (none)")
+    for opt, o in info["options"].items():
+        default = "(required)" if o["required"] else f"= {o['default']!r}"
+        ann = f" [{o['annotation']}]" if o["annotation"] else ""
+        print(f"    {opt}{ann} {default}")
+    if info["accepts_any_option"]:
+        print("    (accepts any other keyword option)")
+    doc = info["doc"].split("\n", 1)
+    if len(doc) > 1 and doc[1].strip():
+        print()
+        print(doc[1].strip("\n"))
+    print()
+    print(f'Use: load_reward("{info["name"]}", **options), or reward_funcs=["{info["name"]}"] in RLVRTrainer.')
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from trl_rlvr import __version__
+
+    parser = argparse.ArgumentParser(prog="trl-rlvr", description="RLVR on Hugging Face TRL.")
+    parser.add_argument("--version", action="version", version=f"trl-rlvr {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("train", add_help=False, help="train from a recipe: trl-rlvr train --config recipe.yaml "
+                   "[--field value ...] (trl-rlvr train --help lists every field)")
+    rewards = sub.add_parser("rewards", help="reward plugins (entry-point group trl_rlvr.rewards)")
+    rsub = rewards.add_subparsers(dest="action", required=True)
+    p = rsub.add_parser("list", help="list the installed reward plugins")
+    p.set_defaults(func=_rewards_list)
+    p = rsub.add_parser("show", help="show one reward plugin and its options")
+    p.add_argument("name")
+    p.set_defaults(func=_rewards_show)
+    from trl_rlvr.scripts.eval import add_parser as add_eval_parser
+
+    add_eval_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:  # its own parser: every RecipeArguments, RLVRConfig and ModelConfig field
+        from trl_rlvr.scripts.train import main as train_main
+
+        train_main(argv[1:])
+        return 0
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

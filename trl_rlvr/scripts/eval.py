@@ -1,0 +1,209 @@
+"""``trl-rlvr eval``: sampled evaluation of one or more models with the training verifiers.
+
+    trl-rlvr eval BASE_DIR TRAINED_DIR --label base --label trained --dataset arithmetic --n 8 --k 1 2 4 8
+
+prints a table, writes ``eval.json`` and ``passk.png`` (pass@k and maj@k against k, one curve per model) to
+``--output_dir``. Several processes: ``accelerate launch -m trl_rlvr.scripts.cli eval ...`` (each process samples a share
+of the questions; the numbers equal a one-process run's). Definitions: docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("eval", help="sampled evaluation: pass@k, maj@k, mean@n with the training rewards",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="+", help="model directories or hub ids (a directory with adapter_config.json "
+                   "is a PEFT adapter on its base model); several models are compared in one table and plot")
+    p.add_argument("--label", action="append", default=None, help="a name per model, in order (default: directory name)")
+    d = p.add_argument_group("data")
+    d.add_argument("--dataset", default="arithmetic", help="'arithmetic' (built-in, offline), a local .json/.jsonl "
+                   "file, or a hub dataset name")
+    d.add_argument("--dataset_config", default=None, help="hub dataset configuration (e.g. 'main' for gsm8k)")
+    d.add_argument("--split", default="test", help="hub dataset split")
+    d.add_argument("--question_column", default="question")
+    d.add_argument("--answer_column", default="answer", help="reference answer (GSM8K's '... #### 42' becomes 42)")
+    d.add_argument("--prompt_column", default=None, help="use this column as the prompt as is (no template)")
+    d.add_argument("--prompt_style", default="chat_prefill", choices=["chat_prefill", "r1zero", "chat"])
+    d.add_argument("--num_questions", type=int, default=None, help="first N questions (arithmetic: default 100)")
+    d.add_argument("--dataset_seed", type=int, default=0, help="built-in arithmetic: the seed of the held-out set")
+    d.add_argument("--max_operand", type=int, default=20, help="built-in arithmetic: operands from 1..max_operand")
+    r = p.add_argument_group("rewards")
+    r.add_argument("--reward", default="boxed_math", help="the reward that decides right/wrong: a registered name "
+                   "(`trl-rlvr rewards list`) or module:function / module.function of a reward function")
+    r.add_argument("--format_reward", default="think_format", help="reward whose score >= 1 counts as formatted "
+                   "('none': no format rate)")
+    r.add_argument("--reward_option", action="append", default=[], metavar="NAME.OPTION=VALUE",
+                   help="an option of a registered reward (VALUE read as JSON, else a string), e.g. "
+                   "boxed_math.timeout=10; boxed_math/think_format get prefilled=true with a <think>-prefilled prompt")
+    r.add_argument("--success_threshold", type=float, default=1.0)
+    s = p.add_argument_group("sampling")
+    s.add_argument("--n", type=int, default=8, help="samples per question")
+    s.add_argument("--k", type=int, nargs="+", default=None, help="k values (default 1 2 4 ... n); each <= n")
+    s.add_argument("--temperature", type=float, default=1.0)
+    s.add_argument("--top_p", type=float, default=1.0)
+    s.add_argument("--top_k", type=int, default=0, help="0: off")
+    s.add_argument("--max_new_tokens", type=int, default=256)
+    s.add_argument("--seed", type=int, default=0, help="a sample's tokens depend only on (seed, question, sample)")
+    s.add_argument("--batch_size", type=int, default=64, help="sequences per generate() call")
+    s.add_argument("--dtype", default="float32", help="model weights dtype (float32, bfloat16, float16, auto)")
+    o = p.add_argument_group("output")
+    o.add_argument("--output_dir", default="eval_results", help="where eval.json and passk.png go")
+    o.add_argument("--no_plot", action="store_true")
+    o.add_argument("--no_progress", action="store_true")
+    p.set_defaults(func=run)
+    return p
+
+
+# ------------------------------------------------------------------------------------------------ pieces
+def parse_reward_options(items: list[str]) -> dict[str, dict]:
+    """``["boxed_math.timeout=10"]`` -> ``{"boxed_math": {"timeout": 10}}`` (values read as JSON, else strings)."""
+    out: dict[str, dict] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        name, dot, option = key.partition(".")
+        if not eq or not dot or not name or not option:
+            raise ValueError(f"--reward_option {item!r}: expected NAME.OPTION=VALUE (e.g. boxed_math.timeout=10)")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        out.setdefault(name, {})[option] = parsed
+    return out
+
+
+def eval_rewards(args) -> tuple:
+    from trl_rlvr.rewards.registry import resolve_reward_spec
+    from trl_rlvr.scripts.data import with_prefilled_options
+
+    options = parse_reward_options(args.reward_option)
+    names = [args.reward] + ([args.format_reward] if args.format_reward and args.format_reward != "none" else [])
+    stray = [n for n in options if n not in names]
+    if stray:
+        raise ValueError(f"--reward_option for {stray}, which is not --reward or --format_reward ({names})")
+    if args.prompt_column is None:  # the prompt is ours: it may end with <think>
+        with_prefilled_options(options, names, args.prompt_style)
+    success = resolve_reward_spec(args.reward, options.get(args.reward))
+    fmt = resolve_reward_spec(names[1], options.get(names[1])) if len(names) > 1 else None
+    return success, fmt
+
+
+def load_rows(args) -> list[dict]:
+    """Question/answer rows (``question``, ``answer``, optionally ``prompt``) from the chosen source."""
+    from trl_rlvr.scripts.data import extract_reference, heldout_arithmetic
+
+    if args.dataset == "arithmetic":  # the test split of arithmetic_dataset(seed=dataset_seed), as the main job's
+        n = args.num_questions or 100
+        return [{"question": r["question"], "answer": r["answer"]}
+                for r in heldout_arithmetic(n, args.dataset_seed, args.max_operand)]
+    from datasets import load_dataset
+
+    path = Path(args.dataset)
+    if path.suffix in (".json", ".jsonl"):
+        if not path.is_file():
+            raise ValueError(f"--dataset {args.dataset}: no such file")
+        ds, where = load_dataset("json", data_files=str(path), split="train"), str(path)
+    else:
+        ds, where = load_dataset(args.dataset, args.dataset_config, split=args.split), f"{args.dataset}[{args.split}]"
+    needed = [args.answer_column, args.prompt_column or args.question_column]
+    missing = [c for c in needed if c not in ds.column_names]
+    if missing:
+        raise ValueError(f"{where}: no column {missing} (columns: {ds.column_names}); set --question_column / "
+                         "--answer_column / --prompt_column")
+    if args.num_questions is not None:
+        ds = ds.select(range(min(args.num_questions, len(ds))))
+    rows = []
+    for r in ds:
+        row = {"question": str(r[args.question_column]) if args.question_column in r else None,
+               "answer": extract_reference(r[args.answer_column])}
+        if args.prompt_column:
+            row["prompt"] = r[args.prompt_column]
+        rows.append(row)
+    return rows
+
+
+def with_prompts(rows: list[dict], tokenizer, prompt_style: str):
+    """The rows as a dataset with the model's prompt (its own chat template) and ``solution`` = ``answer``."""
+    from datasets import Dataset
+
+    from trl_rlvr.scripts.data import format_prompt
+
+    return Dataset.from_list([
+        {**r, "prompt": r.get("prompt") or format_prompt(r["question"], tokenizer, prompt_style), "solution": r["answer"]}
+        for r in rows
+    ])
+
+
+def load_model(path: str, dtype: str, device):
+    """A causal LM (or a PEFT adapter on its base) and its tokenizer, in eval mode on ``device``."""
+    from trl_rlvr.scripts.models import load_model_and_tokenizer, load_tokenizer, resolve_model_path
+
+    path = resolve_model_path(path)
+    adapter = Path(path) / "adapter_config.json"
+    if not adapter.is_file():
+        model, tokenizer, _ = load_model_and_tokenizer(path, dtype=dtype)
+        return model.to(device).eval(), tokenizer
+    import torch
+    from peft import AutoPeftModelForCausalLM
+
+    model = AutoPeftModelForCausalLM.from_pretrained(path, dtype="auto" if dtype == "auto" else getattr(torch, dtype))
+    has_tokenizer = any((Path(path) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+    base = json.loads(adapter.read_text()).get("base_model_name_or_path")
+    tokenizer = load_tokenizer(path if has_tokenizer or not base else base)
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(device).eval(), tokenizer
+
+
+# ------------------------------------------------------------------------------------------------ main
+def run(args) -> int:
+    from trl_rlvr.evaluation.evaluate import evaluate_sampled, resolve_ks
+    from trl_rlvr.evaluation.report import format_table, plot_passk
+    from trl_rlvr.scripts.distributed import distributed_state
+
+    labels = args.label or [Path(m.rstrip("/")).name or m for m in args.models]
+    try:
+        if len(labels) != len(args.models):
+            raise ValueError(f"{len(labels)} --label for {len(args.models)} models: give one per model")
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"labels must differ: {labels} (use --label)")
+        ks = resolve_ks(args.n, args.k)
+        success_fn, format_fn = eval_rewards(args)
+        rows = load_rows(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    state = distributed_state()
+    results = {}
+    for label, model_path in zip(labels, args.models):
+        t = time.time()
+        model, tokenizer = load_model(model_path, args.dtype, state.device)
+        if state.is_main_process:
+            print(f"{label}: {model_path} loaded in {time.time() - t:.0f}s; {len(rows)} questions x {args.n} samples",
+                  file=sys.stderr)
+        results[label] = evaluate_sampled(
+            model, tokenizer, with_prompts(rows, tokenizer, args.prompt_style), success_fn, format_fn, n=args.n, ks=ks,
+            accelerator=state if state.num_processes > 1 else None, temperature=args.temperature, top_p=args.top_p,
+            top_k=args.top_k, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed,
+            success_threshold=args.success_threshold, progress=not args.no_progress,
+        )
+        results[label]["model"] = model_path
+        del model
+    if state.is_main_process:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        settings = {k: v for k, v in vars(args).items() if k != "func"}
+        (out / "eval.json").write_text(json.dumps({"settings": settings, "num_processes": state.num_processes,
+                                                   "models": results}, indent=1, default=str))
+        print(format_table(results))
+        plot = None if args.no_plot else plot_passk(results, out / "passk.png")
+        print(f"results: {out / 'eval.json'}" + (f"   plot: {plot}" if plot else ""))
+    state.wait_for_everyone()
+    return 0

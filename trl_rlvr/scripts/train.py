@@ -1,0 +1,304 @@
+"""Recipes: ``trl-rlvr train --config recipe.yaml [--field value ...]``, and the code ``examples/r1zero.py`` shares.
+
+A recipe is a YAML mapping of fields of three dataclasses, as in TRL's own scripts (``TrlParser``):
+:class:`RecipeArguments` (preset, data, prompt, rewards), :class:`trl_rlvr.RLVRConfig` (every ``GRPOConfig``
+field and the RLVR switches) and ``trl.ModelConfig`` (model, dtype, 4-bit, PEFT). Precedence, lowest first:
+the script's defaults, the ``preset``'s switches (:mod:`trl_rlvr.presets`), the YAML, the command line. A key
+that none of the three dataclasses has is an error that names it.
+
+The steps, in the order they can fail (cheap and likely mistakes first, the model last):
+
+1. :func:`parse` -- unknown keys, unknown preset, invalid settings (``RLVRConfig`` validates itself);
+2. :func:`load_raw_data` -- the dataset, its split and its question/answer columns;
+3. :func:`recipe_rewards` -- the reward functions with their options, and the columns they need;
+4. :func:`model_settings` -- then the prompts, and :func:`build_trainer` hands everything to
+   ``RLVRTrainer``, which loads the model.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl_rlvr.scripts.data import COLUMNS, PROMPT_STYLES
+
+
+@dataclass
+class RecipeArguments:
+    """A recipe's own fields: preset, data, prompt and rewards. Model fields come from ``trl.ModelConfig``."""
+
+    preset: str | None = field(
+        default=None,
+        metadata={"help": "Algorithm switches of one paper: 'dapo', 'dr_grpo', 'grpo' or 'r1zero' (docs/recipes.md). "
+                  "The recipe's own fields and the command line override them."},
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Hub id, local folder or local file (.json, .jsonl, .csv, .parquet) with a question and an "
+                  "answer column. Default: built-in arithmetic word problems (offline)."},
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration (e.g. 'main' for gsm8k)."})
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_test_split: str | None = field(
+        default="test", metadata={"help": "Held-out split; if missing, carved out of the train split."}
+    )
+    question_column: str = field(default="question", metadata={"help": "Column holding the question."})
+    answer_column: str = field(
+        default="answer", metadata={"help": "Column holding the reference answer (GSM8K's '... #### 42' is reduced to 42)."}
+    )
+    prompt_style: str = field(
+        default="chat_prefill",
+        metadata={"help": "'chat_prefill': chat template, instruction + one-shot example, assistant turn pre-filled "
+                  "with <think>; 'r1zero': DeepSeek-R1-Zero's plain-text template ending in <think> (base models); "
+                  "'chat': conversational prompt without prefill.",
+                  "choices": list(PROMPT_STYLES)},
+    )
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "A system turn before the question (chat styles) or a paragraph before the "
+                                "plain-text template (r1zero)."}
+    )
+    num_train_samples: int | None = field(
+        default=None, metadata={"help": "Training questions (built-in data: how many to generate, default 256; "
+                                "other data: a cap, None = all)."}
+    )
+    num_eval_samples: int = field(default=100, metadata={"help": "Held-out questions."})
+    max_operand: int = field(default=20, metadata={"help": "Built-in data: operands are drawn from 1..max_operand."})
+    dataset_seed: int = field(default=0, metadata={"help": "Seed of the built-in data and of subsampling."})
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["think_format", "boxed_math"],
+        metadata={"help": "Reward functions by registry name (`trl-rlvr rewards list`) or dotted import path; "
+                  "options in reward_options."},
+    )
+    cpu_threads: int | None = field(
+        default=None,
+        metadata={"help": "Torch threads when training on a CPU. Default: with one process, every usable core "
+                  "(`accelerate launch` without a config sets OMP_NUM_THREADS=1, which halves speed on 2 cores); "
+                  "with several processes, what the launcher set."},
+    )
+
+    def __post_init__(self):
+        for name in ("preset", "dataset_name", "dataset_config", "dataset_test_split", "system_prompt"):
+            if isinstance(getattr(self, name), str) and getattr(self, name).lower() in ("none", "null"):
+                setattr(self, name, None)  # the command line's way of saying None
+        if self.preset is not None:
+            from trl_rlvr.presets import PRESETS
+
+            if self.preset not in PRESETS:
+                raise ValueError(f"Unknown preset {self.preset!r}; presets: {', '.join(map(repr, PRESETS))}")
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style={self.prompt_style!r} is not valid; allowed values: {PROMPT_STYLES}")
+
+
+# ------------------------------------------------------------------------------------------------ 1. parse
+def make_parser(script_class: type = RecipeArguments, defaults: dict[str, Any] | None = None, prog: str | None = None):
+    """A ``TrlParser`` over (``script_class``, ``RLVRConfig``, ``ModelConfig``) that knows ``preset`` and names
+    unknown keys; ``defaults`` are the script's own defaults (lowest precedence)."""
+    from trl_rlvr.config import RLVRConfig  # first: it quiets a bitsandbytes import notice (trl_rlvr._compat.quantized)
+    from trl import ModelConfig, TrlParser  # noqa: I001
+
+    class RecipeParser(TrlParser):
+        def parse_args_and_config(self, args=None, **kwargs):
+            args = list(sys.argv[1:] if args is None else args)
+            config_path, config = _read_config(args)
+            preset = _setting("preset", args, config)
+            if preset is not None and str(preset).lower() not in ("none", "null"):
+                from trl_rlvr.presets import preset_values
+
+                budget = _setting("max_completion_length", args, config)
+                self.set_defaults_with_config(
+                    **preset_values(str(preset), {"max_completion_length": int(budget) if budget else None})
+                )
+            if kwargs:
+                return super().parse_args_and_config(args, **kwargs)
+            *parsed, from_config, from_cli = super().parse_args_and_config(
+                args, return_remaining_strings=True, separate_remaining_strings=True
+            )
+            if from_config or from_cli:
+                raise ValueError(_unknown_keys(self, from_config, from_cli, config_path))
+            return tuple(parsed)
+
+    parser = RecipeParser((script_class, RLVRConfig, ModelConfig), prog=prog)
+    if defaults:
+        parser.set_defaults_with_config(**defaults)
+    return parser
+
+
+def _read_config(args: list[str]) -> tuple[str | None, dict]:
+    if "--config" not in args:
+        return None, {}
+    import yaml
+
+    path = args[args.index("--config") + 1]
+    with open(path) as f:
+        config = yaml.safe_load(f)
+    return path, config if isinstance(config, dict) else {}
+
+
+def _setting(name: str, args: list[str], config: dict):
+    """``name``'s value on the command line (``--name v`` or ``--name=v``), else in the YAML, else None."""
+    flag = f"--{name}"
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return config.get(name)
+
+
+def _unknown_keys(parser, from_config: list[str], from_cli: list[str], config_path: str | None) -> str:
+    known = sorted({action.dest for action in parser._actions})
+    parts = []
+    for where, strings in ((f"in {config_path}", from_config), ("on the command line", from_cli)):
+        keys = [s.lstrip("-").split("=", 1)[0] for s in strings if s.startswith("--")] or strings
+        for key in keys:
+            close = difflib.get_close_matches(key, known, n=1)
+            parts.append(f"{key!r} {where}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ("Unknown recipe key(s): " + "; ".join(parts) + ". A recipe takes the fields of RecipeArguments, "
+            "RLVRConfig (GRPOConfig) and trl.ModelConfig (`trl-rlvr train --help`).")
+
+
+# ------------------------------------------------------------------------------------------------ 2. data
+def load_raw_data(recipe):
+    """The dataset as it is (``DatasetDict``), its split and columns checked; None for the built-in data."""
+    if recipe.dataset_name is None:
+        return None
+    from trl_rlvr.scripts.data import load_raw_qa
+
+    return load_raw_qa(recipe.dataset_name, config=recipe.dataset_config, train_split=recipe.dataset_train_split,
+                       question_column=recipe.question_column, answer_column=recipe.answer_column)
+
+
+def build_datasets(recipe, tokenizer, raw=None):
+    """``{"train", "test"}`` in the R1-Zero format (:data:`trl_rlvr.scripts.data.COLUMNS`)."""
+    from trl_rlvr.scripts.data import arithmetic_dataset, load_qa_dataset
+
+    if recipe.dataset_name is None:
+        return arithmetic_dataset(
+            tokenizer, n_train=recipe.num_train_samples or 256, n_eval=recipe.num_eval_samples,
+            seed=recipe.dataset_seed, max_operand=recipe.max_operand, prompt_style=recipe.prompt_style,
+            system_prompt=recipe.system_prompt,
+        )
+    return load_qa_dataset(
+        recipe.dataset_name, tokenizer, config=recipe.dataset_config, train_split=recipe.dataset_train_split,
+        test_split=recipe.dataset_test_split, question_column=recipe.question_column,
+        answer_column=recipe.answer_column, prompt_style=recipe.prompt_style, n_train=recipe.num_train_samples,
+        n_eval=recipe.num_eval_samples, seed=recipe.dataset_seed, system_prompt=recipe.system_prompt, raw=raw,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ 3. rewards
+def recipe_rewards(recipe, training_args) -> list:
+    """The reward functions, built with their options (``reward_options`` is consumed), their columns checked.
+
+    With a prompt that ends in ``<think>`` (``chat_prefill``, ``r1zero``), ``think_format`` and ``boxed_math``
+    get ``prefilled=True``: the completion starts inside the reasoning, and an answer exists only after
+    ``</think>`` (boxed_math gives no credit to a box inside unclosed reasoning)."""
+    from trl_rlvr.checks import check_dataset_columns
+    from trl_rlvr.scripts.data import with_prefilled_options
+    from trl_rlvr.rewards.registry import resolve_reward_funcs
+
+    options = {k: dict(v) for k, v in (training_args.reward_options or {}).items()}
+    with_prefilled_options(options, recipe.reward_funcs, recipe.prompt_style)
+    reward_funcs = resolve_reward_funcs(recipe.reward_funcs, options)
+    training_args.reward_options = None  # consumed: the functions are built
+    if training_args.success_reward is not None and training_args.success_reward not in [
+        getattr(f, "__name__", None) for f in reward_funcs
+    ]:
+        training_args.success_reward = None  # e.g. reward_funcs without boxed_math: the first verifier decides
+
+    class _Columns:  # every dataset built here has these columns
+        column_names = list(COLUMNS)
+
+    check_dataset_columns(_Columns(), reward_funcs, what=f"the dataset built from {recipe.dataset_name or 'arithmetic'}")
+    return reward_funcs
+
+
+# ------------------------------------------------------------------------------------------------ 4. model
+def model_settings(model_args, training_args, quiet: bool = False):
+    """(model path, tokenizer, quantization config); ``training_args.model_init_kwargs`` filled from
+    ``model_args`` (dtype, attention, revision, 4/8-bit device map). The weights load in ``RLVRTrainer``."""
+    from trl_rlvr.scripts.models import kbit_device_map, load_tokenizer, quantization_config, resolve_model_path
+
+    model_path = resolve_model_path(model_args.model_name_or_path, quiet=quiet)
+    tokenizer = load_tokenizer(model_path, revision=model_args.model_revision,
+                               trust_remote_code=training_args.trust_remote_code)
+    tokenizer.truncation_side = "left"
+    init_kwargs = dict(training_args.model_init_kwargs or {})
+    init_kwargs.setdefault("dtype", model_args.dtype or "float32")
+    if model_args.attn_implementation is not None:
+        init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
+    if model_args.model_revision not in (None, "main"):
+        init_kwargs.setdefault("revision", model_args.model_revision)
+    quantization = quantization_config(
+        model_args.load_in_4bit, model_args.load_in_8bit, init_kwargs["dtype"], model_args.bnb_4bit_quant_type,
+        model_args.use_bnb_nested_quant, model_args.bnb_4bit_quant_storage or "uint8",
+    )
+    if quantization is not None:
+        init_kwargs.setdefault("device_map", kbit_device_map())
+    training_args.model_init_kwargs = init_kwargs
+    return model_path, tokenizer, quantization
+
+
+def build_trainer(recipe, training_args, model_args, quiet: bool = False, main_process_first=None):
+    """Steps 2-4: ``(RLVRTrainer, {"train", "test"} datasets)``. ``main_process_first``: a context manager
+    (``PartialState().main_process_first``) under which the model is resolved (the offline default is
+    converted once, by the main process)."""
+    import contextlib
+
+    from trl import get_peft_config
+
+    from trl_rlvr.trainer import RLVRTrainer
+
+    raw = load_raw_data(recipe)
+    reward_funcs = recipe_rewards(recipe, training_args)
+    with (main_process_first or contextlib.nullcontext)():
+        model_path, tokenizer, quantization_config = model_settings(model_args, training_args, quiet)
+    data = build_datasets(recipe, tokenizer, raw)
+    evaluating = training_args.eval_strategy != "no"
+    trainer = RLVRTrainer(
+        model=model_path,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=data["train"],
+        eval_dataset=data["test"] if evaluating else None,
+        processing_class=tokenizer,
+        quantization_config=quantization_config,
+        peft_config=get_peft_config(model_args),
+    )
+    return trainer, data
+
+
+def use_cpu_threads(requested: int | None, num_processes: int) -> None:
+    """Give torch the CPU's cores: `accelerate launch` without a config pins a CPU job to one thread."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    if requested is None and num_processes == 1:
+        requested = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if requested:
+        torch.set_num_threads(requested)
+
+
+# ------------------------------------------------------------------------------------------------ train
+def train(recipe, training_args, model_args):
+    """``trl-rlvr train``: build, train, save the model (or adapter) to ``output_dir``; returns the trainer."""
+    from trl_rlvr.scripts.distributed import distributed_state
+
+    state = distributed_state(training_args.use_cpu)
+    use_cpu_threads(recipe.cpu_threads, state.num_processes)
+    trainer, _ = build_trainer(recipe, training_args, model_args, quiet=not state.is_main_process,
+                               main_process_first=state.main_process_first)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    return trainer
+
+
+def main(argv: list[str] | None = None):
+    """Entry point of ``trl-rlvr train``."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    recipe, training_args, model_args = make_parser(prog="trl-rlvr train").parse_args_and_config(argv)
+    return train(recipe, training_args, model_args)
