@@ -65,7 +65,8 @@ def _parse(text: str) -> ast.Module | None:
 
 def _fenced(text: str) -> tuple[list[str], list[str]]:
     """The fenced blocks of a markdown text (``` or ~~~, any info string, closed by the same fence of at least the
-    same length; an unclosed fence runs to the end) and the prose between them."""
+    same length on its own line or at the end of the last code line; an unclosed fence runs to the end) and the
+    prose between them."""
     blocks, prose, cur, fence = [], [], [], None
     for line in text.splitlines():
         m = _FENCE_OPEN.match(line)
@@ -77,6 +78,9 @@ def _fenced(text: str) -> tuple[list[str], list[str]]:
                 cur.append(line)
         elif m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line[m.end() :].strip():
             blocks.append(textwrap.dedent("\n".join(cur)))
+            cur, fence = [], None
+        elif line.rstrip().endswith(fence):  # the closing fence at the end of the last code line
+            blocks.append(textwrap.dedent("\n".join([*cur, line.rstrip()[: -len(fence)]])))
             cur, fence = [], None
         else:
             cur.append(line)
