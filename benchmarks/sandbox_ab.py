@@ -35,8 +35,8 @@ def child(tree: str):
     pool.start()
     progs = [p["prompt"] + p["canonical_solution"] for p in he]
     cases = {
-        "he_routed": [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}) for c, p in zip(progs, he)],
-        "he_tester": [Job("call", c, 1, spec={"kind": "check", "test": p["test"], "entry_point": p["entry_point"]}) for c, p in zip(progs, he)],
+        "he_routed": [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}, p["prompt"]) for c, p in zip(progs, he)],
+        "he_tester": [Job("call", c, 1, spec=bench._check_spec(f, p)) for c, p in zip(progs, he)],
         "trivial_values": [f._job(bench.TRIVIAL, 0, {"tests": [bench.TRIVIAL_TESTS]})] * 300,
     }
     bench._timed_pool(pool, cases["he_routed"], pool.n)  # warm-up
