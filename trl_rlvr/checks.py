@@ -42,6 +42,9 @@ def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_da
     problems = missing_columns(columns, reward_funcs)
     if problems:
         raise ValueError(f"{what} lacks " + "; and ".join(problems) + f". Its columns: {sorted(columns)}")
+    for reward in reward_funcs:  # a reward that checks its rows too (code_sandbox: what check() may call)
+        if callable(getattr(reward, "check_rows", None)):
+            reward.check_rows(dataset)
 
 
 # ------------------------------------------------------------------------------------------------ settings

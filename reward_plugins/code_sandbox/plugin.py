@@ -5,9 +5,12 @@ answer part (after the last ``</think>``) when there is none. The test format fo
 columns, one entry per completion:
 
 * ``tests`` (list of assert statements, MBPP style) with optional ``test_setup_code``;
-* ``test`` + ``entry_point`` (HumanEval style: ``check(candidate)``); helper functions that the
-  prompt defines (HumanEval's ``poly``, ``encode_cyclic``) are taken from the prompt, not from the
-  completion, when ``check`` runs (``prelude``);
+* ``test`` + ``entry_point`` (HumanEval style: ``check(candidate)``). The candidate gives the test code its
+  entry point and nothing else: every other name ``check`` reads (HumanEval's ``poly``, ``encode_cyclic``, a
+  constant) comes from the test code, the row's ``prompt_code`` column (HumanEval's raw ``prompt``) or else the
+  row's prompt, never from the completion (``prelude``). A row whose ``check`` reads a name none of them
+  defines is a configuration error (``ValueError`` naming the row and the names), raised by ``check_rows``
+  before training and by the call itself;
 * ``io_tests`` (list of ``{"input": str, "output": str}`` over stdin/stdout).
 
 Asserts and ``check`` functions take the value path when their shape allows (``routing``: the
@@ -32,7 +35,7 @@ import weakref
 
 from .._text import completion_text
 from .pool import Job, Limits, SandboxPool
-from .prelude import prompt_helpers
+from .prelude import build_prelude, prompt_texts
 from .routing import check_value_tests, value_tests
 
 log = logging.getLogger(__package__)  # one logger for the whole package
@@ -78,16 +81,29 @@ class CodeSandboxReward:
         memory_mb: int = 1024,
         max_output_bytes: int = 8 << 20,
         max_processes: int = 64,
+        max_value_bytes: int = 64 << 10,
+        sample_timeout: float | None = None,
+        prompt_code_column: str = "prompt_code",
     ):
         if isolation not in ("bwrap", "rlimits"):
             raise ValueError(f"isolation must be 'bwrap' (default) or 'rlimits', not {isolation!r}")
-        if timeout <= 0 or memory_mb < 64 or max_output_bytes < 1 or max_processes < 4:
-            raise ValueError("timeout > 0, memory_mb >= 64, max_output_bytes >= 1, max_processes >= 4 required")
+        if timeout <= 0 or memory_mb < 64 or max_output_bytes < 1 or max_processes < 4 or max_value_bytes < 1024:
+            raise ValueError(
+                "timeout > 0, memory_mb >= 64, max_output_bytes >= 1, max_processes >= 4, max_value_bytes >= 1024 required"
+            )
+        sample_timeout = float(timeout) if sample_timeout is None else float(sample_timeout)
+        if not sample_timeout >= timeout:
+            raise ValueError(f"sample_timeout ({sample_timeout}) must be at least timeout ({timeout})")
+        if not (isinstance(prompt_code_column, str) and prompt_code_column):
+            raise ValueError(f"prompt_code_column must be a column name, not {prompt_code_column!r}")
+        self.prompt_code_column = prompt_code_column
         self.__name__ = "code_sandbox"
         self.partial_credit = bool(partial_credit)
         self.isolation = isolation
         self.num_workers = num_workers
-        self.limits = Limits(float(timeout), int(memory_mb), int(max_output_bytes), int(max_processes))
+        self.limits = Limits(
+            float(timeout), int(memory_mb), int(max_output_bytes), int(max_processes), int(max_value_bytes), sample_timeout
+        )
         self._pool: SandboxPool | None = None
         if isolation == "bwrap":
             from .isolation import find_bwrap, sandbox_python
@@ -144,8 +160,8 @@ class CodeSandboxReward:
             fast = check_value_tests(str(test), entry)
             if fast is not None:
                 return Job("values", code, 1, spec={"exprs": fast[0]}, expected=fast[1], one_test=True)
-            spec = {"kind": "check", "test": str(test), "entry_point": entry, "prelude": prompt_helpers(prompt, entry)}
-            return Job("call", code, 1, spec=spec)
+            prelude = self.prelude(str(test), entry, col(self.prompt_code_column), prompt, k)
+            return Job("call", code, 1, spec={"kind": "check", "test": str(test), "entry_point": entry, "prelude": prelude})
         if io_tests is not None:
             if isinstance(io_tests, str):
                 import json
@@ -155,6 +171,40 @@ class CodeSandboxReward:
             inputs = [c.get("input") if isinstance(c.get("input"), str) else "" for c in cases]
             return Job("io", code, len(cases), inputs=inputs, expected=[c.get("output") for c in cases])
         return None
+
+    def prelude(self, test: str, entry: str, prompt_code, prompt, row) -> str:
+        """The trusted definitions ``check`` needs (``prelude.build_prelude``): from the ``prompt_code`` cell when
+        the row has one, else from the prompt. Raises ValueError naming the row when some name is defined by
+        neither: such a row is never scored (the candidate would otherwise decide what ``check`` calls)."""
+        sources = (str(prompt_code),) if prompt_code is not None else tuple(prompt_texts(prompt))
+        found = build_prelude(test, entry, sources)
+        if found.missing:
+            where = f"the {self.prompt_code_column!r} cell" if prompt_code is not None else "the prompt"
+            raise ValueError(
+                f"code_sandbox: row {row}: check() reads {', '.join(found.missing)}, which neither the test code nor "
+                f"{where} defines (the completion may not). Put the code that defines it (HumanEval's raw 'prompt') "
+                f"in a column {self.prompt_code_column!r}, or define it in the 'test' column."
+            )
+        return found.source
+
+    def check_rows(self, dataset) -> None:
+        """Raise ValueError for the first HumanEval-style row (``test`` + ``entry_point``) whose ``check`` reads
+        a name that no trusted source of the row defines (see ``prelude``). Called before training (trl_rlvr.checks);
+        a dataset without those columns, or whose rows cannot be read by column, is not checked."""
+        try:
+            names = set(dataset.column_names)
+            if not {"test", "entry_point"} <= names:
+                return
+            tests, entries = dataset["test"], dataset["entry_point"]
+            codes = dataset[self.prompt_code_column] if self.prompt_code_column in names else [None] * len(tests)
+            prompts = dataset["prompt"] if "prompt" in names else [None] * len(tests)
+        except (AttributeError, TypeError, KeyError):
+            return
+        for k, (test, entry) in enumerate(zip(tests, entries)):
+            if test is None or not isinstance(entry, str) or not entry.isidentifier():
+                continue
+            if check_value_tests(str(test), entry) is None:
+                self.prelude(str(test), entry, codes[k], prompts[k], k)
 
     def __call__(self, prompts=None, completions=None, **kwargs) -> list:
         completions = list(completions or [])
@@ -191,10 +241,17 @@ def code_sandbox(**options) -> CodeSandboxReward:
         isolation: "bwrap" (default: bubblewrap, uid drop, rlimits, Landlock, seccomp); "rlimits" only on
             explicit request, where no user namespaces are available.
         num_workers: sandboxed worker processes (default: cores + 1, at most 16).
-        timeout: wall seconds per run of one completion's tests.
+        timeout: wall seconds per execution: one run of a completion's asserts or check(), or one io case.
+        sample_timeout: wall seconds for all io cases of one completion together (default: ``timeout``); a case
+            starts only while time is left and is killed when it runs out.
         memory_mb: address-space limit of a run, in MiB.
         max_output_bytes: bytes of output a run may write.
         max_processes: processes a run may have.
+        max_value_bytes: bytes of value records one completion may send on the value path (default 64 KiB: the
+            largest of MBPP's and HumanEval's is under 5 KiB); more voids the sample, so reading them on the host
+            costs a few milliseconds at most.
+        prompt_code_column: the column holding the code whose helpers and constants check() uses (HumanEval's
+            raw ``prompt``) when the ``prompt`` column is a chat; default ``prompt_code``.
 
     Test columns (one per row): ``tests`` (assert statements), ``test`` + ``entry_point`` (HumanEval) or
     ``io_tests`` (stdin/stdout pairs); see docs/code_sandbox.md.

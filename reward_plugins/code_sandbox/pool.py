@@ -41,6 +41,12 @@ class Limits:
     memory_mb: int = 1024  # address space per sandboxed process
     max_output_bytes: int = 8 << 20  # stdout and any file a program writes
     max_processes: int = 64  # RLIMIT_NPROC of the sandbox uid (threads count; fork is denied anyway)
+    max_value_bytes: int = 64 << 10  # value records of one sample (value path): more voids it; bounds host parsing
+    sample_timeout: float | None = None  # wall seconds for all io cases of one sample (None: timeout)
+
+    @property
+    def io_budget(self) -> float:
+        return self.timeout if self.sample_timeout is None else self.sample_timeout
 
 
 @dataclasses.dataclass
@@ -52,6 +58,7 @@ class Job:
     inputs: list | None = None  # io: stdin per case
     expected: list | None = None  # io: expected stdout; values: routing.Expect per expression (never leave the host)
     one_test: bool = False  # values: the expressions form one test (a check() function) passing when all do
+    budget: float | None = None  # io: wall seconds left for its cases (a part of a split sample gets what is left)
 
 
 @dataclasses.dataclass
@@ -74,6 +81,7 @@ def _header(limits: Limits) -> dict:
     """The limits as the worker applies them to each sandboxed process."""
     return {
         "timeout": limits.timeout,
+        "sample": limits.io_budget,
         "cpu": int(limits.timeout) + 1,
         "mem": limits.memory_mb << 20,
         "fsize": limits.max_output_bytes,
@@ -177,7 +185,9 @@ class _Worker:
         return isolation.cgroup_remove(self.cgroups, wait_s)
 
     def run(self, job: Job, limits: Limits) -> Outcome:
-        hdr = f"{job.mode} {job.n}".encode()  # the worker has the pool's limits from its command line
+        hdr = f"{job.mode} {job.n}"  # the worker has the pool's limits from its command line
+        io_budget = limits.io_budget if job.budget is None else min(job.budget, limits.io_budget)
+        hdr = (hdr + f" {max(1, int(io_budget * 1000))}" if job.mode == "io" else hdr).encode()
         code = job.code.encode("utf-8", errors="replace")
         if job.mode == "values":  # the calls only, never the expectations; then the program
             calls = "\n".join(["one" if job.one_test else "each", *job.spec["exprs"]]).encode()
@@ -194,7 +204,7 @@ class _Worker:
             ins = [_memfd("stdin", (x or "").encode("utf-8", errors="replace")) for x in job.inputs]
             outs = [os.memfd_create("stdout", os.MFD_CLOEXEC) for _ in job.inputs]
             send, keep = [code_fd, *ins, *outs], outs
-            budget = limits.timeout * job.n + 10
+            budget = io_budget + 10
         deadline = time.monotonic() + budget
         try:
             try:
@@ -203,12 +213,16 @@ class _Worker:
                 for fd in send:
                     if fd not in keep:
                         os.close(fd)
-            raw = b""
+            raw, overflow = b"", False
             if job.mode != "io":
-                cap = MAX_RESULT_BYTES if job.mode == "call" else limits.max_output_bytes
-                raw, reply = self._results(res_r, deadline, cap)
+                cap = MAX_RESULT_BYTES if job.mode == "call" else limits.max_value_bytes
+                raw, reply, overflow = self._results(res_r, deadline, cap)
+                if overflow:  # closed there: its writer's next write fails at once
+                    keep.remove(res_r)
             else:  # io: stdout is in the memfds, only the reply to wait for
-                _, reply = self._results(None, deadline, 0)
+                _, reply, _ = self._results(None, deadline, 0)
+            if overflow:  # more than a sample may send: none of it is read
+                return Outcome([False] * job.n, timeout=bool(reply.get("timeout")), error="void")
             if job.mode != "io":
                 if job.mode == "call":  # reading what a sample sent never takes longer than it may run
                     passed, status, flags = protocol.parse_records(raw, job.n, seconds=limits.timeout)
@@ -227,20 +241,25 @@ class _Worker:
                     passed.append(False)
                     continue
                 code, timed_out = case
-                os.lseek(fd, 0, os.SEEK_SET)
-                got = os.read(fd, limits.max_output_bytes + 1)
-                ok = code == 0 and not timed_out and len(got) <= limits.max_output_bytes
                 crashed |= code != 0 and not timed_out
-                passed.append(ok and protocol.same_output(got, want))
+                # read only what a matching output can be (the size from the memfd, not its bytes): comparing
+                # costs the host time in the expected output's size, never in what the program chose to print
+                size = os.fstat(fd).st_size
+                if code != 0 or timed_out or size > min(limits.max_output_bytes, protocol.output_bound(want)):
+                    passed.append(False)
+                    continue
+                os.lseek(fd, 0, os.SEEK_SET)
+                passed.append(protocol.same_output(os.read(fd, size), want))
             return Outcome(passed, timeout=bool(reply.get("timeout")), error="program" if crashed else None)
         finally:
             for fd in keep:
                 os.close(fd)
 
-    def _results(self, fd, deadline, cap) -> tuple[bytes, dict]:
-        """The result pipe ``fd`` (None: none) to its end, at most ``cap`` bytes kept, and the
-        worker's reply, waited for together: one wakeup when both are there."""
-        chunks, total, reply = [], 0, None
+    def _results(self, fd, deadline, cap) -> tuple[bytes, dict, bool]:
+        """The result pipe ``fd`` (None: none) to its end and the worker's reply, waited for together: one wakeup
+        when both are there. -> (bytes, reply, overflow): past ``cap`` bytes the pipe is closed (overflow True:
+        the caller must not close it again) and nothing more is read, so that reading costs at most ``cap``."""
+        chunks, total, reply, overflow = [], 0, None, False
         while fd is not None or reply is None:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -249,13 +268,16 @@ class _Worker:
             if self.sock in ready:
                 reply = self._read_reply()
             if fd in ready:
-                b = os.read(fd, 65536)
+                b = os.read(fd, min(65536, cap + 1 - total))
+                total += len(b)
                 if not b:
                     fd = None
-                total += len(b)
-                if total <= cap:
+                elif total > cap:
+                    os.close(fd)
+                    fd, overflow, chunks = None, True, []
+                else:
                     chunks.append(b)
-        return b"".join(chunks), reply
+        return b"".join(chunks), reply, overflow
 
     def _read_reply(self) -> dict:
         msg = self.sock.recv(1 << 16)
@@ -356,19 +378,25 @@ class SandboxPool:
             else:
                 out.append([job])
         flat = [j for parts in out for j in parts]
-        stops = {}  # id(part) -> the event shared by the parts of one split io sample
+        shared = {}  # id(part) -> what the parts of one split io sample share: a timeout, and when it began
         for parts in out:
             if len(parts) > 1:
-                stop = threading.Event()
-                stops.update((id(j), stop) for j in parts)
+                sample = {"stop": threading.Event(), "start": []}
+                shared.update((id(j), sample) for j in parts)
 
-        def one(job: Job) -> Outcome:  # the parts of one io sample: none starts after one timed out
-            stop = stops.get(id(job))
-            if stop is not None and stop.is_set():
+        def one(job: Job) -> Outcome:  # the parts of one io sample share its budget; none starts after a timeout
+            sample = shared.get(id(job))
+            if sample is None:
+                return self._one(job)
+            with self._lock:
+                start = sample["start"] or [time.monotonic()]
+                sample["start"] = start
+            left = self.limits.io_budget - (time.monotonic() - start[0])
+            if sample["stop"].is_set() or left <= 0:
                 return Outcome([False] * job.n, timeout=True)
-            outcome = self._one(job)
-            if stop is not None and outcome.timeout:
-                stop.set()
+            outcome = self._one(dataclasses.replace(job, budget=left))
+            if outcome.timeout:
+                sample["stop"].set()
             return outcome
 
         results = iter(list(self._exec.map(one, flat)))

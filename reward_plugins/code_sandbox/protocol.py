@@ -568,6 +568,19 @@ def _lines(text: str):
     return lines
 
 
+#: Bytes of stdout a matching output may have beyond twice the expected one's (trailing spaces, CRLF line ends).
+OUTPUT_SLACK = 4096
+
+
+def output_bound(expected) -> int:
+    """The most bytes of stdout that ``same_output`` can accept for ``expected``: ``2 * len + OUTPUT_SLACK``
+    (each line may carry trailing whitespace and a ``\r``), -1 for a non-string expectation. The host reads and
+    compares no more, so its cost per case follows the expected output, not what the program printed."""
+    if not isinstance(expected, str):
+        return -1
+    return 2 * len(expected.encode("utf-8", errors="replace")) + OUTPUT_SLACK
+
+
 def same_output(actual: bytes, expected) -> bool:
     """Exact comparison modulo trailing whitespace on each line (and trailing blank lines).
     Every line counts: a missing or extra line fails. A non-string expectation never passes."""

@@ -377,7 +377,7 @@ def run_tests(tests_fd, result_fd, req_fd, rep_fd):
     conn = Conn(req_fd, rep_fd)
     try:
         entries = protocol.manifest(protocol.recv_frame(rep_fd))
-        g = candidate_globals(entries or [], conn)
+        g = candidate_globals(entries or [], conn) if spec["kind"] == "asserts" else None
     except (EOFError, OSError):
         entries, g = None, candidate_globals([], conn)
     except protocol.ProtocolError:
@@ -408,11 +408,18 @@ def _run_spec(spec, g, conn, result_fd):
                 ok = False
             os.write(result_fd, protocol.record(i, ok))
     else:  # "check": HumanEval-style test code defining check(candidate)
-        try:  # the prompt's helper functions first: trusted, they replace the candidate's own
-            exec(compile(spec.get("prelude") or "", "<prompt helpers>", "exec"), g)
-            g.pop("check", None)  # only the test code's own check() may run (never a candidate's)
+        # The candidate gives the test code its entry point and nothing else: every other name comes from the
+        # trusted prelude (the row's helpers, constants and imports: prelude.py) or the test code itself. The
+        # globals are this process's own dict, which the candidate (another process, reached as data only) cannot
+        # write, whatever it does to its own globals or builtins.
+        entry = spec["entry_point"]
+        g = {"__name__": "__test__", "__builtins__": builtins}
+        try:
+            exec(compile(spec.get("prelude") or "", "<trusted prelude>", "exec"), g)
+            g[entry] = protocol.Remote(entry, conn)  # after the prelude: a helper that calls it calls the candidate's
+            g.pop("check", None)  # only the test code's own check() may run
             exec(compile(spec["test"], "<test>", "exec"), g)
-            g["check"](protocol.Remote(spec["entry_point"], conn))
+            g["check"](protocol.Remote(entry, conn))
             ok = True
         except BaseException:  # noqa: BLE001
             ok = False
@@ -575,7 +582,7 @@ class Tester:
                 return "done" if msg in (b"done", b"last") else "died"
 
 
-def run_call(fds, n):
+def run_call(fds, n, budget=None):
     """Any assert/check() tests: the candidate (a fresh fork) serves its names as data to the
     tester process, which alone holds the result pipe. Ends when the tester is done or at the
     deadline; the candidate never outlives the call."""
@@ -604,7 +611,7 @@ def run_call(fds, n):
     return _CALL_REPLY[state]
 
 
-def run_values(fds, n):
+def run_values(fds, n, budget=None):
     payload_fd, result_fd = fds
 
     def a():
@@ -619,11 +626,15 @@ def run_values(fds, n):
     return _VALUES_REPLY[timed_out]
 
 
-def run_io(fds, n):
+def run_io(fds, n, budget):
+    """The io cases of one sample (or of one part of it), each in a fresh fork, within ``budget`` wall seconds
+    in all: a case runs until ``timeout`` or the end of the budget, whichever is first, and once a case has timed
+    out (or the budget is spent) the rest are not run (they fail)."""
     code_fd, ins, outs = fds[0], fds[1 : 1 + n], fds[1 + n : 1 + 2 * n]
     cases = []
+    end = time.monotonic() + budget
     for i in range(n):
-        if cases and (cases[-1] is None or cases[-1][1]):  # a case timed out: the rest are not run (they fail)
+        if cases and (cases[-1] is None or cases[-1][1]) or time.monotonic() >= end:
             cases.append(None)
             continue
 
@@ -631,12 +642,12 @@ def run_io(fds, n):
             _child([code_fd], RLIMITS, SCRATCH_A, stdin=ins[i], stdout=outs[i])
             program_main(code_fd)
 
-        timed_out, st = _wait_one(_fork(p), time.monotonic() + LIMITS["timeout"])
+        timed_out, st = _wait_one(_fork(p), min(end, time.monotonic() + LIMITS["timeout"]))
         SCRATCH_A.clean()
         cases.append([os.waitstatus_to_exitcode(st), timed_out])
     for f in fds:
         os.close(f)
-    return protocol.dumps({"cases": cases, "timeout": any(c is not None and c[1] for c in cases)})
+    return protocol.dumps({"cases": cases, "timeout": any(c is None or c[1] for c in cases)})
 
 
 # replies, encoded once: the loop between two forks should write as few pages as it can
@@ -704,9 +715,10 @@ def main(argv=None):
             for s in (SCRATCH_A, SCRATCH_B):
                 _remove_tree(s.path)
             return
-        try:  # b"<mode> <number of tests>"; the limits are the pool's, from the command line
-            mode, _, n = msg.partition(b" ")
-            reply = _RUN[mode](fds, int(n))
+        try:  # b"<mode> <number of tests> <io: ms for all cases>"; the limits are the pool's, from the command line
+            mode, n, *ms = msg.split(b" ")
+            budget = min(int(ms[0]) / 1000, LIMITS["sample"]) if ms else LIMITS["sample"]
+            reply = _RUN[mode](fds, int(n), budget)
             why = _after_job()
             if why:  # the host logs it, counts the sample as an error and replaces this worker
                 reply = protocol.dumps({"internal": why})

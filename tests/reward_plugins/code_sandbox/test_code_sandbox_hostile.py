@@ -197,16 +197,20 @@ def test_tester_outlives_candidate_timeouts_and_is_replaced_when_it_hangs():
 
 def test_a_job_that_imports_retires_the_tester(reward):
     """A module imported during one sample's tests (the candidate's names may ask for any stdlib
-    module) never stays for the next sample: that tester retires and a fresh one takes over."""
+    module) never stays for the next sample: that tester retires and a fresh one takes over. A check() gets
+    the candidate's entry point only, so there the candidate's imports never reach the tester at all."""
     ok = dict(test=[CHECK], entry_point=["add"])
-    assert reward(prompts=[""] * 2, completions=[CORRECT] * 2, test=[CHECK] * 2, entry_point=["add"] * 2) == [1.0, 1.0]
+    asserts = {"tests": [["assert add(1, 2) == 3"]] * 2, "test_setup_code": ["X = 1"] * 2}  # the tester, with names
+    assert reward(prompts=[""] * 2, completions=[CORRECT] * 2, **asserts) == [1.0, 1.0]
     testers = _testers(reward.pool)
     importing = "import wave, this\n" + CORRECT.strip("`").removeprefix("python\n")
-    assert reward(prompts=[""] * 2, completions=[importing] * 2, test=[CHECK] * 2, entry_point=["add"] * 2) == [1.0, 1.0]
+    assert reward(prompts=[""] * 2, completions=[importing] * 2, **asserts) == [1.0, 1.0]
     after = _testers(reward.pool)
     assert len(after) == len(testers) and not set(after) & set(testers)
     assert reward(prompts=[""], completions=[CORRECT], **ok) == [1.0]
     assert _testers(reward.pool) == after  # no import this time: the testers stay
+    assert reward(prompts=[""] * 2, completions=[importing] * 2, test=[CHECK] * 2, entry_point=["add"] * 2) == [1.0, 1.0]
+    assert _testers(reward.pool) == after  # check(): the candidate's modules are not the test code's
 
 
 def test_socket_to_local_listener_gets_nothing(reward):

@@ -412,19 +412,25 @@ def test_prompt_helpers_cannot_be_redefined_by_the_completion(reward, task):
     assert reward(prompts=chat, completions=[hostile, correct], **kw) == [0.0, 1.0]  # a chat prompt quoting the code
 
 
-def test_prompt_helpers_keep_imports_and_bodies_not_stubs():
-    from reward_plugins.code_sandbox.prelude import prompt_helpers
+def test_prelude_keeps_imports_and_bodies_not_stubs():
+    from reward_plugins.code_sandbox.prelude import build_prelude
 
     prompt = (
-        "import math\n\ndef poly(xs, x):\n    return sum(c * x ** i for i, c in enumerate(xs))\n\n"
+        "import math\n\ndef poly(xs, x):\n    return sum(c * math.pow(x, i) for i, c in enumerate(xs))\n\n"
         'def other_stub(x):\n    """to write too"""\n    ...\n\ndef find_zero(xs):\n    """doc"""\n'
     )
-    got = prompt_helpers(prompt, "find_zero")
-    assert "import math" in got and "def poly" in got and "other_stub" not in got and "find_zero" not in got
-    assert prompt_helpers([{"role": "user", "content": f"Solve:\n```python\n{prompt}```"}], "find_zero") == got
-    assert prompt_helpers("Write a function add(a, b).", "add") == ""
-    assert prompt_helpers(None, "add") == ""
-    assert prompt_helpers('def add(a, b):\n    """doc"""\n', "add") == ""  # only the entry point: no prelude
+    test = "def check(candidate):\n    assert abs(poly([1, 2], candidate([1, 2]))) < 1e-6\n"
+    got = build_prelude(test, "find_zero", (prompt,))
+    assert got.missing == ()
+    assert "import math" in got.source and "def poly" in got.source
+    assert "other_stub" not in got.source and "find_zero" not in got.source
+    chat = f"Solve:\n```python\n{prompt}```"
+    assert build_prelude(test, "find_zero", (chat,)) == got
+    assert build_prelude(test, "find_zero", ("Write find_zero(xs).",)).missing == ("poly",)
+    assert build_prelude(test, "find_zero", ()).missing == ("poly",)
+    stub = 'def poly(xs, x):\n    """doc"""\n'  # a stub is the completion's to write: never a trusted helper
+    assert build_prelude(test, "find_zero", (stub,)).missing == ("poly",)
+    assert build_prelude("def check(candidate):\n    assert candidate(1) == 2\n", "add", ()) .source == ""
 
 
 FACTORIAL = "import math\ndef factorial(n):\n    return math.factorial(n)\n"
