@@ -15,6 +15,8 @@ attribute                   type                                       read by
                             names any one of which will do             (:mod:`trl_rlvr.checks`)
 ``verifies_correctness``    ``bool``                                   the trainer's default ``success_reward``
 ``reward_kind``             one of :data:`REWARD_KINDS`                ``trl-rlvr rewards audit`` (its corpus)
+``check_rows``              ``(dataset) -> None``, raises ``ValueError``  the check before the model loads: rows the
+                            naming the row                             reward cannot score (``code_sandbox``)
 ``extract_answer``          ``(completion) -> str | None``             maj@k voting (:mod:`trl_rlvr.rewards.voting`)
 ``same_answers``            ``(pairs) -> list[bool]``                  maj@k voting (batched equivalence)
 ``same_answer``             ``(a, b) -> bool``                         maj@k voting (one pair)
@@ -29,8 +31,8 @@ from typing import Any, Protocol, runtime_checkable
 #: What ``reward_kind`` may say: which audit corpus fits the reward.
 REWARD_KINDS = ("math_answer", "code", "format")
 
-#: The optional callables of the contract (maj@k voting).
-OPTIONAL_METHODS = ("extract_answer", "same_answers", "same_answer")
+#: The optional callables of the contract.
+OPTIONAL_METHODS = ("check_rows", "extract_answer", "same_answers", "same_answer")
 
 
 @runtime_checkable
