@@ -14,6 +14,7 @@ be scored correctly.
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
