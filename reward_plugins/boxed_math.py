@@ -69,6 +69,7 @@ class BoxedMathReward:
 
     #: Scores correctness, not form: RLVRTrainer's default ``success_reward`` (rlvr/accuracy).
     verifies_correctness = True
+    reward_kind = "math_answer"  # the corpus `trl-rlvr rewards audit` runs (docs/auditing_rewards.md)
 
     def __init__(
         self,

@@ -21,6 +21,8 @@ from reward_plugins._text import completion_text
 class ThinkFormatReward:
     """The reward function built by :func:`think_format` (picklable: holds only its options)."""
 
+    reward_kind = "format"  # the corpus `trl-rlvr rewards audit` runs (docs/auditing_rewards.md)
+
     def __init__(self, think_tag: str = "think", answer_tag: str | None = None, prefilled: bool = False):
         for label, tag in (("think_tag", think_tag), ("answer_tag", answer_tag)):
             if tag is not None and (not isinstance(tag, str) or not tag or any(c in tag for c in "<>/ ")):

@@ -13,9 +13,10 @@ from __future__ import annotations
 class TRLReward:
     """One of TRL's reward functions, called as is; ``__name__`` is TRL's, ``required_columns`` declared here."""
 
-    def __init__(self, func, required_columns: tuple = ()):
+    def __init__(self, func, required_columns: tuple = (), reward_kind: str | None = None):
         self.func = func
         self.required_columns = required_columns
+        self.reward_kind = reward_kind  # the corpus `trl-rlvr rewards audit` runs, if any
         self.__name__ = getattr(func, "__name__", type(func).__name__)
 
     def __repr__(self) -> str:
@@ -29,7 +30,7 @@ def accuracy_reward() -> TRLReward:
     """TRL's accuracy_reward: 1.0 when the completion's answer equals the `solution` column (math-verify)."""
     from trl.rewards import accuracy_reward as func
 
-    return TRLReward(func, ("solution",))
+    return TRLReward(func, ("solution",), "math_answer")
 
 
 def reasoning_accuracy_reward(reasoning_delimiters: list[str] | None = None) -> TRLReward:
@@ -53,7 +54,7 @@ def think_format_reward() -> TRLReward:
     """TRL's think_format_reward: 1.0 when the completion is <think>...</think> followed by an answer."""
     from trl.rewards import think_format_reward as func
 
-    return TRLReward(func)
+    return TRLReward(func, reward_kind="format")
 
 
 def cosine_scaled_reward(max_len: int, min_value_wrong: float = -1.0, max_value_wrong: float = -0.5,

@@ -67,6 +67,7 @@ class CodeSandboxReward:
 
     #: Scores correctness, not form: RLVRTrainer's default ``success_reward`` (rlvr/accuracy).
     verifies_correctness = True
+    reward_kind = "code"  # the corpus `trl-rlvr rewards audit` runs (docs/auditing_rewards.md)
     #: The dataset needs one of the test columns (checked before the model loads, trl_rlvr.checks); a row
     #: whose test cells are all empty still scores None.
     required_columns = (("tests", "test", "io_tests"),)
@@ -279,4 +280,5 @@ def reward(prompts=None, completions=None, **kwargs) -> list:
 
 reward.__name__ = "code_sandbox"  # TRL logs rewards/code_sandbox/mean, as for the registry's code_sandbox
 reward.verifies_correctness = True
+reward.reward_kind = "code"
 reward.required_columns = CodeSandboxReward.required_columns

@@ -1,5 +1,6 @@
 """``trl-rlvr`` command line: ``trl-rlvr train --config recipe.yaml [--field value ...]`` (:mod:`trl_rlvr.scripts.train`),
-``trl-rlvr eval MODEL ...`` (:mod:`trl_rlvr.scripts.eval`), ``trl-rlvr rewards list`` and ``trl-rlvr rewards show NAME``."""
+``trl-rlvr eval MODEL ...`` (:mod:`trl_rlvr.scripts.eval`), ``trl-rlvr rewards list``, ``trl-rlvr rewards show NAME``
+and ``trl-rlvr rewards audit NAME`` (:mod:`trl_rlvr.audit`)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = rsub.add_parser("show", help="show one reward plugin and its options")
     p.add_argument("name")
     p.set_defaults(func=_rewards_show)
+    from trl_rlvr.audit.cli import add_parser as add_audit_parser
+
+    add_audit_parser(rsub)
     from trl_rlvr.scripts.eval import add_parser as add_eval_parser
 
     add_eval_parser(sub)

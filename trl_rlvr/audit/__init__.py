@@ -1,0 +1,122 @@
+"""Audit a reward function against a corpus of hostile and labelled cases: ``trl-rlvr rewards audit NAME``.
+
+A policy under optimisation pressure finds whatever its verifier gets wrong. :func:`audit_reward` runs a
+versioned corpus of cases suited to the reward's kind (``math_answer``, ``code``, ``format``; the reward declares
+it as its ``reward_kind`` attribute) through the reward, one case per call, each under a deadline, in a child
+process the reward cannot take down with it, and reports per class the wrong answers it accepted (false
+positives), the right answers it rejected (false negatives), crashes and hangs, and the cost. The rule for
+passing is in :mod:`trl_rlvr.audit.report`; the corpora's schema in :mod:`trl_rlvr.audit.corpus`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .corpus import KINDS, Case, Corpus, CorpusError, builtin_corpus, load_corpus
+from .report import MIN_RIGHT_RATE, AuditReport
+from .runner import Outcome, RewardStartError, Runner
+
+__all__ = ["KINDS", "AuditReport", "Case", "Corpus", "CorpusError", "Outcome", "RewardStartError", "audit_reward",
+           "builtin_corpus", "load_corpus"]
+
+
+def _renamed(cases: Iterable[Case], columns: Mapping[str, str]) -> list[Case]:
+    if not columns:
+        return list(cases)
+    return [replace(c, columns={columns.get(k, k): v for k, v in c.columns.items()}) for c in cases]
+
+
+def _progress(total: int, label: str):
+    """A rich progress bar on stderr (when it is a terminal): (advance callback, stop callback)."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[case]}"), console=Console(stderr=True), transient=True)
+    task = progress.add_task(label, total=total, case="")
+    progress.start()
+    return (lambda o: progress.update(task, advance=1, case=f"{o.case.cls}/{o.case.id}")), progress.stop
+
+
+def audit_reward(
+    reward: str | Callable,
+    *,
+    options: Mapping[str, Any] | None = None,
+    kind: str | None = None,
+    cases: Iterable[str | Path] = (),
+    builtin: bool = True,
+    deadline: float = 30.0,
+    startup_deadline: float = 120.0,
+    threshold: float = 1.0,
+    min_right_rate: float = MIN_RIGHT_RATE,
+    messages: bool = False,
+    columns: Mapping[str, str] | None = None,
+    progress: bool = False,
+    on_case: Callable[[Outcome], None] | None = None,
+) -> AuditReport:
+    """Run the corpus of the reward's kind (and the JSONL files ``cases``) through ``reward`` and report.
+
+    Args:
+        reward: a registered reward name (``trl-rlvr rewards list``), a ``module:function`` path, or a picklable
+            reward function (it is rebuilt in the audit's child process).
+        options: the registered reward's options (those of ``load_reward``).
+        kind: the corpus to use, for a reward that declares no ``reward_kind`` (or to override it).
+        cases: more corpus files (same schema), run after the built-in corpus; with no kind, only these.
+        builtin: run the built-in corpus of the kind (``False``: only ``cases``).
+        deadline: seconds a case may take (wall clock); past it the reward's process is killed and replaced.
+        startup_deadline: seconds a fresh process may take to build the reward and score its warm-up case.
+        threshold: a score at or above it accepts the completion.
+        min_right_rate: the share of right answers that must be accepted for the audit to pass.
+        messages: pass completions (and prompts) as conversations, ``[{"role": "assistant", "content": ...}]``,
+            as TRL does for a conversational dataset (TRL's own rewards read them so).
+        columns: rename corpus columns for a reward that reads another name (``{"solution": "answer"}``).
+        progress: show a progress bar on stderr.
+
+    Raises ``ValueError`` (a bad argument, an unknown kind, no corpus to run), :class:`CorpusError` (a corpus
+    line against the schema, naming file and line) and :class:`RewardStartError` (the reward cannot be built),
+    each before any case runs.
+    """
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"unknown reward kind {kind!r}: one of {', '.join(KINDS)}")
+    extra = [load_corpus(p) for p in cases]
+    options = dict(options or {})
+    with Runner(reward, options=options, messages=messages, deadline=deadline,
+                startup_deadline=startup_deadline) as runner:
+        declared = runner.info.get("kind")
+        used = kind or (declared if declared in KINDS else None)
+        if builtin and used is None and not extra:
+            raise ValueError(
+                f"reward {runner.info.get('name') or reward!r} declares no reward_kind "
+                f"({'got ' + repr(declared) if declared else 'none'}): pass --kind ({', '.join(KINDS)}) "
+                "or your own cases (--cases)")
+        corpora = ([builtin_corpus(used)] if builtin and used else []) + extra
+        if not corpora:
+            raise ValueError("no corpus to run: builtin=False and no cases")
+        todo = _renamed([c for corpus in corpora for c in corpus.cases], columns or {})
+        advance, stop = _progress(len(todo), f"auditing {runner.info.get('name') or reward}") if progress else (None, None)
+        try:
+            def each(o):
+                if advance:
+                    advance(o)
+                if on_case:
+                    on_case(o)
+
+            outcomes = runner.run(todo, on_case=each)
+        finally:
+            if stop:
+                stop()
+        name = reward if isinstance(reward, str) else runner.info.get("name") or repr(reward)
+        return AuditReport(
+            reward=name, kind=used, corpora=[{"name": c.name, "version": c.version, "path": c.path,
+                                              "cases": len(c.cases)} for c in corpora],
+            outcomes=outcomes, threshold=threshold, min_right_rate=min_right_rate, deadline=deadline,
+            options=options, startup_seconds=list(runner.startup_seconds))

@@ -1,0 +1,246 @@
+"""Run cases through a reward in a child process, each under a deadline.
+
+The reward is built and called in a child process (:mod:`trl_rlvr.audit._child`) in its own process group:
+a case that runs past its deadline (a hang) gets the whole group killed and a fresh child for the next case;
+a child that dies (``os._exit``, a segfault, a killed interpreter) is reported as a crash and replaced; an
+exception the reward raises (``SystemExit`` included) is an error. Nothing the reward does can stop the audit.
+Every fresh child first scores a warm-up case (a right answer of the corpus) under the startup deadline, so
+that imports and worker pools are not charged to the first case.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import os
+import pickle
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .corpus import Case
+
+_MAX_REPLY = 1 << 20
+_STDERR_TAIL = 2000
+
+
+class RewardStartError(RuntimeError):
+    """The reward could not be built (unknown name, bad option, import error) or its process did not start."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one case gave: ``status`` is ``scored`` (``score`` a float or ``None``), ``error`` (the reward raised
+    or returned something that is not one score), ``crash`` (its process died) or ``timeout`` (past the deadline)."""
+
+    case: Case
+    status: str
+    score: float | None
+    seconds: float
+    detail: str = ""
+
+
+def _setup(reward: str | Callable, options: dict, messages: bool, workdir: str) -> dict:
+    setup: dict[str, Any] = {"options": options, "messages": messages, "workdir": workdir}
+    if isinstance(reward, str):
+        setup["reward"] = reward
+    else:
+        if options:
+            raise ValueError("options apply to a reward given by its registered name")
+        try:
+            setup["pickled"] = base64.b64encode(pickle.dumps(reward)).decode()
+        except Exception as e:
+            raise ValueError(f"the reward {reward!r} cannot be pickled for the audit's child process ({e}); "
+                             "give it as a registered name or module:function") from e
+        setup["reward"] = getattr(reward, "__name__", repr(reward))
+    return setup
+
+
+class RewardProcess:
+    """One child process holding the built reward; :meth:`call` scores one case under a deadline."""
+
+    def __init__(self, setup: dict, startup_deadline: float):
+        self._setup = setup
+        self.info: dict = {}
+        self._stderr: collections.deque[bytes] = collections.deque()
+        self._stderr_len = 0
+        self._buf = b""
+        self._next = 0
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trl_rlvr.audit._child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True,
+        )
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
+        try:
+            self.proc.stdin.write((json.dumps(setup) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            pass
+        status, reply = self._reply(time.monotonic() + startup_deadline)
+        if status != "ok" or "fatal" in reply or not reply.get("ready"):
+            self.close()
+            if status == "ok" and "fatal" in reply:
+                raise RewardStartError(reply["fatal"])
+            raise RewardStartError(f"the reward's process did not start ({status}: {reply or self.stderr_tail()})")
+        self.info = reply
+
+    def _drain_stderr(self):
+        for chunk in iter(lambda: self.proc.stderr.read1(65536), b""):
+            self._stderr.append(chunk)
+            self._stderr_len += len(chunk)
+            while self._stderr_len - len(self._stderr[0]) > _STDERR_TAIL and len(self._stderr) > 1:
+                self._stderr_len -= len(self._stderr.popleft())
+
+    def stderr_tail(self) -> str:
+        text = b"".join(self._stderr).decode(errors="replace").strip()
+        return text[-_STDERR_TAIL:]
+
+    def _reply(self, deadline: float) -> tuple[str, dict]:
+        """("ok", reply) | ("timeout", {}) | ("crash", {}) | ("protocol", {}): the next line from the child."""
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout", {}
+            if not self._sel.select(timeout=min(left, 0.25)):
+                if self.proc.poll() is not None:  # dead, though a process it forked may hold the pipe open
+                    return "crash", {}
+                continue
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                return "crash", {}
+            self._buf += chunk
+            if len(self._buf) > _MAX_REPLY:
+                return "protocol", {}
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            return "protocol", {}
+        return ("ok", reply) if isinstance(reply, dict) else ("protocol", {})
+
+    def call(self, case: Case, deadline: float) -> tuple[str, float | None, str]:
+        """(status, score, detail) for one case; after any status but ``scored``/``error`` the process is gone."""
+        self._next += 1
+        request = {"i": self._next, "completion": case.completion, "prompt": case.prompt, "columns": case.columns}
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            self.close()
+            return "crash", None, self._death()
+        status, reply = self._reply(time.monotonic() + deadline)
+        if status == "ok" and reply.get("i") == self._next and ("score" in reply or "error" in reply):
+            if "error" in reply:
+                return "error", None, str(reply["error"])
+            score = reply["score"]
+            if score is None or isinstance(score, (int, float)) and not isinstance(score, bool):
+                return "scored", score, ""
+        self.close()
+        if status == "timeout":
+            return "timeout", None, f"no score within {deadline:g} s"
+        if status == "crash":
+            return "crash", None, self._death()
+        return "crash", None, "the reward's process wrote something else than its reply on the audit's channel"
+
+    def _death(self) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
+        tail = self.stderr_tail().splitlines()[-1:] or [""]
+        return f"the reward's process died ({how}) {tail[0][:200]}".strip()
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._sel.close()
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+class Runner:
+    """The reward in a child process, and the cases through it: ``with Runner(...) as r: r.run(cases)``.
+
+    Raises :class:`RewardStartError` when the reward cannot be built. ``info`` is what the child reported
+    (``name``, the declared ``kind``); ``startup_seconds`` the time each fresh child took to start and score its
+    warm-up case (one entry per child: more than one means a case killed or hung the previous one)."""
+
+    def __init__(self, reward: str | Callable, *, options: dict | None = None, messages: bool = False,
+                 deadline: float = 30.0, startup_deadline: float = 120.0):
+        if not deadline > 0 or not startup_deadline > 0:
+            raise ValueError(f"deadlines must be > 0 seconds, got {deadline!r} and {startup_deadline!r}")
+        self.deadline, self.startup_deadline = float(deadline), float(startup_deadline)
+        self._tmp = tempfile.TemporaryDirectory(prefix="trl-rlvr-audit-")
+        self._setup = _setup(reward, dict(options or {}), messages, self._tmp.name)
+        self.startup_seconds: list[float] = []
+        self._t0 = time.monotonic()
+        try:
+            self._proc: RewardProcess | None = RewardProcess(self._setup, self.startup_deadline)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        self.info = dict(self._proc.info)
+        self._warm = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _ready(self, warmup: Case | None) -> RewardProcess:
+        if self._proc is None or self._proc.proc.poll() is not None:
+            self._t0 = time.monotonic()
+            self._proc = RewardProcess(self._setup, self.startup_deadline)
+            self._warm = False
+        if not self._warm:
+            self._warm = True
+            if warmup is not None:
+                self._proc.call(warmup, self.startup_deadline)
+            self.startup_seconds.append(time.monotonic() - self._t0)
+            if self._proc.proc.poll() is not None:  # the warm-up killed it: a fresh one, not warmed again
+                self._t0 = time.monotonic()
+                self._proc = RewardProcess(self._setup, self.startup_deadline)
+        return self._proc
+
+    def run(self, cases: Iterable[Case], on_case: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+        """Every case, one per call, in order, each under the deadline (wall seconds from request to reply)."""
+        cases = list(cases)
+        warmup = next((c for c in cases if c.expected == 1), None)
+        outcomes = []
+        for case in cases:
+            proc = self._ready(warmup)
+            t = time.monotonic()
+            status, score, detail = proc.call(case, self.deadline)
+            outcome = Outcome(case, status, score, time.monotonic() - t, detail)
+            outcomes.append(outcome)
+            if on_case is not None:
+                on_case(outcome)
+        return outcomes
+
+    def close(self):
+        if self._proc is not None:
+            self._proc.close()
+            self._proc = None
+        self._tmp.cleanup()
