@@ -74,9 +74,11 @@ class RewardProcess:
         self._stderr_len = 0
         self._buf = b""
         self._next = 0
+        # the parent's import path, so that a module:function (or a pickled function) imports there as it does here
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "trl_rlvr.audit._child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
+            stderr=subprocess.PIPE, start_new_session=True, env=env,
         )
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         self._sel = selectors.DefaultSelector()
