@@ -74,6 +74,7 @@ class RewardProcess:
         self._stderr_len = 0
         self._buf = b""
         self._next = 0
+        self._closed = False
         # the parent's import path, so that a module:function (or a pickled function) imports there as it does here
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
         self.proc = subprocess.Popen(
@@ -163,12 +164,20 @@ class RewardProcess:
         tail = self.stderr_tail().splitlines()[-1:] or [""]
         return f"the reward's process died ({how}) {tail[0][:200]}".strip()
 
-    def close(self):
-        if self.proc.poll() is None:
+    def close(self, graceful: bool = False):
+        """Kill the process group. ``graceful``: first close the requests, so that the child returns from its loop
+        and runs its exit handlers (worker pools shut down), waiting up to 10 s."""
+        if self._closed:
+            return
+        self._closed = True
+        if graceful and self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
                 pass
+        if self.proc.poll() is None:  # not reaped yet, so its group id cannot have been reused
+            os.killpg(self.proc.pid, signal.SIGKILL)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -243,6 +252,6 @@ class Runner:
 
     def close(self):
         if self._proc is not None:
-            self._proc.close()
+            self._proc.close(graceful=True)
             self._proc = None
         self._tmp.cleanup()
