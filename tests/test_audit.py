@@ -152,6 +152,27 @@ def test_hangs_raises_crashes_and_garbage_are_reported_and_the_audit_goes_on(tmp
     assert "exit status 7" in errors["die"] and "within 2 s" in errors["hang"]
 
 
+def test_a_picklable_function_is_audited_in_the_child(tmp_path):
+    from tests.audit_rewards import misbehaving
+
+    report = audit_reward(misbehaving, cases=[_cases(tmp_path, [_row("r", "right", 1), _row("w", "wrong", 0)])],
+                          builtin=False)
+    assert report.passed and report.reward == "misbehaving"
+    with pytest.raises(ValueError, match="cannot be pickled"):
+        audit_reward(lambda prompts, completions, **kw: [0.0], kind="format")
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=400))
+def test_property_shown_completions_are_plain_ascii(text):
+    from trl_rlvr.audit.report import _snippet
+
+    shown = _snippet(text)
+    assert shown.isascii() and all(c.isprintable() for c in shown)
+    if len(text) <= 160 and text.isascii() and text.isprintable():
+        assert shown == text
+
+
 def test_errors_before_any_case_runs(tmp_path):
     with pytest.raises(RewardStartError, match="Did you mean 'boxed_math'"):
         audit_reward("boxed_mat")
@@ -245,6 +266,8 @@ def test_cli_exit_status(tmp_path, capsys):
     assert main(["rewards", "audit", "tests.audit_rewards:always_one", "--cases", cases]) == 1  # no kind: only these
     assert main(["rewards", "audit", "tests.audit_rewards:always_one"]) == 2  # no kind, no cases
     assert "declares no reward_kind" in capsys.readouterr().err
+    assert main(["rewards", "audit", "think_format", "--help"]) == 0
+    assert "--min_right_rate" in capsys.readouterr().out
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "x"}\n')
     assert main(["rewards", "audit", "think_format", "--cases", str(bad)]) == 2

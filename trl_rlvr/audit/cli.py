@@ -47,7 +47,7 @@ def add_parser(rsub) -> argparse.ArgumentParser:
     p.add_argument("name", help="a registered reward name or module:function")
     _flags(p)
     p.add_argument("reward_options", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, audit_parser=p)
     return p
 
 
@@ -74,6 +74,9 @@ def parse_reward_options(items: list[str]) -> dict:
 def run(args: argparse.Namespace) -> int:
     from trl_rlvr.audit import CorpusError, RewardStartError, audit_reward
 
+    if {"-h", "--help"} & set(args.reward_options):
+        args.audit_parser.print_help()
+        return 0
     rest = argparse.ArgumentParser(add_help=False)
     _flags(rest, defaults=False)
     try:
