@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .corpus import KINDS, Case, Corpus, CorpusError, builtin_corpus, load_corpus
-from .report import MIN_RIGHT_RATE, AuditReport
-from .runner import Outcome, RewardStartError, Runner
+from trl_rlvr.audit.corpus import KINDS, Case, Corpus, CorpusError, builtin_corpus, load_corpus
+from trl_rlvr.audit.report import MIN_RIGHT_RATE, AuditReport
+from trl_rlvr.audit.runner import Outcome, RewardStartError, Runner
 
 __all__ = ["KINDS", "AuditReport", "Case", "Corpus", "CorpusError", "Outcome", "RewardStartError", "audit_reward",
            "builtin_corpus", "load_corpus"]

@@ -41,9 +41,13 @@ def _error(e: BaseException) -> str:
 def _build(setup: dict):
     if setup.get("pickled"):
         return pickle.loads(base64.b64decode(setup["pickled"]))
-    from trl_rlvr.rewards import reward_function
+    from trl_rlvr.rewards import resolve_reward_spec
 
-    return reward_function(setup["reward"], **setup.get("options", {}))
+    reward = resolve_reward_spec(setup["reward"], setup.get("options") or None)
+    if isinstance(reward, str):  # a reward model's hub id or path: TRL's to load, not a function to audit
+        raise ValueError(f"{reward!r} names a reward model (a hub id or a path), not a reward function: the audit "
+                         "runs reward functions (a registered name or module:function)")
+    return reward
 
 
 def score(reward, case: dict, messages: bool) -> float | None:

@@ -26,8 +26,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-#: The kinds a reward can declare (``reward_kind``) and the corpus shipped for each.
-KINDS = ("math_answer", "code", "format")
+from trl_rlvr.rewards.contract import REWARD_KINDS as KINDS  # the kinds a reward declares; a corpus ships for each
+
 MAX_COMPLETION_CHARS = 16 << 20
 MAX_REPEAT = 10_000_000
 
@@ -158,5 +158,5 @@ def builtin_corpus(kind: str) -> Corpus:
     """The corpus shipped for ``kind`` (package data ``trl_rlvr/audit/corpus/<kind>.jsonl``)."""
     if kind not in KINDS:
         raise ValueError(f"unknown reward kind {kind!r}: one of {', '.join(KINDS)}")
-    with resources.as_file(resources.files(__package__) / "corpus" / f"{kind}.jsonl") as path:
+    with resources.as_file(resources.files("trl_rlvr.audit") / "corpus" / f"{kind}.jsonl") as path:
         return load_corpus(path, name=kind)

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .runner import Outcome
+from trl_rlvr.audit.runner import Outcome
 
 MIN_RIGHT_RATE = 0.9
 WORST_PER_CLASS = 3

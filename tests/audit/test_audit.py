@@ -116,14 +116,14 @@ def test_parse_reward_options():
 
 # -- the runner and the verdict --------------------------------------------------------------------------------
 def test_a_reward_scoring_everything_zero_fails():
-    report = audit_reward("tests.audit_rewards:always_zero")
+    report = audit_reward("tests.harness.audit_rewards:always_zero")
     assert report.kind == "format"  # declared by the function
     assert report.to_json()["false_positives"] == 0 and report.right_rate == 0.0
     assert not report.passed and any("right answers accepted" in r for r in report.reasons())
 
 
 def test_a_reward_scoring_everything_one_fails_on_every_class():
-    report = audit_reward("tests.audit_rewards:always_one", kind="format")
+    report = audit_reward("tests.harness.audit_rewards:always_one", kind="format")
     wrong_classes = {c.cls for c in builtin_corpus("format").cases if c.expected == 0}
     assert {r.name for r in report.classes() if r.false_positives} == wrong_classes
     assert not report.passed
@@ -134,7 +134,7 @@ def test_a_reward_scoring_everything_one_fails_on_every_class():
 def test_hangs_raises_crashes_and_garbage_are_reported_and_the_audit_goes_on(tmp_path):
     words = ["right", "hang", "right", "raise", "exit", "die", "right", "print", "garbage", "two", "wrong", "right"]
     path = _cases(tmp_path, [_row(f"{k}-{w}", w, int(w in ("right", "print"))) for k, w in enumerate(words)])
-    report = audit_reward("tests.audit_rewards:misbehaving", cases=[path], builtin=False, deadline=2.0)
+    report = audit_reward("tests.harness.audit_rewards:misbehaving", cases=[path], builtin=False, deadline=2.0)
     got = {o.case.id.split("-", 1)[1]: (o.status, o.score) for o in report.outcomes}
     assert got["hang"] == ("timeout", None)
     assert got["raise"][0] == "error" and got["exit"][0] == "error" and got["garbage"][0] == "error"
@@ -153,7 +153,7 @@ def test_hangs_raises_crashes_and_garbage_are_reported_and_the_audit_goes_on(tmp
 
 
 def test_a_picklable_function_is_audited_in_the_child(tmp_path):
-    from tests.audit_rewards import misbehaving
+    from tests.harness.audit_rewards import misbehaving
 
     report = audit_reward(misbehaving, cases=[_cases(tmp_path, [_row("r", "right", 1), _row("w", "wrong", 0)])],
                           builtin=False)
@@ -177,11 +177,11 @@ def test_errors_before_any_case_runs(tmp_path):
     with pytest.raises(RewardStartError, match="Did you mean 'boxed_math'"):
         audit_reward("boxed_mat")
     with pytest.raises(RewardStartError, match="cannot import"):
-        audit_reward("tests.audit_rewards:no_such_function")
+        audit_reward("tests.harness.audit_rewards:no_such_function")
     with pytest.raises(RewardStartError, match="has no option 'nope'"):
         audit_reward("think_format", options={"nope": 1})
     with pytest.raises(ValueError, match="declares no reward_kind.*--kind"):
-        audit_reward("tests.audit_rewards:needs_kind")
+        audit_reward("tests.harness.audit_rewards:needs_kind")
     with pytest.raises(ValueError, match="unknown reward kind"):
         audit_reward("think_format", kind="maths")
 
@@ -245,8 +245,8 @@ def test_cli_runs_with_reward_options_own_cases_and_writes_json(tmp_path):
                               _row("no-answer-tag", "<think>r</think> 5", 0, cls="answer_tag"),
                               _row("empty", "<think>r</think> <answer> </answer>", 0, cls="answer_tag")])
     out = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "trl_rlvr.cli", "rewards", "audit", "think_format", "--answer_tag",
-                           "answer", "--only_cases", "--cases", cases, "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "trl_rlvr.scripts.cli", "rewards", "audit", "think_format",
+                           "--answer_tag", "answer", "--only_cases", "--cases", cases, "--json", str(out)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS" in proc.stdout and "answer_tag" in proc.stdout
@@ -258,13 +258,14 @@ def test_cli_runs_with_reward_options_own_cases_and_writes_json(tmp_path):
 
 
 def test_cli_exit_status(tmp_path, capsys):
-    from trl_rlvr.cli import main
+    from trl_rlvr.scripts.cli import main
 
     cases = _cases(tmp_path, [_row("r", "right", 1), _row("w", "wrong", 0)])
-    assert main(["rewards", "audit", "tests.audit_rewards:misbehaving", "--only_cases", "--cases", cases]) == 0
-    assert main(["rewards", "audit", "tests.audit_rewards:always_one", "--only_cases", "--cases", cases]) == 1
-    assert main(["rewards", "audit", "tests.audit_rewards:always_one", "--cases", cases]) == 1  # no kind: only these
-    assert main(["rewards", "audit", "tests.audit_rewards:always_one"]) == 2  # no kind, no cases
+    good, ones = "tests.harness.audit_rewards:misbehaving", "tests.harness.audit_rewards:always_one"
+    assert main(["rewards", "audit", good, "--only_cases", "--cases", cases]) == 0
+    assert main(["rewards", "audit", ones, "--only_cases", "--cases", cases]) == 1
+    assert main(["rewards", "audit", ones, "--cases", cases]) == 1  # no kind: only these cases
+    assert main(["rewards", "audit", ones]) == 2  # no kind, no cases
     assert "declares no reward_kind" in capsys.readouterr().err
     assert main(["rewards", "audit", "think_format", "--help"]) == 0
     assert "--min_right_rate" in capsys.readouterr().out
