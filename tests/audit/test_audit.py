@@ -178,6 +178,8 @@ def test_errors_before_any_case_runs(tmp_path):
         audit_reward("boxed_mat")
     with pytest.raises(RewardStartError, match="cannot import"):
         audit_reward("tests.harness.audit_rewards:no_such_function")
+    with pytest.raises(RewardStartError, match="names a reward model"):
+        audit_reward("some-org/some-reward-model")
     with pytest.raises(RewardStartError, match="has no option 'nope'"):
         audit_reward("think_format", options={"nope": 1})
     with pytest.raises(ValueError, match="declares no reward_kind.*--kind"):

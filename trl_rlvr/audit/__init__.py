@@ -15,7 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trl_rlvr.audit.corpus import KINDS, Case, Corpus, CorpusError, builtin_corpus, load_corpus
+from trl_rlvr.audit.corpus import (
+    KINDS,
+    Case,
+    Corpus,
+    CorpusError,
+    builtin_corpus,
+    load_corpus,
+)
 from trl_rlvr.audit.report import MIN_RIGHT_RATE, AuditReport
 from trl_rlvr.audit.runner import Outcome, RewardStartError, Runner
 

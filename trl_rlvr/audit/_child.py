@@ -45,7 +45,7 @@ def _build(setup: dict):
 
     reward = resolve_reward_spec(setup["reward"], setup.get("options") or None)
     if isinstance(reward, str):  # a reward model's hub id or path: TRL's to load, not a function to audit
-        raise ValueError(f"{reward!r} names a reward model (a hub id or a path), not a reward function: the audit "
+        raise TypeError(f"{reward!r} names a reward model (a hub id or a path), not a reward function: the audit "
                          "runs reward functions (a registered name or module:function)")
     return reward
 
@@ -84,7 +84,7 @@ def main() -> None:
         if not callable(reward):
             raise TypeError(f"{setup.get('reward')!r} is not callable")
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which explains it
-        replies.write(json.dumps({"fatal": str(e) if isinstance(e, (ValueError, ImportError)) else _error(e)}) + "\n")
+        replies.write(json.dumps({"fatal": str(e) if isinstance(e, (ValueError, TypeError, ImportError)) else _error(e)}) + "\n")
         return
     kind = getattr(reward, "reward_kind", None)
     replies.write(json.dumps({"ready": True, "name": getattr(reward, "__name__", repr(reward)),

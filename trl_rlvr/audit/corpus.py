@@ -26,7 +26,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from trl_rlvr.rewards.contract import REWARD_KINDS as KINDS  # the kinds a reward declares; a corpus ships for each
+# the kinds a reward declares (``reward_kind``); a corpus ships for each
+from trl_rlvr.rewards.contract import REWARD_KINDS as KINDS
 
 MAX_COMPLETION_CHARS = 16 << 20
 MAX_REPEAT = 10_000_000
