@@ -51,6 +51,7 @@ def one(name: str, progress: bool) -> dict:
             "fp_classes": {c["name"]: c["false_positives"] for c in j["classes"] if c["false_positives"]},
             "fp_cases": [e["id"] for e in j["case_results"] if e["expected"] == 0 and e["status"] == "scored"
                          and (e["score"] or 0) >= j["threshold"]],
+            "classes": j["classes"],
             "peak_rss_mib_audit": _rss_mib(resource.RUSAGE_SELF),
             "peak_rss_mib_largest_child": _rss_mib(resource.RUSAGE_CHILDREN)}
 
