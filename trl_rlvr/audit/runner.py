@@ -217,8 +217,8 @@ class Runner:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(graceful=exc_type is None)  # interrupted (Ctrl-C) or failed: no waiting for the case to end
 
     def _ready(self, warmup: Case | None) -> RewardProcess:
         if self._proc is None or self._proc.proc.poll() is not None:
@@ -250,8 +250,8 @@ class Runner:
                 on_case(outcome)
         return outcomes
 
-    def close(self):
+    def close(self, graceful: bool = True):
         if self._proc is not None:
-            self._proc.close(graceful=True)
+            self._proc.close(graceful=graceful)
             self._proc = None
         self._tmp.cleanup()
