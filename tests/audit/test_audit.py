@@ -173,6 +173,15 @@ def test_property_shown_completions_are_plain_ascii(text):
         assert shown == text
 
 
+def test_columns_are_renamed_for_a_reward_that_reads_another_name(tmp_path):
+    cases = [_cases(tmp_path, [_row("r", "7", 1, columns={"solution": "7"}), _row("w", "8", 0, columns={"solution": "7"})])]
+    plain = audit_reward("tests.harness.audit_rewards:reads_answer", cases=cases, builtin=False)
+    assert [o.status for o in plain.outcomes] == ["error", "error"]  # no 'answer' keyword
+    renamed = audit_reward("tests.harness.audit_rewards:reads_answer", cases=cases, builtin=False,
+                           columns={"solution": "answer"})
+    assert [o.score for o in renamed.outcomes] == [1.0, 0.0] and renamed.passed
+
+
 def test_errors_before_any_case_runs(tmp_path):
     with pytest.raises(RewardStartError, match="Did you mean 'boxed_math'"):
         audit_reward("boxed_mat")

@@ -47,3 +47,8 @@ def slow_start(prompts=None, completions=None, **kwargs):
 
 def needs_kind(prompts=None, completions=None, **kwargs):
     return [0.0]
+
+
+def reads_answer(prompts=None, completions=None, answer=None, **kwargs):
+    """1.0 when the completion equals the row's ``answer`` column (which it requires)."""
+    return [1.0 if _text(completions) == answer[0] else 0.0]
