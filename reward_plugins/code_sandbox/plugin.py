@@ -36,7 +36,7 @@ import weakref
 from .._text import completion_text
 from .pool import Job, Limits, SandboxPool
 from .prelude import build_prelude, prompt_texts
-from .routing import check_value_tests, value_tests
+from .routing import check_value_tests, value_tests, verifies_something
 
 log = logging.getLogger(__package__)  # one logger for the whole package
 
@@ -149,6 +149,8 @@ class CodeSandboxReward:
         tests, io_tests, test = col("tests"), col("io_tests"), col("test")
         if tests is not None:
             tests = [tests] if isinstance(tests, str) else list(tests)
+            if not any(verifies_something(str(x)) for x in tests):
+                return Job("call", code, 0, spec={})  # tests that cannot fail verify nothing: scores 0, an error
             fast = value_tests(tests, col("test_setup_code"))
             if fast is not None and tests:
                 return Job("values", code, len(tests), spec={"exprs": fast[0]}, expected=fast[1])
@@ -158,6 +160,8 @@ class CodeSandboxReward:
             entry = col("entry_point")
             if not isinstance(entry, str) or not entry.isidentifier():
                 return Job("call", code, 1, spec={"kind": "asserts", "setup": "", "asserts": ["assert False"]})
+            if not verifies_something(str(test)):
+                return Job("call", code, 0, spec={})
             fast = check_value_tests(str(test), entry)
             if fast is not None:
                 return Job("values", code, 1, spec={"exprs": fast[0]}, expected=fast[1], one_test=True)
@@ -204,6 +208,11 @@ class CodeSandboxReward:
         for k, (test, entry) in enumerate(zip(tests, entries)):
             if test is None or not isinstance(entry, str) or not entry.isidentifier():
                 continue
+            if not verifies_something(str(test)):
+                raise ValueError(
+                    f"code_sandbox: row {k}: its 'test' code has no assert, raise or assert...() call, so it passes "
+                    "every program; fix the row or drop it"
+                )
             if check_value_tests(str(test), entry) is None:
                 self.prelude(str(test), entry, codes[k], prompts[k], k)
 
@@ -219,7 +228,7 @@ class CodeSandboxReward:
                 rewards.append(None)
                 continue
             out = outcomes.get(k)
-            if out is None:  # an empty test list verifies nothing
+            if out is None:  # an empty test list, or tests that cannot fail, verify nothing
                 rewards.append(0.0)
                 errors += 1
                 continue

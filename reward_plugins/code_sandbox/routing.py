@@ -139,6 +139,27 @@ def value_tests(tests, setup) -> tuple[list, list] | None:
     return (exprs, expects) if _one_line(exprs) else None
 
 
+def verifies_something(test_code: str) -> bool:
+    """Whether trusted test code can fail at all: it has an ``assert`` other than ``assert True``, a ``raise``, or a
+    call of an ``assert...``/``fail...`` function (``unittest``, ``numpy.testing``). Test code without any (``def
+    check(candidate): pass``) passes every program, so a row with it is never scored as passed. Code that does not
+    parse counts as verifying (running it fails every program)."""
+    try:
+        tree = ast.parse(test_code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert) and not (isinstance(node.test, ast.Constant) and node.test.value is True):
+            return True
+        if isinstance(node, ast.Raise):
+            return True
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name.startswith(("assert", "fail")):
+                return True
+    return False
+
+
 def _is_docstring(stmt) -> bool:
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 

@@ -388,3 +388,38 @@ def test_close_leaves_nothing_behind():
     assert all(w.proc.poll() is not None for w in workers)
     assert not any(os.path.exists(d) for d in cgroups)
     assert not os.path.exists(code_dir)
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"test": "def check(candidate):\n    pass\n", "entry_point": "add"},
+        {"test": "def check(candidate):\n    assert True\n", "entry_point": "add"},
+        {"test": "METADATA = {}\n\ndef check(candidate):\n    candidate(1, 2)\n", "entry_point": "add"},
+        {"tests": ["add(1, 2)", "pass"]},
+    ],
+    ids=["pass", "assert-true", "call-only", "statements-without-asserts"],
+)
+def test_tests_that_cannot_fail_never_score(reward, columns):
+    """Trusted tests that verify nothing pass every program: such a row scores 0 and counts as an error."""
+    wrong = "def add(a, b):\n    return a - b\n"
+    logged = {}
+    got = reward(completions=[wrong], log_metric=lambda k, v: logged.__setitem__(k, v),
+                 **{k: [v] for k, v in columns.items()})
+    assert got == [0.0] and logged["code_sandbox/errors"] == 1.0
+    # the same rows with a real check still tell right from wrong
+    right = "def add(a, b):\n    return a + b\n"
+    checked = {"test": "def check(candidate):\n    assert candidate(1, 2) == 3\n", "entry_point": "add"}
+    assert reward(completions=[right, wrong], **{k: [v, v] for k, v in checked.items()}) == [1.0, 0.0]
+
+
+def test_rows_whose_check_cannot_fail_are_refused_before_training():
+    from datasets import Dataset
+
+    from trl_rlvr.checks import check_dataset_columns
+
+    rows = Dataset.from_list([{"prompt": "p", "test": "def check(candidate):\n    assert candidate(1) == 2\n",
+                               "entry_point": "f"},
+                              {"prompt": "p", "test": "def check(candidate):\n    pass\n", "entry_point": "f"}])
+    with pytest.raises(ValueError, match="row 1: its 'test' code has no assert"):
+        check_dataset_columns(rows, [code_sandbox(num_workers=1)])
