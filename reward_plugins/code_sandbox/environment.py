@@ -332,18 +332,27 @@ class PythonEnvironment:
             return f"timed out after {self.limits.timeout:g} s; the interpreter was restarted: {RESTARTED}"
         self.stats["errors"] += 1
         return (
-            "the interpreter exited while running this code (its own exit, a crash, or its memory or CPU limit); "
+            "the interpreter exited or broke its reply channel while running this code (its own exit, a crash, or "
+            "its memory or CPU limit); "
             f"a fresh interpreter was started: {RESTARTED}"
         )
 
-    def close(self) -> None:
+    # No public method but the tool: TRL offers every public method of an environment to the model. Closing is
+    # ``with PythonEnvironment() as env:`` or garbage collection; the shared server goes at exit.
+    def _close(self) -> None:
         if self._interpreter is not None:
             self._interpreter.close()
             self._interpreter = None
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._close()
+
     def __del__(self):
         try:
-            self.close()
+            self._close()
         except Exception:  # noqa: BLE001
             pass
 

@@ -217,7 +217,6 @@ def _spawn(fds, timeout, cpu_s, mem, max_chars):
     if pid == 0:
         try:
             _lockdown([cell_fd, reply_fd], scratch, ruleset, rlimits)
-            os.environ["TMPDIR"] = scratch  # tempfile's choice; the environment is otherwise empty
             repl_loop(cell_fd, reply_fd, timeout, max_chars)
         except BaseException:  # noqa: BLE001
             pass
