@@ -264,3 +264,26 @@ def test_cell_sequences_match_a_model_of_two_rollouts(pair, ops):
             assert out == (f"{files[i][op[2]]!r}\n" if op[2] in files[i] else out)
             if op[2] not in files[i]:
                 assert "FileNotFoundError" in out
+
+
+# ------------------------------------------------------------------------------------------------ get_reward
+def test_tests_environment_judges_the_cells_by_the_rows_tests_not_by_the_interpreter():
+    from reward_plugins.code_sandbox import PythonTestsEnvironment, code_sandbox
+
+    reward = code_sandbox(num_workers=1, timeout=2.0)
+    row = {"prompt": "write double", "tests": ["assert double(2) == 4", "assert double(-1) == -2"]}
+    with PythonTestsEnvironment(reward=reward, timeout=TIMEOUT) as e:
+        e.reset(**row)
+        e.python("def double(x):\n    return x * 2")
+        e.python("double(21)")
+        assert e.get_reward() == 1.0
+        e.reset(**row)  # the interpreter says yes; the verdict path says no
+        e.python("def double(x):\n    return x * 3\nclass Yes:\n    def __eq__(self, o):\n        return True")
+        e.python("print('all tests passed')")
+        assert e.get_reward() == 0.0
+        e.reset(**row)  # a cell that raised is left out whole: double is defined in the interpreter, not in the program
+        e.python("def double(x):\n    return x * 2\n1 / 0")
+        assert e.python("double(2)") == "4\n" and e.get_reward() == 0.0
+        e.reset(prompt="no tests here")
+        assert e.get_reward() is None
+    reward.close()

@@ -253,3 +253,21 @@ def test_tool_metrics_are_means_over_rollouts_with_stats():
     }  # fmt: skip
     assert tool_metrics(rows[2:]) == {"rlvr/tool_calls_per_rollout": 2.0}
     assert not math.isnan(tool_metrics(rows[:1])["rlvr/tool_errors_per_rollout"])
+
+
+def test_the_tool_recipe_builds_its_environment_factory():
+    from pathlib import Path
+
+    from trl_rlvr.recipe import build_environment_factory, make_parser
+
+    recipe_file = Path(__file__).resolve().parent.parent / "examples" / "recipes" / "tool_math.yaml"
+    recipe, args, _ = make_parser().parse_args_and_config(["--config", str(recipe_file), "--use_cpu", "true",
+                                                           "--use_vllm", "false"])  # fmt: skip
+    factory = build_environment_factory(recipe)
+    assert factory.func is PythonEnvironment and factory.keywords == recipe.environment_options
+    env = factory()
+    assert env.limits.timeout == 5.0 and env.limits.rollout_timeout == 30.0
+    assert args.max_tool_calling_iterations == 4
+    recipe.environment_factory = "reward_plugins.code_sandbox.NoSuchEnvironment"
+    with pytest.raises(ValueError, match="environment_factory 'reward_plugins.code_sandbox.NoSuchEnvironment'"):
+        build_environment_factory(recipe)

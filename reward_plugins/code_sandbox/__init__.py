@@ -8,8 +8,8 @@ and ``interpreter`` (its fork server of persistent interpreters, inside the same
 Imports neither torch nor trl.
 """
 
-from .environment import PythonEnvironment
+from .environment import PythonEnvironment, PythonTestsEnvironment
 from .isolation import IsolationUnavailable
 from .plugin import CodeSandboxReward, code_sandbox, extract_program, reward
 
-__all__ = ["code_sandbox", "CodeSandboxReward", "IsolationUnavailable", "PythonEnvironment", "extract_program", "reward"]
+__all__ = ["code_sandbox", "CodeSandboxReward", "IsolationUnavailable", "PythonEnvironment", "PythonTestsEnvironment", "extract_program", "reward"]

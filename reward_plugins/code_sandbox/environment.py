@@ -356,3 +356,52 @@ class PythonEnvironment:
         except Exception:  # noqa: BLE001
             pass
 
+
+
+# ---------------------------------------------------------------- scored by the row's tests
+#: The dataset columns ``code_sandbox`` reads its tests from (docs/code_sandbox.md).
+TEST_COLUMNS = ("tests", "test_setup_code", "test", "entry_point", "io_tests")
+_DEFAULT_REWARD = None
+_DEFAULT_REWARD_LOCK = threading.Lock()
+
+
+class PythonTestsEnvironment(PythonEnvironment):
+    """The Python tool for code tasks, with a ``get_reward()`` (TRL adds it as a reward column) that judges the
+    rollout by the row's tests through ``code_sandbox``'s trusted verdict path.
+
+    The program judged is the rollout's cells that ran without an error or a timeout, in order
+    (``PythonEnvironment.cells``), run afresh in the reward's sandbox. Never the interpreter the model talked to:
+    that process is the model's (it can redefine anything, print "all tests passed"), so nothing it says or holds
+    is a verdict. A cell that raised is left out as a whole, also what it defined before the error. Rows need a
+    test column (``tests``, ``test`` + ``entry_point`` or ``io_tests``); a row without one scores None (TRL
+    ignores it). ``reward``: a ``code_sandbox(...)`` reward function to use (default: one with default options,
+    shared by the process); every other keyword argument is ``PythonEnvironment``'s.
+    """
+
+    def __init__(self, *, reward=None, **options):
+        super().__init__(**options)
+        self._reward = reward
+        self._tests: dict = {}
+        self._prompt = None
+
+    def reset(self, **row) -> None:
+        self._tests = {k: row[k] for k in TEST_COLUMNS if k in row}
+        self._prompt = row.get("prompt")
+        return super().reset(**row)
+
+    def get_reward(self) -> float | None:
+        reward = self._reward or _default_reward()
+        program = "\n\n".join(self.cells)
+        completion = f"```python\n{program}\n```"
+        score = reward(prompts=[self._prompt], completions=[completion], **{k: [v] for k, v in self._tests.items()})
+        return score[0]
+
+
+def _default_reward():
+    global _DEFAULT_REWARD
+    with _DEFAULT_REWARD_LOCK:
+        if _DEFAULT_REWARD is None:
+            from .plugin import CodeSandboxReward
+
+            _DEFAULT_REWARD = CodeSandboxReward()
+        return _DEFAULT_REWARD
