@@ -15,7 +15,8 @@ Measures, in one run and on the same cores:
 The baseline runs the same REPL (``interpreter.repl_loop``) over the same pipes and framing, without bubblewrap,
 Landlock, seccomp or rlimits, so the difference is the price of the isolation. Calls are timed in alternating
 chunks of 50 (sandbox, baseline, sandbox, ...) and the median chunk counts, so both see the same load on a shared
-machine; each case runs ``--repeat`` times, and the median and the range of those are printed. ``--smoke``: few calls, seconds; exits non-zero if a reply is
+machine; each case runs ``--repeat`` times, and the median and the range of those are printed.
+``--smoke``: few calls, seconds; exits non-zero if a reply is
 not what the cell prints.
 """
 

@@ -36,9 +36,8 @@ def overlong(max_completion_length: int, buffer_length: int):
     ``tool_mask``); scale it with its reward weight.
     """
     validate_overlong(max_completion_length, buffer_length, prefix="overlong: ")
-    return ModelTokenOverlong(
-        get_soft_overlong_punishment(max_completion_len=int(max_completion_length), soft_punish_cache=int(buffer_length))
-    )
+    punishment = get_soft_overlong_punishment(int(max_completion_length), int(buffer_length))
+    return ModelTokenOverlong(punishment)
 
 
 class ModelTokenOverlong:
@@ -51,5 +50,6 @@ class ModelTokenOverlong:
 
     def __call__(self, completion_ids, tool_mask=None, **kwargs):
         if tool_mask is not None:
-            completion_ids = [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(completion_ids, tool_mask, strict=True)]
+            pairs = zip(completion_ids, tool_mask, strict=True)
+            completion_ids = [[t for t, m in zip(ids, mask, strict=True) if m] for ids, mask in pairs]
         return self.punishment(completion_ids=completion_ids, **kwargs)

@@ -109,14 +109,15 @@ def test_rollout_budget():
 # ------------------------------------------------------------------------------------------------ isolation
 def test_state_persists_within_a_rollout_only(env, neighbour):
     env.python("import json\nvalue = [1, 2]\nopen('f.txt', 'w').write('hi')\nimport os\nos.environ['SECRET'] = 's'")
-    assert env.python("value, open('f.txt').read(), json.dumps(1), os.environ.get('SECRET')") == "([1, 2], 'hi', '1', 's')\n"
+    got = env.python("value, open('f.txt').read(), json.dumps(1), os.environ.get('SECRET')")
+    assert got == "([1, 2], 'hi', '1', 's')\n"
     assert "NameError" in neighbour.python("value")
     assert neighbour.python("import os\nsorted(os.listdir('.')), dict(os.environ)") == "(['mine.txt'], {})\n"
     env.reset()
     for probe in ("value", "json", "os"):
         assert f"NameError: name '{probe}' is not defined" in env.python(probe)
     assert env.python("import os, sys\nos.listdir('.'), dict(os.environ), 'json' in sys.modules") == "([], {}, True)\n"
-    # json is in sys.modules because the clean server pre-imports it for every interpreter, not because of the last rollout
+    # json is in sys.modules because the clean server pre-imports it for every interpreter, not from the last rollout
     assert neighbour.python("canary + 1, open('mine.txt').read()") == "(42, 'kept')\n"
 
 
@@ -130,7 +131,8 @@ def test_module_state_does_not_survive_reset(env):
 
 
 def test_cannot_see_other_interpreters_files_or_processes(env, neighbour):
-    out = env.python("import os\n[p for p in ('/tmp', '..', '/proc', '/sbx', '/etc') if os.path.exists(p) and os.access(p, os.R_OK) and os.listdir(p)]")
+    out = env.python("import os\n[p for p in ('/tmp', '..', '/proc', '/sbx', '/etc')\n"
+                     " if os.path.exists(p) and os.access(p, os.R_OK) and os.listdir(p)]")
     assert out == "[]\n" or "PermissionError" in out
     assert "Error" in env.python("import os\nos.listdir('/tmp')")
     assert "Error" in env.python("import os\nos.kill(1, 9)")  # pid 1 of the sandbox: the server
@@ -176,13 +178,26 @@ def test_hostile_programs_as_cells(env, neighbour, name):
 
 
 TOOL_ATTACKS = {  # aimed at the tool's own machinery
-    "fake_reply_frame": "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, (9).to_bytes(4, 'big') + b'ofake' + b'\\xff' * 8)\n    except OSError:\n        pass",
-    "steal_next_cell": "import threading, os\nfor fd in range(3, 64):\n    threading.Thread(target=os.read, args=(fd, 1 << 20), daemon=True).start()",
-    "patch_reply_writer": "import sys\nm = sys.modules['reward_plugins.code_sandbox.interpreter']\nm.write_frame = lambda *a: None",
+    "fake_reply_frame": (
+        "import os\nfor fd in range(3, 64):\n    try:\n"
+        "        os.write(fd, (9).to_bytes(4, 'big') + b'ofake' + b'\\xff' * 8)\n    except OSError:\n        pass"
+    ),
+    "steal_next_cell": (
+        "import threading, os\nfor fd in range(3, 64):\n"
+        "    threading.Thread(target=os.read, args=(fd, 1 << 20), daemon=True).start()"
+    ),
+    "patch_reply_writer": (
+        "import sys\nm = sys.modules['reward_plugins.code_sandbox.interpreter']\nm.write_frame = lambda *a: None"
+    ),
     "close_channels": "import os\nos.closerange(3, 64)",
     "memory_hog_slowly": "xs = []\nwhile True:\n    xs.append(bytearray(1 << 24))",
-    "thread_bomb_busy": "import threading\nfor _ in range(10000):\n    threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()",
-    "alarm_disarm": "import signal\nsignal.setitimer(signal.ITIMER_REAL, 0)\nsignal.alarm(0)\nimport time\ntime.sleep(100)",
+    "thread_bomb_busy": (
+        "import threading\nfor _ in range(10000):\n"
+        "    threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()"
+    ),
+    "alarm_disarm": (
+        "import signal\nsignal.setitimer(signal.ITIMER_REAL, 0)\nsignal.alarm(0)\nimport time\ntime.sleep(100)"
+    ),
     "segfault": "import ctypes\nctypes.string_at(0)",
     "socket": "import socket\nsocket.socket()",
 }
@@ -287,3 +302,24 @@ def test_tests_environment_judges_the_cells_by_the_rows_tests_not_by_the_interpr
         e.reset(prompt="no tests here")
         assert e.get_reward() is None
     reward.close()
+
+
+def test_options_are_checked_with_their_names():
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        PythonEnvironment(timeout=0)
+    with pytest.raises(ValueError, match="max_output_chars must be at least 200"):
+        PythonEnvironment(max_output_chars=10)
+    with pytest.raises(ValueError, match="isolation must be 'bwrap' or 'rlimits'"):
+        PythonEnvironment(isolation="none")
+    with pytest.raises(TypeError):
+        PythonEnvironment(5.0)  # keyword arguments only: TRL calls the factory with none
+
+
+def test_rlimits_isolation_runs_and_persists():
+    with PythonEnvironment(isolation="rlimits", timeout=TIMEOUT) as e:
+        e.reset()
+        assert e.python("import os\nx = 5\nos.listdir('.')") == "[]\n"
+        assert e.python("x * 2") == "10\n"
+        assert "Error" in e.python("import os\nos.fork()")  # the seccomp allowlist holds here too
+        e.reset()
+        assert "NameError" in e.python("x")

@@ -33,7 +33,8 @@ def questions(n=32, seed=0):
 
 def right(completions, answer, **kwargs):
     """1 when the last turn boxes the gold answer."""
-    return [float(f"\\boxed{{{gold}}}" in turns[-1]["content"]) for turns, gold in zip(completions, answer)]
+    pairs = zip(completions, answer, strict=True)
+    return [float(f"\\boxed{{{gold}}}" in turns[-1]["content"]) for turns, gold in pairs]
 
 
 right.verifies_correctness = True
@@ -91,8 +92,10 @@ def make_trainer(model_dir, dataset=None, environment_factory=CheckedPython, rew
         dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in prompts], "answer": answers})
     tokenizer = load_tool_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    trainer = RLVRTrainer(model=model, reward_funcs=list(reward_funcs), args=RLVRConfig(**settings),
-                          train_dataset=dataset, processing_class=tokenizer, environment_factory=environment_factory)  # fmt: skip
+    trainer = RLVRTrainer(
+        model=model, reward_funcs=list(reward_funcs), args=RLVRConfig(**settings), train_dataset=dataset,
+        processing_class=tokenizer, environment_factory=environment_factory,
+    )  # fmt: skip
     trainer._generate_single_turn = scripted_policy(tokenizer)
     return trainer
 
@@ -110,7 +113,8 @@ def run_recorded(trainer):
 
     class Grads(TrainerCallback):
         def on_pre_optimizer_step(self, args, state, control, **kwargs):
-            grads.append({n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+            params = trainer.model.named_parameters()
+            grads.append({n: p.grad.detach().clone() for n, p in params if p.grad is not None})
 
     calculate = trainer._calculate_rewards
 
@@ -141,7 +145,7 @@ def test_training_steps_on_tool_rollouts_match_the_reference_with_tool_tokens_ma
     assert tool_turns and all("Traceback" not in m["content"] for m in tool_turns)  # every rollout: a fresh interpreter
     assert CheckedPython.resets == len(completions)  # refill rounds too: one reset per rollout
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)  # lr 0: the same weights
-    for rows, got in zip(batches, grads):
+    for rows, got in zip(batches, grads, strict=True):
         assert "tool_mask" in rows and (rows["tool_mask"] * rows["completion_mask"] == 0).any()  # tool tokens inside
         if switch == "dynamic_sampling":  # every kept group has signal
             assert (rows["advantages"].view(-1, 4).abs().sum(dim=1) > 0).all()

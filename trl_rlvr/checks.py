@@ -42,7 +42,8 @@ def missing_columns(columns: Iterable[str], reward_funcs: Sequence, environment_
     return problems
 
 
-def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_dataset", environment_factory=None) -> None:
+def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_dataset",
+                          environment_factory=None) -> None:
     """Raise ``ValueError`` naming every column ``dataset`` lacks (``prompt`` or, with a dict ``environment_factory``,
     ``environment``; the rewards' ``required_columns``).
 

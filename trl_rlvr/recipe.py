@@ -108,7 +108,7 @@ class RecipeArguments:
             except json.JSONDecodeError as err:
                 raise ValueError(f"environment_options must be a JSON object of keyword arguments: {err}") from err
         if self.environment_options is not None and not isinstance(self.environment_options, dict):
-            raise ValueError(f"environment_options must be a mapping of keyword arguments, got {self.environment_options!r}")
+            raise ValueError(f"environment_options must be a mapping of keyword arguments: {self.environment_options!r}")
         if self.environment_options and self.environment_factory is None:
             raise ValueError("environment_options is set but environment_factory is not: name the environment class")
         if self.prompt_style not in PROMPT_STYLES:

@@ -413,7 +413,8 @@ class RLVRTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         local = torch.tensor(
-            [[n, float(bool(ids) and ids[-1] not in stop_ids)] for ids, n in zip(completion_ids_list, model_lengths)],
+            [[n, float(bool(ids) and ids[-1] not in stop_ids)]
+             for ids, n in zip(completion_ids_list, model_lengths, strict=True)],
             dtype=torch.float32,
             device=device,
         )

@@ -107,8 +107,10 @@ class InterpreterServer:
         ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
         self.err = tempfile.TemporaryFile()
         try:
-            self.proc = subprocess.Popen(argv, pass_fds=(child.fileno(),), env={}, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=self.err, start_new_session=True, **ids)  # fmt: skip
+            self.proc = subprocess.Popen(
+                argv, pass_fds=(child.fileno(),), env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=self.err, start_new_session=True, **ids,
+            )  # fmt: skip
         finally:
             child.close()
         ready, _, _ = select.select([self.sock], [], [], 30)
@@ -308,7 +310,8 @@ class PythonEnvironment:
             self._fresh_interpreter()
         self.stats["calls"] += 1
         start = time.monotonic()
-        reply = self._interpreter.run(code, start + min(limits.timeout + GRACE_S, left), 4 * limits.max_output_chars + 64)
+        deadline = start + min(limits.timeout + GRACE_S, left)
+        reply = self._interpreter.run(code, deadline, 4 * limits.max_output_chars + 64)
         self._spent += time.monotonic() - start
         if reply is None:
             return self._restart(start)
