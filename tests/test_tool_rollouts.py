@@ -19,6 +19,7 @@ import torch
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 
 from reward_plugins.code_sandbox import PythonEnvironment  # noqa: E402
+from tests.launch import launch_on_cpu  # noqa: E402
 from tests.loss_harness import assert_grads_equal, reference_loss, strip_ddp_prefix  # noqa: E402
 from trl_rlvr.testing import load_tool_tokenizer, tool_call_text  # noqa: E402
 
@@ -275,3 +276,35 @@ def test_the_tool_recipe_builds_its_environment_factory():
     recipe.environment_factory = "reward_plugins.code_sandbox.NoSuchEnvironment"
     with pytest.raises(ValueError, match="environment_factory 'reward_plugins.code_sandbox.NoSuchEnvironment'"):
         build_environment_factory(recipe)
+
+
+@pytest.mark.slow
+def test_two_processes_on_tool_rollouts_match_the_reference(tiny_model_dir, tmp_path):
+    """Dynamic sampling on 2 processes (groups may span them): each rank's loss saw its own rows; the all-reduced
+    gradient is the reference over both ranks' rows, tool tokens masked, divided by the global token count."""
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "tools"
+    launch_on_cpu("--module", "tests.test_tool_rollouts", tiny_model_dir, out)
+    ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
+    assert all(r["num_processes"] == 2 for r in ranks)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    for step in range(2):
+        rows = [r["batches"][step] for r in ranks]
+        tokens = sum(float((b["completion_mask"] * b["tool_mask"]).sum()) for b in rows)
+        model.zero_grad()
+        loss = sum(reference_loss(model, b, "per_batch_token", b["prompt_ids"].size(0))
+                   * float((b["completion_mask"] * b["tool_mask"]).sum()) / tokens for b in rows)  # fmt: skip
+        loss.backward()
+        want = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+        for r in ranks:
+            assert_grads_equal(r["grads"][step], want, atol=1e-6)
+
+
+if __name__ == "__main__":  # one rank of the 2-process test: python -m tests.test_tool_rollouts MODEL_DIR OUT
+    model_dir, out = sys.argv[1], sys.argv[2]
+    trainer = make_trainer(model_dir, dynamic_sampling=True, per_device_train_batch_size=4)
+    batches, grads, _ = run_recorded(trainer)
+    rank = trainer.accelerator.process_index
+    torch.save({"num_processes": trainer.accelerator.num_processes, "batches": batches, "grads": grads},
+               f"{out}.rank{rank}.pt")  # fmt: skip
