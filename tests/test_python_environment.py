@@ -99,9 +99,11 @@ def test_cell_timeout_keeps_state_and_hard_timeout_restarts(env):
 def test_rollout_budget():
     with PythonEnvironment(timeout=0.5, rollout_timeout=1.2) as e:
         e.reset()
-        for _ in range(3):
-            e.python("while True:\n    pass")
+        replies = [e.python("while True:\n    pass") for _ in range(3)]
+        assert replies[:2] == ["timed out after 0.5 s\n"] * 2
+        assert re.match(r"stopped after 0\.\d s: this rollout's 1\.2 s of run time are used up; the interpreter was", replies[2])
         assert e.python("1").startswith("not run: this rollout's 1.2 s of run time are used up")
+        assert e.stats["timeouts"] == 4 and e.stats["restarts"] == 1
         e.reset()  # a new rollout, a new budget
         assert e.python("1") == "1\n"
 

@@ -27,6 +27,7 @@ import threading
 import time
 
 from . import interpreter, isolation, pool, protocol, worker
+from . import isolation as isolation_layers  # ``isolation`` is also PythonEnvironment's option
 from .claim import PoolClaim
 
 log = logging.getLogger(__package__)
@@ -265,6 +266,9 @@ class PythonEnvironment:
         if isolation not in ("bwrap", "rlimits"):
             raise ValueError(f"PythonEnvironment: isolation must be 'bwrap' or 'rlimits', not {isolation!r}")
         self.isolation = isolation
+        if isolation == "bwrap":  # refuse at construction, with the install hint, rather than at the first batch
+            isolation_layers.find_bwrap()
+            isolation_layers.sandbox_python()
         self._interpreter: Interpreter | None = None
         self._new_rollout()
 
@@ -310,11 +314,12 @@ class PythonEnvironment:
             self._fresh_interpreter()
         self.stats["calls"] += 1
         start = time.monotonic()
+        budget_cut = left < limits.timeout + GRACE_S  # the rollout's budget ends before the cell's own
         deadline = start + min(limits.timeout + GRACE_S, left)
         reply = self._interpreter.run(code, deadline, 4 * limits.max_output_chars + 64)
         self._spent += time.monotonic() - start
         if reply is None:
-            return self._restart(start)
+            return self._restart(start, budget_cut and time.monotonic() >= deadline)
         status, reply = reply[:1], interpreter.clip(reply[1:], limits.max_output_chars)
         if status == interpreter.STATUS_TIMEOUT:
             self.stats["timeouts"] += 1
@@ -324,12 +329,16 @@ class PythonEnvironment:
             self.stats["errors"] += 1
         return reply
 
-    def _restart(self, start: float) -> str:
+    def _restart(self, start: float, budget_cut: bool = False) -> str:
         """The interpreter hung past its deadline or died: replace it, and say so."""
         took = time.monotonic() - start
         self.stats["restarts"] += 1
         self._fresh_interpreter()
         self.cells = []
+        if budget_cut:
+            self.stats["timeouts"] += 1
+            return (f"stopped after {took:.1f} s: this rollout's {self.limits.rollout_timeout:g} s of run time are "
+                    f"used up; the interpreter was restarted: {RESTARTED}")  # fmt: skip
         if took >= self.limits.timeout:
             self.stats["timeouts"] += 1
             return f"timed out after {self.limits.timeout:g} s; the interpreter was restarted: {RESTARTED}"
