@@ -10,6 +10,12 @@ DAPO's factor 1.0 is weight 1 (``GRPOConfig.reward_weights``; the trainer switch
 A vanilla ``GRPOTrainer`` user adds it to ``reward_funcs`` next to the task reward (TRL sums the weighted
 reward functions). Don't use both the plugin and the trainer switch, or the penalty counts twice. Lengths
 are in tokens: TRL passes ``completion_ids`` to reward functions, and the function needs them.
+
+With tools, a completion holds the tools' results too (TRL's ``tool_mask`` marks them 0). The penalty is on
+what the MODEL wrote: given a ``tool_mask`` keyword argument (``RLVRTrainer`` passes TRL's), only the tokens
+where it is 1 count, so a group with equal task rewards gets no advantage from how long the tool's replies were.
+(TRL's budget, ``max_completion_length``, counts both; a plain ``GRPOTrainer`` passes no mask, and then every
+token counts, as in TRL's own function.)
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ def overlong(max_completion_length: int, buffer_length: int):
         max_completion_length: the generation budget L_max in tokens (required: GRPOConfig's value).
         buffer_length: the soft-punishment buffer L_cache before L_max (required; DAPO: 4096 of 20480).
 
-    Returns TRL's reward function (picklable), named ``overlong``; scale it with its reward weight.
+    Returns a reward function named ``overlong`` (TRL's, counting model-written tokens when given a
+    ``tool_mask``); scale it with its reward weight.
     """
     return overlong_penalty(max_completion_length, buffer_length)

@@ -6,6 +6,9 @@ entries are a column name or a tuple of names any one of which will do. ``boxed_
 A function without the attribute is not checked. TRL gives a reward function every dataset column but
 ``prompt`` as a keyword argument, so a column missing from the dataset is otherwise found only after the model
 has loaded and the first batch has been generated.
+
+With ``environment_factory`` the check asks what TRL asks: no ``prompt`` column (the environment's ``reset()``
+may supply the prompt), and with a dict of environments an ``environment`` column naming each row's.
 """
 
 from __future__ import annotations
@@ -17,10 +20,19 @@ def reward_name(reward) -> str:
     return getattr(reward, "__name__", None) or type(reward).__name__
 
 
-def missing_columns(columns: Iterable[str], reward_funcs: Sequence) -> list[str]:
-    """One message per missing column: ``prompt``, then every reward function's ``required_columns``."""
+def missing_columns(columns: Iterable[str], reward_funcs: Sequence, environment_factory=None) -> list[str]:
+    """One message per missing column: ``prompt`` (not needed with an ``environment_factory``; with a dict of
+    them, ``environment`` is), then every reward function's ``required_columns``."""
     columns = set(columns)
-    problems = [] if "prompt" in columns else ["the column 'prompt' (what the policy is given to answer)"]
+    problems = []
+    if isinstance(environment_factory, dict):
+        if "environment" not in columns:
+            problems.append(
+                "the column 'environment', which routes each row to one of the environment_factory dict's "
+                f"environments {sorted(map(str, environment_factory))}"
+            )
+    elif environment_factory is None and "prompt" not in columns:
+        problems.append("the column 'prompt' (what the policy is given to answer)")
     for reward in reward_funcs:
         for need in getattr(reward, "required_columns", ()) or ():
             options = (need,) if isinstance(need, str) else tuple(need)
@@ -30,8 +42,10 @@ def missing_columns(columns: Iterable[str], reward_funcs: Sequence) -> list[str]
     return problems
 
 
-def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_dataset") -> None:
-    """Raise ``ValueError`` naming every column ``dataset`` lacks (``prompt``, the rewards' ``required_columns``).
+def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_dataset",
+                          environment_factory=None) -> None:
+    """Raise ``ValueError`` naming every column ``dataset`` lacks (``prompt`` or, with a dict ``environment_factory``,
+    ``environment``; the rewards' ``required_columns``).
 
     A dataset whose columns are unknown (an ``IterableDataset`` without features, a plain list) is not checked."""
     columns = getattr(dataset, "column_names", None)
@@ -39,7 +53,7 @@ def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_da
         return
     if isinstance(columns, dict):  # a DatasetDict
         return
-    problems = missing_columns(columns, reward_funcs)
+    problems = missing_columns(columns, reward_funcs, environment_factory)
     if problems:
         raise ValueError(f"{what} lacks " + "; and ".join(problems) + f". Its columns: {sorted(columns)}")
     for reward in reward_funcs:  # a reward that checks its rows too (code_sandbox: what check() may call)
@@ -86,6 +100,18 @@ def ineffective_options(config) -> list[str]:
         for name, (_, needs) in ACTS_WHEN.items()
         if name in defaults and getattr(config, name) != defaults[name] and not option_acts(config, name)
     ]
+
+
+def check_tool_settings(config, train_dataset, environment_factory) -> None:
+    """Combinations with tools that cannot work, named by both options, before any model loads: selective sampling
+    remembers prompts by their dataset row, and without a ``train_dataset`` the environment's ``reset()`` makes each
+    prompt (TRL then cycles placeholder rows), so a row names no prompt to skip or revisit."""
+    if environment_factory is not None and train_dataset is None and getattr(config, "selective_sampling", False):
+        raise ValueError(
+            "selective_sampling=True needs a train_dataset, but environment_factory is given without one (its "
+            "reset() makes each prompt, so a dataset row names no prompt to skip or revisit): pass a train_dataset "
+            "or set selective_sampling=False"
+        )
 
 
 def check_settings(config) -> None:

@@ -33,15 +33,15 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_rlvr.algorithms.advantages import group_advantages, require_finite_rewards, zero_signal_groups
-from trl_rlvr.checks import check_dataset_columns
-from trl_rlvr.config import RLVRConfig
-from trl_rlvr.rewards.registry import resolve_reward_funcs
-from trl_rlvr.algorithms.losses import per_step_num_items
-from trl_rlvr.algorithms.metrics import rollout_metrics
-from trl_rlvr.algorithms.shaping import overlong_penalty
 from trl_rlvr._compat.notices import trl_generation_notices_silenced
 from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
+from trl_rlvr.algorithms.advantages import group_advantages, require_finite_rewards, zero_signal_groups
+from trl_rlvr.algorithms.losses import per_step_num_items
+from trl_rlvr.algorithms.metrics import rollout_metrics, tool_metrics
+from trl_rlvr.algorithms.shaping import overlong_penalty
+from trl_rlvr.checks import check_dataset_columns, check_tool_settings
+from trl_rlvr.config import RLVRConfig
+from trl_rlvr.rewards.registry import resolve_reward_funcs
 from trl_rlvr.sampling.dynamic import (
     ROW_KEYS, PromptStream, concat_rows, informative_rows, prompts_for_round, rows_per_process, write_json_atomically,
 )
@@ -76,7 +76,10 @@ class RLVRTrainer(GRPOTrainer):
                 "defaults (docs/trainer.md)"
             )
         reward_funcs = self._resolve_reward_funcs(reward_funcs, args)
-        check_dataset_columns(kwargs.get("train_dataset", pos[0] if pos else None), reward_funcs or [])  # pre-load
+        train_dataset = kwargs.get("train_dataset", pos[0] if pos else None)
+        environment_factory = kwargs.get("environment_factory", pos[11] if len(pos) > 11 else None)
+        check_tool_settings(args, train_dataset, environment_factory)  # pre-load, as the dataset check
+        check_dataset_columns(train_dataset, reward_funcs or [], environment_factory=environment_factory)
         if args.overlong_buffer_length is not None:  # the appended overlong penalty, weighted by its factor
             args = copy.copy(args)  # the caller's config is left as it was
             weights = args.reward_weights if args.reward_weights is not None else [1.0] * (len(reward_funcs) - 1)
@@ -141,13 +144,43 @@ class RLVRTrainer(GRPOTrainer):
 
     # -- rewards and diagnostics --------------------------------------------------------------------------------
 
+    def _generate(self, prompts):
+        output = super()._generate(prompts)
+        self._round_tool_mask = output[2]  # per completion, 1 = written by the model, 0 = a tool's result; or None
+        return output
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        tool_mask = getattr(self, "_round_tool_mask", None)
+        self._round_tool_mask = None
+        if tool_mask is not None:  # every reward function gets it (TRL passes row fields as keyword arguments):
+            inputs = [{**row, "tool_mask": mask} for row, mask in zip(inputs, tool_mask, strict=True)]  # overlong
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         require_finite_rewards(rewards_per_func, self.reward_func_names)  # gathered: every rank raises alike
         self._batch_rewards = self._total_rewards(rewards_per_func)
         self._batch_rewards_per_func = rewards_per_func
-        self._log_rollout_metrics(rewards_per_func, completion_ids_list)
+        model_lengths = [len(ids) for ids in completion_ids_list] if tool_mask is None else [sum(m) for m in tool_mask]
+        self._log_rollout_metrics(rewards_per_func, completion_ids_list, model_lengths)
+        if self.tools:
+            self._log_tool_metrics(completions)
         return rewards_per_func
+
+    def _log_tool_metrics(self, completions) -> None:
+        """``rlvr/tool_*`` of the gathered batch: tool results per rollout (any tool), and the figures of
+        environments that keep ``stats`` (``PythonEnvironment``: errors, timeouts, restarts)."""
+        environments = self.environments or [None] * len(completions)
+        local = []
+        for completion, env in zip(completions, environments, strict=True):
+            calls = sum(1 for m in completion if isinstance(m, dict) and m.get("role") == "tool")
+            stats = getattr(env, "stats", None)
+            if isinstance(stats, dict):
+                local.append([1.0, calls, stats.get("errors", 0), stats.get("timeouts", 0), stats.get("restarts", 0)])
+            else:
+                local.append([0.0, calls, 0.0, 0.0, 0.0])
+        device = self.accelerator.device
+        gathered = self.accelerator.gather(torch.tensor(local, dtype=torch.float32, device=device))
+        mode = "train" if self.model.training else "eval"
+        for key, value in tool_metrics(gathered).items():
+            self._metrics[mode][key].append(value)
 
     def _total_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """Weighted sum over reward functions, NaN where no function scored the answer (as TRL does)."""
@@ -361,15 +394,18 @@ class RLVRTrainer(GRPOTrainer):
                 "trained on are drawn again", checkpoint, PROMPT_STREAM_STATE_FILE,
             )
 
-    def _log_rollout_metrics(self, rewards_per_func: torch.Tensor, completion_ids_list) -> None:
-        """Gather lengths and truncation flags (the rewards are already global) and log the rlvr/ diagnostics."""
+    def _log_rollout_metrics(self, rewards_per_func: torch.Tensor, completion_ids_list, model_lengths) -> None:
+        """Gather lengths (tokens the model wrote: tool results are not counted, as in TRL's
+        ``completions/mean_length``) and truncation flags (the rewards are already global) and log the rlvr/
+        diagnostics."""
         if self._success_index is None:
             return
         device = rewards_per_func.device
         mode = "train" if self.model.training else "eval"
         stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         local = torch.tensor(
-            [[len(ids), float(bool(ids) and ids[-1] not in stop_ids)] for ids in completion_ids_list],
+            [[n, float(bool(ids) and ids[-1] not in stop_ids)]
+             for ids, n in zip(completion_ids_list, model_lengths, strict=True)],
             dtype=torch.float32,
             device=device,
         )

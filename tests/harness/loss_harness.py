@@ -51,13 +51,15 @@ def reference_loss(model, rows: dict[str, torch.Tensor], normalization: str, num
     input_ids = torch.cat([rows["prompt_ids"], rows["completion_ids"]], dim=1)
     attention_mask = torch.cat([rows["prompt_mask"], rows["completion_mask"]], dim=1)
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-    completion_logits = logits[:, PROMPT_LEN - 1 : -1]
+    completion_logits = logits[:, rows["prompt_ids"].size(1) - 1 : -1]
     logp = torch.log_softmax(completion_logits.float(), dim=-1).gather(-1, rows["completion_ids"][..., None])[..., 0]
     old = rows.get("old_per_token_logps", logp.detach())
     ratio = torch.exp(logp - old)
     adv = rows["advantages"][:, None]
     token_loss = -torch.minimum(ratio * adv, ratio.clamp(1 - epsilon, 1 + epsilon_high) * adv)
     mask = rows["completion_mask"].float()
+    if "tool_mask" in rows:  # multi-turn: the tools' results are not the model's tokens
+        mask = mask * rows["tool_mask"].float()
     summed = (token_loss * mask).sum(dim=1)
     if normalization == "per_answer":
         return (summed / mask.sum(dim=1).clamp(min=1)).sum() / num_rows_in_step

@@ -46,9 +46,21 @@ def test_trls_implementation_is_dapo_eq13(budget, lengths):
 
 def test_is_trls_function_named_overlong_and_picklable():
     f = pickle.loads(pickle.dumps(overlong(max_completion_length=8, buffer_length=4)))
-    assert type(f) is type(get_soft_overlong_punishment(8, 4))  # the one implementation
+    assert type(f.punishment) is type(get_soft_overlong_punishment(8, 4))  # the one implementation
     assert f.__name__ == "overlong"  # TRL logs rewards/overlong/mean
     assert f(completion_ids=_ids(6)) == [-0.5]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.booleans(), max_size=40), min_size=1, max_size=6))
+def test_with_a_tool_mask_only_model_written_tokens_count(masks):
+    """Given TRL's tool_mask (1: written by the model, 0: a tool's result), the penalty is that of the
+    model-written tokens alone: how long the tool's replies were does not matter."""
+    l_max, l_cache = 16, 8
+    f = overlong(max_completion_length=l_max, buffer_length=l_cache)
+    ids = [list(range(len(m))) for m in masks]
+    out = f(completion_ids=ids, tool_mask=[[int(b) for b in m] for m in masks])
+    assert out == pytest.approx([dapo_eq13(sum(m), l_max, l_cache) for m in masks], abs=1e-12)
 
 
 def test_validation_names_the_field():

@@ -23,6 +23,7 @@ OVERRIDDEN_METHODS = {
     "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep"),
     "log": ("logs", "start_time"),
     "_generate_single_turn": ("prompt_ids",),  # where TRL syncs vLLM's weights before generating (vllm_cpu)
+    "_generate": ("prompts",),  # -> (prompt_ids, completion_ids, tool_mask, ...): the tool mask, read for lengths
     # transformers.Trainer
     "_save_checkpoint": ("model", "trial"),
     "_load_optimizer_and_scheduler": ("checkpoint",),
@@ -47,6 +48,8 @@ READ_ATTRIBUTES = (
     "accelerator",
     "beta",
     "max_completion_length",
+    "environments",  # the batch's environment instances (None without environment_factory): tool figures
+    "tools",  # the tools offered (standalone and environments'): whether to log tool figures
     "use_vllm",  # with use_vllm=True, also .vllm_generation: a trl.generation.vllm_generation.VLLMGeneration
 )
 

@@ -8,6 +8,14 @@
   were equally hard; the gap to the measured share shows how uneven the difficulty is;
 - ``rlvr/truncated_frac``: share of answers cut off at ``max_completion_length``.
 
+With tools (``tools=`` or ``environment_factory=``), ``tool_metrics``:
+
+- ``rlvr/tool_calls_per_rollout``: tool results per rollout (every tool; TRL's ``tools/call_frequency`` is per
+  batch and counts calls whose results were then dropped for length);
+- ``rlvr/tool_errors_per_rollout``, ``rlvr/tool_timeouts_per_rollout``, ``rlvr/tool_restarts_per_rollout``: over
+  the rollouts whose environment keeps ``stats`` (``PythonEnvironment``): cells that raised, that ran out of time,
+  and interpreters that died or hung and were replaced.
+
 ``rlvr/clip_low_frac`` / ``rlvr/clip_high_frac`` are TRL's own ``clip_ratio/low_mean`` / ``high_mean``
 (tokens whose gradient the asymmetric clip zeroes), re-published under the same prefix by the trainer.
 """
@@ -50,3 +58,15 @@ def rollout_metrics(
         "rlvr/zero_signal_expected": expected_zero_signal_frac(accuracy, group_size),
         "rlvr/truncated_frac": truncated.float().mean().item(),
     }
+
+
+def tool_metrics(rows: torch.Tensor) -> dict[str, float]:
+    """Tool figures of one generation batch from ``rows`` (N, 5): per rollout ``[has_stats, tool results,
+    errors, timeouts, restarts]`` (the last three 0 where ``has_stats`` is 0; their means are over the rollouts
+    that have stats, absent when none has)."""
+    has_stats, calls = rows[:, 0] > 0, rows[:, 1]
+    out = {"rlvr/tool_calls_per_rollout": calls.mean().item()}
+    if has_stats.any():
+        for i, name in enumerate(("errors", "timeouts", "restarts"), start=2):
+            out[f"rlvr/tool_{name}_per_rollout"] = rows[has_stats, i].mean().item()
+    return out

@@ -32,10 +32,25 @@ def validate_overlong(max_length: int, buffer_length: int, penalty_factor: float
 
 def overlong_penalty(max_completion_length: int, buffer_length: int):
     """TRL's soft overlong punishment (the formula above) as a reward function named ``overlong``, parameters
-    checked (:func:`validate_overlong`). Picklable; reads ``completion_ids``; scale it with its reward weight."""
+    checked (:func:`validate_overlong`). Lengths count the tokens the model wrote: with tools, TRL passes a
+    ``tool_mask`` (1 = model token, 0 = tool output) and tool output is left out, so a tool's long reply never
+    costs the answer. Picklable; reads ``completion_ids``; scale it with its reward weight."""
     from trl.rewards import get_soft_overlong_punishment
 
     validate_overlong(max_completion_length, buffer_length, prefix="overlong: ")
-    reward = get_soft_overlong_punishment(max_completion_len=int(max_completion_length), soft_punish_cache=int(buffer_length))
-    reward.__name__ = "overlong"
-    return reward
+    return ModelTokenOverlong(get_soft_overlong_punishment(int(max_completion_length), int(buffer_length)))
+
+
+class ModelTokenOverlong:
+    """TRL's soft overlong punishment over the tokens the model wrote (``tool_mask`` 1), or all without a mask."""
+
+    __name__ = "overlong"
+
+    def __init__(self, punishment):
+        self.punishment = punishment
+
+    def __call__(self, completion_ids, tool_mask=None, **kwargs):
+        if tool_mask is not None:
+            pairs = zip(completion_ids, tool_mask, strict=True)
+            completion_ids = [[t for t, m in zip(ids, mask, strict=True) if m] for ids, mask in pairs]
+        return self.punishment(completion_ids=completion_ids, **kwargs)

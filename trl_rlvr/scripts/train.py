@@ -72,6 +72,17 @@ class RecipeArguments:
         metadata={"help": "Reward functions by registry name (`trl-rlvr rewards list`) or dotted import path; "
                   "options in reward_options."},
     )
+    environment_factory: str | None = field(
+        default=None,
+        metadata={"help": "Multi-turn training with tools: an environment class by import path, e.g. "
+                  "'reward_plugins.code_sandbox.PythonEnvironment' (the sandboxed Python tool, docs/python_tool.md); "
+                  "TRL's environment_factory. Needs a chat template that can call tools."},
+    )
+    environment_options: dict | str | None = field(
+        default=None,
+        metadata={"help": "Keyword arguments of environment_factory, e.g. {\"timeout\": 5} (a JSON string on the "
+                  "command line)."},
+    )
     cpu_threads: int | None = field(
         default=None,
         metadata={"help": "Torch threads when training on a CPU. Default: with one process, every usable core "
@@ -80,7 +91,8 @@ class RecipeArguments:
     )
 
     def __post_init__(self):
-        for name in ("preset", "dataset_name", "dataset_config", "dataset_test_split", "system_prompt"):
+        for name in ("preset", "dataset_name", "dataset_config", "dataset_test_split", "system_prompt",
+                     "environment_factory"):
             if isinstance(getattr(self, name), str) and getattr(self, name).lower() in ("none", "null"):
                 setattr(self, name, None)  # the command line's way of saying None
         if self.preset is not None:
@@ -88,6 +100,17 @@ class RecipeArguments:
 
             if self.preset not in PRESETS:
                 raise ValueError(f"Unknown preset {self.preset!r}; presets: {', '.join(map(repr, PRESETS))}")
+        if isinstance(self.environment_options, str):
+            import json
+
+            try:
+                self.environment_options = json.loads(self.environment_options)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"environment_options must be a JSON object of keyword arguments: {err}") from err
+        if self.environment_options is not None and not isinstance(self.environment_options, dict):
+            raise ValueError(f"environment_options must be a mapping of keyword arguments: {self.environment_options!r}")
+        if self.environment_options and self.environment_factory is None:
+            raise ValueError("environment_options is set but environment_factory is not: name the environment class")
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style={self.prompt_style!r} is not valid; allowed values: {PROMPT_STYLES}")
 
@@ -254,6 +277,7 @@ def build_trainer(recipe, training_args, model_args, quiet: bool = False, main_p
 
     raw = load_raw_data(recipe)
     reward_funcs = recipe_rewards(recipe, training_args)
+    environment_factory = build_environment_factory(recipe)
     with (main_process_first or contextlib.nullcontext)():
         model_path, tokenizer, quantization_config = model_settings(model_args, training_args, quiet)
     data = build_datasets(recipe, tokenizer, raw)
@@ -267,8 +291,28 @@ def build_trainer(recipe, training_args, model_args, quiet: bool = False, main_p
         processing_class=tokenizer,
         quantization_config=quantization_config,
         peft_config=get_peft_config(model_args),
+        environment_factory=environment_factory,
     )
     return trainer, data
+
+
+def build_environment_factory(recipe):
+    """``environment_factory`` by import path, with ``environment_options`` bound (``functools.partial``); None
+    without one. ``ValueError`` naming the field when the path does not import."""
+    if recipe.environment_factory is None:
+        return None
+    import functools
+    import importlib
+
+    spec = recipe.environment_factory
+    module, sep, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
+    try:
+        factory = getattr(importlib.import_module(module), attr) if sep and module and attr else None
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"environment_factory {spec!r}: cannot import {attr!r} from {module!r}: {e}") from e
+    if not callable(factory):
+        raise ValueError(f"environment_factory {spec!r} is not a module.Class path of a callable")
+    return functools.partial(factory, **(recipe.environment_options or {}))
 
 
 def use_cpu_threads(requested: int | None, num_processes: int) -> None:

@@ -3,6 +3,11 @@
 ``build_tiny_model(path)`` writes a 2-layer Qwen2 (hidden 64) and its tokenizer to ``path``.
 Load the tokenizer with ``PreTrainedTokenizerFast.from_pretrained(path)`` (``AutoTokenizer``
 would turn it into a Qwen2Tokenizer that drops spaces).
+
+``load_tool_tokenizer(path)`` is the same tokenizer with a tool-calling chat template
+(``TOOL_CHAT_TEMPLATE``) and the response template TRL parses tool calls with
+(``TOOL_RESPONSE_TEMPLATE``): an assistant turn is ``<assistant>text<call>{"name": ..., "arguments":
+{...}}</call><eos>``, a tool's result ``<user>output: ...<eos>``. Same vocabulary, so the same tiny model.
 """
 
 from __future__ import annotations
@@ -14,6 +19,38 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}<{{ message['role'] }}>{{ message['content'] }}<eos>{% endfor %}"
     "{% if add_generation_prompt %}<assistant>{% endif %}"
 )
+
+
+#: A chat template that renders a whole tool-calling conversation (TRL's ``supports_tool_calling``) and keeps each
+#: conversation's rendering a prefix of the next one's (``is_chat_template_prefix_preserving``). The markers are
+#: plain characters of the char tokenizer: the tools' names only, so that prompts stay short.
+TOOL_CHAT_TEMPLATE = (
+    "{%- if tools -%}<system>tools:{% for tool in tools %} {{ tool['function']['name'] }}{% endfor %}<eos>{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}<assistant>{{ message['content'] }}"
+    "{%- for call in message.get('tool_calls') or [] -%}<call>{{ call['function'] | tojson }}</call>{%- endfor -%}<eos>"
+    "{%- elif message['role'] == 'tool' -%}<user>output: {{ message['content'] }}<eos>"
+    "{%- else -%}<{{ message['role'] }}>{{ message['content'] }}<eos>{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<assistant>{%- endif -%}"
+)
+#: transformers' response template for ``TOOL_CHAT_TEMPLATE`` (what ``tokenizer.parse_response`` reads).
+TOOL_RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<assistant>",
+    "fields": {
+        "tool_calls": {"open": "<call>", "close_pattern": r"</call>", "repeats": True, "content": "json",
+                       "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": r"<eos>", "content": "text"},
+    },
+}  # fmt: skip
+
+
+def tool_call_text(name: str, **arguments) -> str:
+    """What the model writes to call tool ``name`` under ``TOOL_CHAT_TEMPLATE``."""
+    import json
+
+    return f"<call>{json.dumps({'name': name, 'arguments': arguments})}</call>"
 
 
 def build_tokenizer():
@@ -61,3 +98,11 @@ def load_tokenizer(path: str | Path):
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast.from_pretrained(str(path))
+
+
+def load_tool_tokenizer(path: str | Path):
+    """``load_tokenizer`` with the tool-calling chat and response templates."""
+    tokenizer = load_tokenizer(path)
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+    tokenizer.response_template = TOOL_RESPONSE_TEMPLATE
+    return tokenizer
