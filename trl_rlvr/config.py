@@ -16,6 +16,7 @@ from trl import GRPOConfig
 from .advantages import BASELINES, STD_KINDS
 from .checks import check_settings
 from .shaping import validate_overlong
+from .trl_contract import trl_loss_types
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
 _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOConfig.__dataclass_fields__
@@ -24,6 +25,8 @@ _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOC
 #: against an independent reference in tests/test_loss_normalization.py).
 LOSS_TYPE_OF = {"per_answer": "grpo", "per_batch_token": "dapo", "constant": "dr_grpo"}
 NORMALIZATION_OF = {loss_type: name for name, loss_type in LOSS_TYPE_OF.items()}
+#: What neither loss_normalization nor loss_type set means (DAPO's token-level loss), independent of TRL's default.
+_DEFAULT_NORMALIZATION = "per_batch_token"
 #: `token_count_scope` values (see its help).
 TOKEN_COUNT_SCOPES = ("optimizer_step", "generation_batch")
 
@@ -46,6 +49,16 @@ class RLVRConfig(GRPOConfig):
       \(C\) = ``loss_constant`` (default ``max_completion_length``)
     """
 
+    loss_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's loss formulation (GRPOConfig.loss_type; its help describes each): one of "
+            + ", ".join(map(repr, trl_loss_types() or ()))
+            + ". Default: the one loss_normalization names ('dapo' for its default, 'per_batch_token'). Setting "
+            "both loss_type and loss_normalization is an error unless they name the same aggregation.",
+            **({"choices": list(trl_loss_types())} if trl_loss_types() else {}),
+        },
+    )
     loss_normalization: str | None = field(
         default=None,
         metadata={
@@ -53,7 +66,8 @@ class RLVRConfig(GRPOConfig):
             "length, then averaged over answers; biases length), 'per_batch_token' (DAPO: divided by the number of "
             "answer tokens in the global batch of the optimizer step, all processes and accumulation steps), "
             "'constant' (Dr. GRPO: divided by number of answers x loss_constant). Default: 'per_batch_token'; when "
-            "left unset and TRL's `loss_type` is given, the matching normalisation is used.",
+            "left unset and loss_type is given, the normalisation that loss_type names (none for TRL's other "
+            "loss types).",
             "choices": list(LOSS_TYPE_OF),
         },
     )
@@ -241,23 +255,27 @@ class RLVRConfig(GRPOConfig):
         self._validate()
 
     def _resolve_loss_normalization(self) -> None:
+        """``loss_type`` and ``loss_normalization`` are one choice: ``loss_type`` is None unless the user set it
+        (its default here, not TRL's), so an explicit value equal to TRL's default is still a choice."""
+        chosen = self.loss_type
         if self.loss_normalization is None:
-            # Unset: follow TRL's loss_type when it names one of our normalisations (drop-in behaviour).
-            self.loss_normalization = NORMALIZATION_OF.get(self.loss_type)
-            return
-        if self.loss_normalization not in LOSS_TYPE_OF:
+            if chosen is None:
+                self.loss_normalization = _DEFAULT_NORMALIZATION
+            else:  # drop-in behaviour: follow TRL's loss_type when it names one of our normalisations
+                self.loss_normalization = NORMALIZATION_OF.get(chosen)
+        elif self.loss_normalization not in LOSS_TYPE_OF:
             raise _choice_error("loss_normalization", self.loss_normalization, LOSS_TYPE_OF)
-        wanted = LOSS_TYPE_OF[self.loss_normalization]
-        if self.loss_type not in (wanted, "dapo"):  # "dapo" is GRPOConfig's default, i.e. not chosen by the user
+        elif chosen not in (None, LOSS_TYPE_OF[self.loss_normalization]):
             raise ValueError(
-                f"loss_normalization={self.loss_normalization!r} conflicts with loss_type={self.loss_type!r}; set "
-                f"only one of them (loss_normalization={self.loss_normalization!r} means loss_type={wanted!r})"
+                f"loss_normalization={self.loss_normalization!r} conflicts with loss_type={chosen!r}; set only one "
+                f"of them (loss_normalization={self.loss_normalization!r} means "
+                f"loss_type={LOSS_TYPE_OF[self.loss_normalization]!r})"
             )
-        self.loss_type = wanted
+        self.loss_type = chosen if chosen is not None else LOSS_TYPE_OF[self.loss_normalization]
 
     def _validate(self) -> None:
-        valid_loss_types = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-        if self.loss_type not in valid_loss_types:
+        valid_loss_types = trl_loss_types()  # None: TRL's help no longer lists them; TRL checks at the first step
+        if valid_loss_types is not None and self.loss_type not in valid_loss_types:
             raise _choice_error("loss_type", self.loss_type, valid_loss_types)
         if self.scale_rewards not in ("group", "batch", "none"):
             raise _choice_error("scale_rewards", self.scale_rewards, ("group", "batch", "none", True, False))
