@@ -55,6 +55,7 @@ def test_constant_reward_skips_the_update_without_hanging(tiny_model_dir, caplog
         torch.testing.assert_close(trainer2.model.get_parameter(name), param, atol=0, rtol=0)
 
 
+@pytest.mark.trl_contract
 def test_an_empty_update_leaves_the_optimizer_and_the_weights_alone(tiny_model_dir):
     """Step 1 learns; step 2 finds no informative group. AdamW at lr 0 would still decay exp_avg/exp_avg_sq and
     count the step: the step is skipped instead, and the learning-rate schedule does not advance."""
@@ -186,8 +187,22 @@ def test_batch_scaling_uses_the_kept_groups_only(tiny_model_dir):
     assert batch["num_items_in_batch"].item() == 24
 
 
-def test_kl_term_uses_reference_log_probs_of_kept_rows(tiny_model_dir):
+@pytest.mark.trl_contract
+def test_kl_term_uses_reference_log_probs_of_kept_rows(tiny_model_dir, monkeypatch):
+    """Rounds generate with beta swapped to 0, so TRL computes no reference log-probs for rows then dropped
+    (TRL's _generate_and_score_completions reads self.beta); the kept rows get theirs afterwards."""
+    from trl_rlvr.trainer import RLVRTrainer
+
+    round_keys, generate = [], RLVRTrainer._generate_and_score_round
+
+    def recording(self, inputs):
+        output = generate(self, inputs)
+        round_keys.append(set(output))
+        return output
+
+    monkeypatch.setattr(RLVRTrainer, "_generate_and_score_round", recording)
     trainer, seen = run(tiny_model_dir, beta=0.04, max_steps=2, gradient_accumulation_steps=1)
+    assert round_keys and not any("ref_per_token_logps" in keys for keys in round_keys)
     assert all((a != 0).all() for a in seen)
     kl = [h["kl"] for h in trainer.state.log_history if "kl" in h]
     assert len(kl) == 2 and all(k >= 0 for k in kl)

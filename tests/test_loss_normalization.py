@@ -17,6 +17,8 @@ from tests.loss_harness import (
 )
 from trl_rlvr.testing import load_tokenizer
 
+pytestmark = pytest.mark.trl_contract  # the TRL-upgrade check: `pytest -m trl_contract`
+
 HARNESS = ("--module", "tests.loss_harness")
 
 

@@ -94,6 +94,7 @@ def test_from_preset_sets_exactly_the_papers_switches():
     assert (dr.loss_type, dr.scale_rewards, dr.beta) == ("dr_grpo", "none", 0.0)
 
 
+@pytest.mark.trl_contract
 @pytest.mark.parametrize("budget", [None, 100, 4096])
 def test_dapo_buffer_is_a_fifth_of_the_runs_budget(budget, tmp_path):
     """Set or left to TRL's default (read from the built config, so a new TRL default cannot slip past), the

@@ -122,12 +122,10 @@ def test_an_explicit_loss_type_conflicting_with_loss_normalization_is_an_error(l
             RLVRConfig(**kw, loss_type=loss_type, loss_normalization=normalization)
 
 
+@pytest.mark.trl_contract
 def test_loss_types_come_from_trl():
-    """The loss types RLVRConfig accepts are the ones TRL's GRPOConfig.loss_type help lists, and each is one
-    TRL's loss handles (an unknown one raises in GRPOTrainer._compute_loss)."""
-    import inspect
-
-    from trl import GRPOConfig, GRPOTrainer
+    """The loss types RLVRConfig accepts are the ones TRL's GRPOConfig.loss_type help lists."""
+    from trl import GRPOConfig
 
     from trl_rlvr import RLVRConfig
     from trl_rlvr.config import LOSS_TYPE_OF
@@ -136,8 +134,6 @@ def test_loss_types_come_from_trl():
     names = trl_loss_types()
     assert names and set(LOSS_TYPE_OF.values()) <= set(names)
     assert GRPOConfig.__dataclass_fields__["loss_type"].default in names
-    handled = inspect.getsource(GRPOTrainer._compute_loss)
-    assert all(f'"{name}"' in handled for name in names)
     assert RLVRConfig.__dataclass_fields__["loss_type"].metadata["choices"] == list(names)
     kw = dict(output_dir="/tmp/rlvr-test", bf16=False, report_to="none")
     for name in names:

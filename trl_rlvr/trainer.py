@@ -343,7 +343,7 @@ class RLVRTrainer(GRPOTrainer):
         with torch.no_grad():
             if self.ref_model is not None:
                 return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention_mask, **kwargs)[0]
-            from trl.trainer.grpo_trainer import use_adapter
+            from trl.trainer.utils import use_adapter
 
             model = self.accelerator.unwrap_model(self.model)
             with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
