@@ -7,6 +7,7 @@ switches TRL already has (`epsilon`/`epsilon_high` for clip-higher, `scale_rewar
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from trl import GRPOConfig
 
 from .advantages import BASELINES, STD_KINDS
 from .checks import check_settings
+from .options_doc import parameters_section
 from .shaping import validate_overlong
 from .trl_contract import trl_loss_types
 
@@ -54,8 +56,8 @@ class RLVRConfig(GRPOConfig):
         metadata={
             "help": "TRL's loss formulation (GRPOConfig.loss_type; its help describes each): one of "
             + ", ".join(map(repr, trl_loss_types() or ()))
-            + ". Default: the one loss_normalization names ('dapo' for its default, 'per_batch_token'). Setting "
-            "both loss_type and loss_normalization is an error unless they name the same aggregation.",
+            + ". Default (None): the loss type loss_normalization names ('dapo' for its default 'per_batch_token'). "
+            "Setting both loss_type and loss_normalization is an error unless they name the same aggregation.",
             **({"choices": list(trl_loss_types())} if trl_loss_types() else {}),
         },
     )
@@ -362,3 +364,28 @@ class RLVRConfig(GRPOConfig):
     def effective_loss_constant(self) -> int:
         """The constant C of loss_normalization='constant'."""
         return self.loss_constant if self.loss_constant is not None else self.max_completion_length
+
+
+#: The options RLVRConfig declares, grouped as its docstring's ``Parameters:`` section and docs/trainer.md show them
+#: (both generated from the fields' help texts by :mod:`trl_rlvr.options_doc`).
+PARAMETER_GROUPS = {
+    "Parameters that control the loss": (
+        "loss_type", "loss_normalization", "loss_constant", "token_count_scope",
+    ),
+    "Parameters that control the advantages": ("advantage_baseline", "advantage_std"),
+    "Parameters that control DAPO's soft overlong penalty": ("overlong_buffer_length", "overlong_penalty_factor"),
+    "Parameters that control dynamic sampling": (
+        "dynamic_sampling", "max_sampling_rounds", "dynamic_sampling_tolerance", "dynamic_sampling_metric",
+        "dynamic_sampling_oversample",
+    ),
+    "Parameters that control selective sampling": (
+        "selective_sampling", "selective_sampling_window", "revisit_probability",
+    ),
+    "Parameters that control the rewards and the rlvr/ diagnostics": (
+        "reward_options", "success_reward", "success_threshold",
+    ),
+    "Parameters kept for compatibility": (
+        "gradient_checkpointing", *(() if _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING else ("activation_checkpointing",)),
+    ),
+}
+RLVRConfig.__doc__ = inspect.cleandoc(RLVRConfig.__doc__) + "\n\n" + parameters_section(RLVRConfig, PARAMETER_GROUPS)
