@@ -27,6 +27,17 @@ def test_the_pin_is_the_tested_range_and_holds():
     assert importlib.metadata.version("trl") in SpecifierSet(trl_contract.TESTED_TRL)
 
 
+def test_the_python_floor_is_the_one_trl_and_transformers_need():
+    """requires-python is no looser than what the pinned stack declares: a Python it allows can install it."""
+    from packaging.version import Version
+
+    floor = SpecifierSet(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"])
+    for dist in ("trl", "transformers"):
+        needed = SpecifierSet(importlib.metadata.metadata(dist)["Requires-Python"] or "")
+        lowest = min(Version(s.version) for s in floor if s.operator == ">=")
+        assert lowest in needed, f"requires-python {floor} allows Python {lowest}, which {dist} does not ({needed})"
+
+
 def test_a_changed_trl_is_named_clearly():
     """The check can fail: a TRL whose methods moved or changed signature is reported piece by piece."""
     from trl import GRPOTrainer
