@@ -133,6 +133,12 @@ def test_an_explicit_loss_type_in_a_recipe_is_a_choice(tmp_path):
                                              "--loss_normalization", "per_answer"])
     _, args, _ = make_parser().parse_args_and_config(["--preset", "grpo", "--use_cpu", "true"])
     assert (args.loss_type, args.loss_normalization) == ("grpo", "per_answer")
+    from trl_rlvr import RLVRConfig
+
+    config = RLVRConfig.from_preset("grpo", use_cpu=True, bf16=False, loss_type="dapo")
+    assert (config.loss_type, config.loss_normalization) == ("dapo", "per_batch_token")
+    with pytest.raises(ValueError, match="loss_normalization='per_answer' conflicts with loss_type='dapo'"):
+        RLVRConfig.from_preset("grpo", use_cpu=True, bf16=False, loss_type="dapo", loss_normalization="per_answer")
 
 
 def test_unknown_preset_and_unknown_keys_are_named(tmp_path):
