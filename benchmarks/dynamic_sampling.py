@@ -1,7 +1,9 @@
 """DAPO dynamic sampling on the length-bias toy: informative groups, answers generated, and time to 95% accuracy.
 
     python -m benchmarks.dynamic_sampling [--seeds 3] [--max-updates 150] [--group-size 4] [--json PATH]
-        [--replay-trl DIR]
+        [--replay-trl DIR] [--smoke]
+
+Exit status 1 when a learner fails or crashes (named on stderr); --smoke runs every learner for 2 updates, one seed.
 
 The task is the length-bias toy of the tutorial *GRPO and Reinforcement Learning from Verifiable Rewards* (trl_rlvr/testing/length_bias_toy.py, imported, not copied): 16 questions, binary
 reward (1 when the first answer token is the question's answer), a table of logits starting at 0 (accuracy 1/5), one
@@ -69,6 +71,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 
+from benchmarks._status import finish  # noqa: E402
+
 METHODS = {
     "a": "RLVRTrainer dynamic_sampling=True",
     "b": "RLVRTrainer dynamic_sampling=False",
@@ -90,6 +94,11 @@ SWITCHES = {
     "g": dict(dynamic_sampling=True, selective_sampling=True, dynamic_sampling_oversample=1.0),
     "h": dict(dynamic_sampling=True, dynamic_sampling_metric="success"),
 }
+
+
+
+class Unavailable(Exception):
+    """A learner whose trainer the installed TRL does not ship ((c) on TRL >= 1.14): reported as not run."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -133,10 +142,13 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
                      revisit_probability=a.revisit_probability, selective_sampling_window=a.selective_window,
                      success_reward="first_token_reward", **SWITCHES[method])
     else:
-        from trl.experimental.grpo_with_replay_buffer import (
-            GRPOWithReplayBufferConfig as Config,
-            GRPOWithReplayBufferTrainer as Trainer,
-        )
+        try:
+            from trl.experimental.grpo_with_replay_buffer import (
+                GRPOWithReplayBufferConfig as Config,
+                GRPOWithReplayBufferTrainer as Trainer,
+            )
+        except ImportError as err:  # only this import: any other ImportError is a broken benchmark
+            raise Unavailable(str(err)) from err
 
         extra = dict(loss_type="grpo", scale_rewards="group", replay_buffer_size=a.replay_buffer_size)
 
@@ -209,7 +221,7 @@ def build_policy_for(answers: list[int], a):
     prompt's own history tells no more than the batch's."""
     import torch
 
-    from length_bias_toy import LMAX, START, V, build_policy
+    from trl_rlvr.testing.length_bias_toy import LMAX, START, V, build_policy
 
     model = build_policy()
     with torch.no_grad():
@@ -242,7 +254,7 @@ def worker(method: str, a, out_path: str) -> None:
     import torch
 
     torch.set_num_threads(1)
-    runs, error = [], None
+    runs, error, skipped = [], None, False
     for seed in range(a.seeds):
         records: list[dict] = []
         try:
@@ -250,10 +262,11 @@ def worker(method: str, a, out_path: str) -> None:
             r = runs[-1]
             print(f"[{method}] seed {seed}: {r['updates_run']} updates, {a.target:.0%} at {r['updates_to_target']} "
                   f"({r['seconds_to_target']} s)", flush=True)
-        except ImportError as err:  # (c) with a TRL that has no grpo_with_replay_buffer
+        except Unavailable as err:  # (c) with a TRL that has no grpo_with_replay_buffer: not run, said so
             import trl
 
-            error = f"{type(err).__name__}: {err} (trl {trl.__version__} imported from {os.path.dirname(trl.__file__)})"
+            error = f"{err} (trl {trl.__version__} imported from {os.path.dirname(trl.__file__)})"
+            skipped = True
             break
         except Exception as err:  # report, not crash: the other seeds and learners still count
             import traceback
@@ -266,7 +279,7 @@ def worker(method: str, a, out_path: str) -> None:
                   flush=True)
     import trl
 
-    Path(out_path).write_text(json.dumps({"method": method, "runs": runs, "error": error,
+    Path(out_path).write_text(json.dumps({"method": method, "runs": runs, "error": error, "skipped": skipped,
                                           "trl_path": os.path.dirname(trl.__file__)}))
 
 
@@ -284,6 +297,7 @@ def summarize(result: dict, a) -> dict:
     reached = [r["updates_to_target"] for r in runs]
     return {
         "method": result["method"], "name": METHODS[result["method"]], "seeds": len(runs), "error": result["error"],
+        "skipped": result.get("skipped", False),
         "trl_path": result.get("trl_path"),
         "informative_share": _median([r["informative_share"] for r in runs]),
         "informative_share_min": _median([r["informative_share_min"] for r in runs]),
@@ -321,7 +335,8 @@ def format_table(summaries, a) -> str:
              head]
     for s in summaries:
         if s["error"] and not s["seeds"]:
-            lines.append(f"{'(' + s['method'] + ') ' + s['name']:36s} NOT RUN: {s['error'].splitlines()[0]}")
+            status = "NOT RUN (not in this TRL)" if s["skipped"] else "FAILED"
+            lines.append(f"{'(' + s['method'] + ') ' + s['name']:36s} {status}: {s['error'].splitlines()[0]}")
             continue
         lines.append(
             f"{'(' + s['method'] + ') ' + s['name']:36s} {_fmt(s['informative_share'], '8.1%')} "
@@ -367,13 +382,17 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--json", help="write the summary, every run and its per-update records here")
     p.add_argument("--table", help="write the printed table here too")
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds: one seed, 2 updates, every learner in this process (TRL imported once)")
     p.add_argument("--_worker", help=argparse.SUPPRESS)
     p.add_argument("--_out", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.smoke:
+        a.seeds, a.max_updates, a.keep_going = 1, 2, True
 
     if a._worker:
         worker(a._worker, a, a._out)
-        return None
+        return 0
 
     command = "python -m benchmarks.dynamic_sampling " + shlex.join(argv if argv is not None else sys.argv[1:])
     print(command, flush=True)
@@ -389,6 +408,11 @@ def main(argv=None):
     gate = threading.Semaphore(max(1, a.workers))
 
     def launch(method):
+        if a.smoke:  # in this process: no interpreter start and TRL import per learner
+            out = os.path.join(tmp, f"{method}.json")
+            worker(method, a, out)
+            results[method] = json.loads(Path(out).read_text())
+            return
         with gate:
             env = dict(os.environ)
             if method == "c" and a.replay_trl:
@@ -402,7 +426,10 @@ def main(argv=None):
                 results[method] = {"method": method, "runs": [], "trl_path": None,
                                    "error": f"worker exited {proc.returncode}: {proc.stderr[-2000:]}"}
 
-    threads = [threading.Thread(target=launch, args=(m,)) for m in a.methods]
+    if a.smoke:
+        for m in a.methods:
+            launch(m)
+    threads = [] if a.smoke else [threading.Thread(target=launch, args=(m,)) for m in a.methods]
     for t in threads:
         t.start()
     for t in threads:
@@ -414,7 +441,7 @@ def main(argv=None):
     for s in summaries:
         if s["error"]:
             table += f"\n({s['method']}) error: {s['error'].strip()}"
-        if s["method"] == "c" and s["trl_path"]:
+        if s["method"] == "c" and s["trl_path"] and not s["skipped"]:
             table += f"\n(c) ran with the trl package at {s['trl_path']}"
     load = os.getloadavg()
     table += (f"\ntotal wall time {wall:.0f} s, {a.workers} worker process(es) at a time; load average at the end "
@@ -429,8 +456,20 @@ def main(argv=None):
             "command": command, "settings": settings, "wall_seconds": wall, "load_average_at_end": load,
             "summary": summaries, "runs": [r for m in a.methods for r in results[m]["runs"]],
         }, indent=1, allow_nan=True))
-    return summaries
+    return finish("benchmarks.dynamic_sampling", failures(summaries))
+
+
+def failures(summaries: list[dict]) -> list[str]:
+    """A learner that crashed, ran no seed, or reports an error (other than a trainer this TRL lacks) fails."""
+    out = []
+    for s in summaries:
+        if s["skipped"]:
+            continue
+        if s["error"] or not s["seeds"] or any(s["crashed_in_update_per_seed"]):
+            reason = (s["error"] or "no seed ran").strip().splitlines()[0]
+            out.append(f"({s['method']}) {s['name']}: {reason}")
+    return out
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

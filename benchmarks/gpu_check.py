@@ -293,6 +293,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="local checkpoint directory (SmolLM2-135M)")
     parser.add_argument("--cpu-smoke", action="store_true", help="dry run on a CPU with a tiny random model")
+    parser.add_argument("--smoke", action="store_true",
+                        help="what .ci/run calls: the checks on a GPU (with --model), else skipped (exit 77), saying why")
     parser.add_argument("--vllm-python", default=sys.executable, help="python of an environment with vLLM")
     parser.add_argument("--only", nargs="+", choices=list(CHECKS), default=list(CHECKS))
     parser.add_argument("--json", help="also write the results here")
@@ -306,6 +308,16 @@ def main(argv=None) -> int:
             Path(args.result).write_text(json.dumps(result))
         return 0
 
+    if args.smoke:
+        import torch
+
+        from benchmarks._status import skip
+
+        if not torch.cuda.is_available():
+            return skip("benchmarks.gpu_check", "needs a GPU (CPU dry run, with vLLM installed: bash "
+                        "benchmarks/gpu_check.sh --cpu-smoke --vllm-python PY)")
+        if not args.model:
+            return skip("benchmarks.gpu_check", "on a GPU it needs --model DIR (a local SmolLM2-135M checkpoint)")
     missing = missing_pieces(args.model, args.cpu_smoke, args.vllm_python)
     if missing:
         print("gpu_check cannot run; missing:\n- " + "\n- ".join(missing), file=sys.stderr)

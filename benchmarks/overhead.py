@@ -1,6 +1,6 @@
 """Step-time overhead of ``RLVRTrainer`` over plain TRL ``GRPOTrainer`` (goal: ratio <= 1.03).
 
-    python -m benchmarks.overhead [--steps N] [--repeats R] [--completion-length L] [--json PATH]
+    python -m benchmarks.overhead [--steps N] [--repeats R] [--completion-length L] [--json PATH] [--smoke]
 
 Both trainers run on the same tiny local model (trl_rlvr/testing.py: 2-layer Qwen2, hidden 64, built in a temporary
 directory, no hub access), the same prompts, the same seed and equivalent settings:
@@ -18,7 +18,8 @@ and TRL's own ``step_time`` metric (``training_step`` only) are reported as well
 
 The learning rate is 0 by default, so the two trainers generate exactly the same answers at every step (their
 advantages differ slightly: RLVR uses the population std, TRL the sample std, which would otherwise change the
-weights and hence the generated lengths); the script checks that the mean answer lengths agree.
+weights and hence the generated lengths); the script checks that the answer lengths agree, and exits 1 if not
+(``--smoke``: one pair of runs, 2 timed steps).
 
 Reported: the median over repetitions of the per-pair ratio median(B steps) / median(A steps), with its
 spread (interquartile range and min..max over pairs), and the ratio of the pooled medians. Other processes may
@@ -45,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
+
+from benchmarks._status import finish  # noqa: E402
 
 
 def vowel_fraction(completions, **_):
@@ -220,7 +223,10 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=int, default=1,
                    help="torch.set_num_threads (default 1: steadier on a shared CPU; 0 = torch's choice)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH ('-' for stdout)")
+    p.add_argument("--smoke", action="store_true", help="seconds: 1 pair of runs, 2 timed steps, 16-token answers")
     opts = p.parse_args(argv)
+    if opts.smoke:
+        opts.repeats, opts.steps, opts.completion_length = 1, 2, 16
 
     import torch
     import transformers
@@ -308,5 +314,13 @@ def main(argv=None) -> dict:
     return results
 
 
+def exit_status(results: dict) -> int:
+    """1 when, at learning rate 0, the two trainers did not generate the same answers (the A/B comparison then
+    compares different work)."""
+    same = results["same_answers"] or results["options"]["learning_rate"] != 0
+    return finish("benchmarks.overhead", [] if same else
+                  ["GRPOTrainer and RLVRTrainer generated different answers at learning rate 0"])
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main()))

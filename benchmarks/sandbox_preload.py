@@ -1,6 +1,6 @@
 """Which stdlib modules the sandbox worker should import before it forks, measured.
 
-    python benchmarks/sandbox_preload.py [--mbpp /path/to/mbpp.jsonl] [--forks 2000] [--repeat 5]
+    python benchmarks/sandbox_preload.py [--mbpp /path/to/mbpp.jsonl] [--forks 2000] [--repeat 5] [--smoke]
 
 The worker (reward_plugins/code_sandbox/worker.py) imports the stdlib modules solutions use once, so that
 a fork per execution need not; but every module it holds makes every fork and exit dearer. Prints:
@@ -14,7 +14,8 @@ a fork per execution need not; but every module it holds makes every fork and ex
    every child): wall and CPU microseconds per fork (CPU: the parent's and the child's; wall time
    on a shared machine is mostly waiting) and the child's minor page faults.
 
-Every figure is the median of ``--repeat`` runs, interleaved; a shared machine makes single runs vary.
+Every figure is the median of ``--repeat`` runs, interleaved; a shared machine makes single runs vary. A failed
+measurement (a subprocess that exits non-zero) ends the run with a non-zero status. ``--smoke``: 50 forks, 1 run.
 """
 
 from __future__ import annotations
@@ -108,7 +109,10 @@ def main(argv=None):
     ap.add_argument("--mbpp", default=None, help="MBPP jsonl (fields code, test_setup_code)")
     ap.add_argument("--forks", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--smoke", action="store_true", help="seconds: --forks 50 --repeat 1")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.forks, args.repeat = 50, 1
     from reward_plugins.code_sandbox.pool import install_worker_code
 
     install_worker_code(CODE_DIR)
@@ -137,7 +141,8 @@ def main(argv=None):
               f"{f'({min(cpu):.0f}-{max(cpu):.0f})':>11s} {statistics.median(faults):12.1f}")  # fmt: skip
     print(f"\nload average {os.getloadavg()[0]:.2f}")
     shutil.rmtree(CODE_DIR)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

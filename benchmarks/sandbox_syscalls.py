@@ -3,6 +3,7 @@
     python -m benchmarks.sandbox_syscalls [--trace out.txt] -- COMMAND ...
     python -m benchmarks.sandbox_syscalls --parse out.txt
     python -m benchmarks.sandbox_syscalls --attach-cost 2000
+    python -m benchmarks.sandbox_syscalls --smoke   # --attach-cost 20, and (root, strace) a trace of one sandbox run
 
 Runs COMMAND under ``strace -f`` (as root: strace follows into bubblewrap), then keeps only the
 processes that installed the seccomp filter (``prctl(PR_SET_SECCOMP)``: candidates, io programs,
@@ -144,8 +145,12 @@ def main(argv=None):
     ap.add_argument("--trace", default=None, help="keep strace's output here")
     ap.add_argument("--parse", default=None, help="only summarise an existing trace")
     ap.add_argument("--attach-cost", type=int, default=0, metavar="N", help="time installing the filter in N forks instead")
+    ap.add_argument("--smoke", action="store_true", help="seconds: --attach-cost 20, then (as root, with strace) trace "
+                    "`benchmarks.sandbox_flood --smoke` and fail unless filtered processes were seen")
     ap.add_argument("command", nargs="*")
     args = ap.parse_args(argv)
+    if args.smoke:
+        return smoke()
     if args.attach_cost:
         print(attach_cost(args.attach_cost))
         return
@@ -159,7 +164,27 @@ def main(argv=None):
         if rc:
             print(f"(the traced command exited with {rc})", file=sys.stderr)
     print(report(parse(path)))
+    return 0
+
+
+def smoke() -> int:
+    import shutil
+
+    from benchmarks._status import finish
+
+    print(attach_cost(20))
+    if shutil.which("strace") is None or os.geteuid() != 0:
+        print("trace part not run: it needs strace and root (strace follows into bubblewrap only as root)")
+        return 0
+    path = tempfile.mkstemp(suffix=".strace")[1]
+    traced = [sys.executable, "-m", "benchmarks.sandbox_flood", "--smoke"]
+    rc = subprocess.call(["strace", "-f", "-qq", "--decode-pids=pidns", "-s", "0", "-o", path, *traced], env=os.environ)
+    seen = parse(path)
+    print(report(seen))
+    os.unlink(path)
+    return finish("benchmarks.sandbox_syscalls", [f"the traced run exited {rc}"] * bool(rc) + [
+        "no process that installed the seccomp filter was found in the trace"] * (not seen))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -13,6 +13,8 @@ import torch
 
 from trl_rlvr.algorithms.advantages import group_advantages
 
+pytestmark = pytest.mark.trl_contract  # the TRL-upgrade check: `pytest -m trl_contract`
+
 
 def length_reward(completions, **kwargs):
     """A deterministic reward with several values per group: the completion's length mod 5, over 4."""

@@ -193,7 +193,7 @@ def test_overlong_penalty_counts_model_written_tokens(tiny_model_dir):
     ids, masks = seen[0]
     assert masks is not None and any(0 in m for m in masks)
     model_lengths = [sum(m) for m in masks]
-    from trl_rlvr.shaping import validate_overlong  # noqa: F401 - the same formula as the plugin's own test
+    from trl_rlvr.algorithms.shaping import validate_overlong  # noqa: F401 - the same formula as the plugin's own test
 
     def dapo(n, l_max=MAX_COMPLETION, cache=100):
         return 0.0 if n <= l_max - cache else max(-1.0, (l_max - cache - n) / cache)

@@ -105,6 +105,55 @@ def test_config_maps_normalizations_to_trl_loss_types():
         RLVRConfig(**kw, gradient_accumulation_steps=2, steps_per_generation=3)
 
 
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_an_explicit_loss_type_conflicting_with_loss_normalization_is_an_error(loss_type):
+    """Also when loss_type is TRL's own default ('dapo'): set by the user, it is a choice."""
+    from trl_rlvr import RLVRConfig
+    from trl_rlvr.config import LOSS_TYPE_OF
+
+    kw = dict(output_dir="/tmp/rlvr-test", bf16=False, report_to="none")
+    for normalization, wanted in LOSS_TYPE_OF.items():
+        if wanted == loss_type:
+            config = RLVRConfig(**kw, loss_type=loss_type, loss_normalization=normalization)
+            assert (config.loss_type, config.loss_normalization) == (loss_type, normalization)
+            continue
+        with pytest.raises(ValueError, match=rf"loss_normalization='{normalization}' conflicts with "
+                           rf"loss_type='{loss_type}'"):
+            RLVRConfig(**kw, loss_type=loss_type, loss_normalization=normalization)
+
+
+@pytest.mark.trl_contract
+def test_loss_types_come_from_trl():
+    """The loss types RLVRConfig accepts are the ones TRL's GRPOConfig.loss_type help lists."""
+    from trl import GRPOConfig
+
+    from trl_rlvr import RLVRConfig
+    from trl_rlvr.config import LOSS_TYPE_OF
+    from trl_rlvr._compat.trl_contract import trl_loss_types
+
+    names = trl_loss_types()
+    assert names and set(LOSS_TYPE_OF.values()) <= set(names)
+    assert GRPOConfig.__dataclass_fields__["loss_type"].default in names
+    assert RLVRConfig.__dataclass_fields__["loss_type"].metadata["choices"] == list(names)
+    kw = dict(output_dir="/tmp/rlvr-test", bf16=False, report_to="none")
+    for name in names:
+        extra = {"importance_sampling_level": "sequence"} if name == "luspo" else {}
+        assert RLVRConfig(**kw, loss_type=name, **extra).loss_type == name
+
+
+def test_from_grpo_config_keeps_the_users_loss_type():
+    from trl import GRPOConfig
+
+    from trl_rlvr import RLVRConfig
+
+    kw = dict(output_dir="/tmp/rlvr-test", bf16=False, report_to="none")
+    for loss_type, normalization in (("grpo", "per_answer"), ("dapo", "per_batch_token"), ("bnpo", None)):
+        config = RLVRConfig.from_grpo_config(GRPOConfig(**kw, loss_type=loss_type))
+        assert (config.loss_type, config.loss_normalization) == (loss_type, normalization)
+    default = RLVRConfig.from_grpo_config(GRPOConfig(**kw))
+    assert default.loss_type == GRPOConfig.__dataclass_fields__["loss_type"].default
+
+
 def test_overlong_switch_extends_reward_weights_without_touching_the_callers_config(tiny_model_dir, tmp_path):
     from datasets import Dataset
 

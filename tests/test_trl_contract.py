@@ -4,10 +4,13 @@ import importlib.metadata
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.specifiers import SpecifierSet
 
 from tests.harness.loss_harness import make_trainer
 from trl_rlvr._compat import trl_contract
+
+pytestmark = pytest.mark.trl_contract  # the TRL-upgrade check: `pytest -m trl_contract`
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,6 +27,17 @@ def test_the_pin_is_the_tested_range_and_holds():
     assert importlib.metadata.version("trl") in SpecifierSet(trl_contract.TESTED_TRL)
 
 
+def test_the_python_floor_is_the_one_trl_and_transformers_need():
+    """requires-python is no looser than what the pinned stack declares: a Python it allows can install it."""
+    from packaging.version import Version
+
+    floor = SpecifierSet(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"])
+    for dist in ("trl", "transformers"):
+        needed = SpecifierSet(importlib.metadata.metadata(dist)["Requires-Python"] or "")
+        lowest = min(Version(s.version) for s in floor if s.operator == ">=")
+        assert lowest in needed, f"requires-python {floor} allows Python {lowest}, which {dist} does not ({needed})"
+
+
 def test_a_changed_trl_is_named_clearly():
     """The check can fail: a TRL whose methods moved or changed signature is reported piece by piece."""
     from trl import GRPOTrainer
@@ -32,13 +46,9 @@ def test_a_changed_trl_is_named_clearly():
         def _calculate_rewards(self, inputs, prompts, completions):  # completion_ids_list dropped
             raise NotImplementedError
 
-        def _compute_loss(self, model, inputs):  # dr_grpo's divisor no longer max_completion_length
-            return {"grpo": 0, "dapo": 0, "dr_grpo": 0}
-
     MovedTRL._prepare_inputs = None  # gone
     problems = "\n".join(trl_contract.contract_violations(MovedTRL, trainer=object()))
     assert "MovedTRL._calculate_rewards" in problems and "completion_ids_list" in problems
     assert "MovedTRL._prepare_inputs is gone" in problems
-    assert "no longer reads self.max_completion_length" in problems
     assert "no longer have ._buffered_inputs" in problems
     assert "tested with trl>=1.16,<1.17" in problems

@@ -8,15 +8,18 @@ switches TRL already has (`epsilon`/`epsilon_high` for clip-higher, `scale_rewar
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from trl import GRPOConfig
 
+from trl_rlvr._compat.trl_contract import trl_loss_types
 from trl_rlvr.algorithms.advantages import BASELINES, STD_KINDS
 from trl_rlvr.algorithms.shaping import validate_overlong
 from trl_rlvr.checks import check_settings, option_acts
+from trl_rlvr.options_doc import parameters_section
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
 _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOConfig.__dataclass_fields__
@@ -28,6 +31,8 @@ NORMALIZATION_OF = {loss_type: name for name, loss_type in LOSS_TYPE_OF.items()}
 #: The RLVRConfig switches whose defaults differ from what GRPOTrainer computes, at GRPOTrainer's values
 #: (:meth:`RLVRConfig.from_grpo_config`).
 GRPO_TRAINER_BEHAVIOUR = {"advantage_std": "sample", "token_count_scope": "generation_batch"}
+#: What neither loss_normalization nor loss_type set means (DAPO's token-level loss), independent of TRL's default.
+_DEFAULT_NORMALIZATION = "per_batch_token"
 #: `token_count_scope` values (see its help).
 TOKEN_COUNT_SCOPES = ("optimizer_step", "generation_batch")
 
@@ -50,6 +55,16 @@ class RLVRConfig(GRPOConfig):
       \(C\) = ``loss_constant`` (default ``max_completion_length``)
     """
 
+    loss_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's loss formulation (GRPOConfig.loss_type; its help describes each): one of "
+            + ", ".join(map(repr, trl_loss_types() or ()))
+            + ". Default (None): the loss type loss_normalization names ('dapo' for its default 'per_batch_token'). "
+            "Setting both loss_type and loss_normalization is an error unless they name the same aggregation.",
+            **({"choices": list(trl_loss_types())} if trl_loss_types() else {}),
+        },
+    )
     loss_normalization: str | None = field(
         default=None,
         metadata={
@@ -57,7 +72,8 @@ class RLVRConfig(GRPOConfig):
             "length, then averaged over answers; biases length), 'per_batch_token' (DAPO: divided by the number of "
             "answer tokens in the global batch of the optimizer step, all processes and accumulation steps), "
             "'constant' (Dr. GRPO: divided by number of answers x loss_constant). Default: 'per_batch_token'; when "
-            "left unset and TRL's `loss_type` is given, the matching normalisation is used.",
+            "left unset and loss_type is given, the normalisation that loss_type names (none for TRL's other "
+            "loss types).",
             "choices": list(LOSS_TYPE_OF),
         },
     )
@@ -74,7 +90,8 @@ class RLVRConfig(GRPOConfig):
             "help": "DAPO soft overlong penalty (Yu et al. 2025, eq. 13): answers longer than max_completion_length "
             "- overlong_buffer_length get a penalty falling linearly to -overlong_penalty_factor at "
             "max_completion_length, added to the reward before the group baseline. None (default) turns it off. "
-            "DAPO used a 4096-token buffer for a 20480-token budget."
+            "DAPO used a 4096-token buffer for a 20480-token budget. With tools, lengths count the tokens the model "
+            "wrote, not the tools' output (TRL's tool_mask)."
         },
     )
     overlong_penalty_factor: float = field(
@@ -245,23 +262,27 @@ class RLVRConfig(GRPOConfig):
         self._validate()
 
     def _resolve_loss_normalization(self) -> None:
+        """``loss_type`` and ``loss_normalization`` are one choice: ``loss_type`` is None unless the user set it
+        (its default here, not TRL's), so an explicit value equal to TRL's default is still a choice."""
+        chosen = self.loss_type
         if self.loss_normalization is None:
-            # Unset: follow TRL's loss_type when it names one of our normalisations (drop-in behaviour).
-            self.loss_normalization = NORMALIZATION_OF.get(self.loss_type)
-            return
-        if self.loss_normalization not in LOSS_TYPE_OF:
+            if chosen is None:
+                self.loss_normalization = _DEFAULT_NORMALIZATION
+            else:  # drop-in behaviour: follow TRL's loss_type when it names one of our normalisations
+                self.loss_normalization = NORMALIZATION_OF.get(chosen)
+        elif self.loss_normalization not in LOSS_TYPE_OF:
             raise _choice_error("loss_normalization", self.loss_normalization, LOSS_TYPE_OF)
-        wanted = LOSS_TYPE_OF[self.loss_normalization]
-        if self.loss_type not in (wanted, "dapo"):  # "dapo" is GRPOConfig's default, i.e. not chosen by the user
+        elif chosen not in (None, LOSS_TYPE_OF[self.loss_normalization]):
             raise ValueError(
-                f"loss_normalization={self.loss_normalization!r} conflicts with loss_type={self.loss_type!r}; set "
-                f"only one of them (loss_normalization={self.loss_normalization!r} means loss_type={wanted!r})"
+                f"loss_normalization={self.loss_normalization!r} conflicts with loss_type={chosen!r}; set only one "
+                f"of them (loss_normalization={self.loss_normalization!r} means "
+                f"loss_type={LOSS_TYPE_OF[self.loss_normalization]!r})"
             )
-        self.loss_type = wanted
+        self.loss_type = chosen if chosen is not None else LOSS_TYPE_OF[self.loss_normalization]
 
     def _validate(self) -> None:
-        valid_loss_types = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-        if self.loss_type not in valid_loss_types:
+        valid_loss_types = trl_loss_types()  # None: TRL's help no longer lists them; TRL checks at the first step
+        if valid_loss_types is not None and self.loss_type not in valid_loss_types:
             raise _choice_error("loss_type", self.loss_type, valid_loss_types)
         if self.scale_rewards not in ("group", "batch", "none"):
             raise _choice_error("scale_rewards", self.scale_rewards, ("group", "batch", "none", True, False))
@@ -364,3 +385,28 @@ class RLVRConfig(GRPOConfig):
     def effective_loss_constant(self) -> int:
         """The constant C of loss_normalization='constant'."""
         return self.loss_constant if self.loss_constant is not None else self.max_completion_length
+
+
+#: The options RLVRConfig declares, grouped as its docstring's ``Parameters:`` section and docs/trainer.md show them
+#: (both generated from the fields' help texts by :mod:`trl_rlvr.options_doc`).
+PARAMETER_GROUPS = {
+    "Parameters that control the loss": (
+        "loss_type", "loss_normalization", "loss_constant", "token_count_scope",
+    ),
+    "Parameters that control the advantages": ("advantage_baseline", "advantage_std"),
+    "Parameters that control DAPO's soft overlong penalty": ("overlong_buffer_length", "overlong_penalty_factor"),
+    "Parameters that control dynamic sampling": (
+        "dynamic_sampling", "max_sampling_rounds", "dynamic_sampling_tolerance", "dynamic_sampling_metric",
+        "dynamic_sampling_oversample",
+    ),
+    "Parameters that control selective sampling": (
+        "selective_sampling", "selective_sampling_window", "revisit_probability",
+    ),
+    "Parameters that control the rewards and the rlvr/ diagnostics": (
+        "reward_options", "success_reward", "success_threshold",
+    ),
+    "Parameters kept for compatibility": (
+        "gradient_checkpointing", *(() if _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING else ("activation_checkpointing",)),
+    ),
+}
+RLVRConfig.__doc__ = inspect.cleandoc(RLVRConfig.__doc__) + "\n\n" + parameters_section(RLVRConfig, PARAMETER_GROUPS)

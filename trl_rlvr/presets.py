@@ -4,16 +4,18 @@
 Every preset sets the same fields (:data:`PRESET_FIELDS`), so choosing one fixes the whole algorithm whatever
 the other fields say; model, data, batch sizes, lengths and learning rate stay the user's. The papers' own
 hyperparameters for those are listed in docs/recipes.md beside this table, not set here.
+
+A value that a paper gives as a share of its budget (DAPO's overlong buffer, 4096 of 20480 tokens) is a
+function of the run's settings: the user's ``max_completion_length``, or, left unset, ``GRPOConfig``'s default
+as the installed TRL declares it. A ``loss_type`` the user sets replaces the preset's ``loss_normalization``
+(the two fields are one choice).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Any
-
-#: GRPOConfig's default generation budget, for presets whose values scale with it.
-_DEFAULT_MAX_COMPLETION_LENGTH = 256
 
 
 @dataclass(frozen=True)
@@ -23,9 +25,22 @@ class Preset:
     values: Mapping[str, Any | Callable[[Mapping[str, Any]], Any]]
 
 
+def setting(settings: Mapping[str, Any], name: str) -> Any:
+    """``name`` as the run will have it: ``settings[name]`` when set (not None), else the default the installed
+    TRL's ``GRPOConfig`` declares for it."""
+    if settings.get(name) is not None:
+        return settings[name]
+    from trl import GRPOConfig
+
+    default = GRPOConfig.__dataclass_fields__[name].default
+    if default is MISSING:
+        raise ValueError(f"a preset reads {name!r}, which GRPOConfig gives no default; set it")
+    return default
+
+
 def _dapo_overlong_buffer(settings: Mapping[str, Any]) -> int:
     """DAPO's soft-punishment buffer, 4096 tokens of a 20480-token budget: one fifth of max_completion_length."""
-    return int(settings.get("max_completion_length") or _DEFAULT_MAX_COMPLETION_LENGTH) // 5
+    return int(setting(settings, "max_completion_length")) // 5
 
 
 PRESETS: dict[str, Preset] = {
@@ -72,4 +87,7 @@ def preset_values(name: str, settings: Mapping[str, Any] | None = None) -> dict[
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}; presets: {', '.join(map(repr, PRESETS))}")
     settings = settings or {}
-    return {k: v(settings) if callable(v) else v for k, v in PRESETS[name].values.items()}
+    values = {k: v(settings) if callable(v) else v for k, v in PRESETS[name].values.items()}
+    if settings.get("loss_type") is not None and settings.get("loss_normalization") is None:
+        del values["loss_normalization"]  # the user's loss_type is their choice of normalisation
+    return values

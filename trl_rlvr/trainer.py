@@ -90,7 +90,8 @@ class RLVRTrainer(GRPOTrainer):
         self._success_index = self._find_success_reward(args.success_reward)
         self._prompt_stream = self._make_prompt_stream() if args.dynamic_sampling or args.selective_sampling else None
         self._revisits = [0, 0]  # selective sampling, this update: revisited prompts, revisits with no signal
-        self._skip_optimizer_steps = 0
+        self._generation_empty = False  # the buffered generation batch has no informative group (dynamic sampling)
+        self._step_has_signal = False  # a micro-batch of the current optimizer step came from a non-empty batch
         if args.dynamic_sampling:
             self.add_callback(_SkipEmptyUpdates(self))
 
@@ -222,6 +223,7 @@ class RLVRTrainer(GRPOTrainer):
         :class:`PromptStream`, so refills consume prompts exactly as the first rounds do.
         """
         target = len(inputs)
+        self._generation_empty = False
         group_size, num_processes = self.num_generations, self.accelerator.num_processes
         max_rounds = self.args.max_sampling_rounds or self._prompt_stream.rounds_per_pass  # 0: one full pass at most
         pieces, kept_rows, groups_seen, rounds = [], 0, 0, 0
@@ -344,7 +346,8 @@ class RLVRTrainer(GRPOTrainer):
         self._revisits = [0, 0]
 
     def _empty_update(self, output: dict) -> dict:
-        """No informative group at all: a batch that carries no gradient, and the optimizer steps it feeds skipped."""
+        """No informative group at all: a batch that carries no gradient, and the optimizer steps it alone feeds
+        skipped (:class:`_SkipEmptyUpdates`)."""
         logger.warning("dynamic sampling: no informative group in this batch; skipping the update")
         rows = self.args.steps_per_generation
         batch = {k: v[:rows].clone() for k, v in output.items() if k in ROW_KEYS and v is not None}
@@ -353,8 +356,7 @@ class RLVRTrainer(GRPOTrainer):
         batch["num_items_in_batch"] = torch.zeros((), device=batch["advantages"].device)
         if self.beta != 0.0:
             batch["ref_per_token_logps"] = torch.zeros_like(batch["completion_ids"], dtype=torch.float32)
-        generation_steps = self.args.steps_per_generation * self.num_iterations
-        self._skip_optimizer_steps = max(1, generation_steps // self.args.gradient_accumulation_steps)
+        self._generation_empty = True
         return batch
 
     def _reference_logps(self, batch: dict) -> torch.Tensor:
@@ -365,7 +367,7 @@ class RLVRTrainer(GRPOTrainer):
         with torch.no_grad():
             if self.ref_model is not None:
                 return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention_mask, **kwargs)[0]
-            from trl.trainer.grpo_trainer import use_adapter
+            from trl.trainer.utils import use_adapter
 
             model = self.accelerator.unwrap_model(self.model)
             with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
@@ -435,6 +437,8 @@ class RLVRTrainer(GRPOTrainer):
     def _prepare_inputs(self, generation_batch):
         buffered_before = self._buffered_inputs
         inputs = super()._prepare_inputs(generation_batch)
+        if self.model.training and not self._generation_empty:
+            self._step_has_signal = True  # this micro-step's batch can carry a gradient
         if (
             self.model.training
             and self._buffered_inputs is not buffered_before
@@ -474,24 +478,44 @@ class RLVRTrainer(GRPOTrainer):
 
 
 class _SkipEmptyUpdates(TrainerCallback):
-    """Optimizer steps fed only by an empty dynamic-sampling batch run with learning rate 0: weights stay put."""
+    """An optimizer step whose micro-batches all came from empty dynamic-sampling batches is skipped.
+
+    Running it at learning rate 0 would not leave the optimizer alone: AdamW still decays its moments
+    (``exp_avg``, ``exp_avg_sq``) and counts the step. So for that step ``optimizer.step`` and the scheduler's
+    ``step`` are no-ops, the way transformers' ``Trainer`` treats a step that mixed precision skipped (no
+    update, learning-rate schedule not advanced); ``global_step`` still counts it. The decision comes from the
+    gathered rewards, so every process skips the same steps. Under DeepSpeed the engine steps its optimizer inside
+    ``backward``, which this does not reach (its zero gradient then moves the moments as before).
+    """
 
     def __init__(self, trainer: RLVRTrainer):
-        self.trainer, self.saved_lrs = trainer, None
+        self.trainer, self.restore = trainer, []
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        if self.trainer._skip_optimizer_steps > 0:
-            self.trainer._skip_optimizer_steps -= 1
-            groups = self.trainer.optimizer.param_groups
-            self.saved_lrs = [g["lr"] for g in groups]
-            for g in groups:
-                g["lr"] = 0.0
+        trainer = self.trainer
+        has_signal, trainer._step_has_signal = trainer._step_has_signal, False
+        if not has_signal:
+            self.restore = [_shadow(trainer.optimizer, "step"), _shadow(trainer.lr_scheduler, "step")]
 
-    def on_optimizer_step(self, args, state, control, **kwargs):
-        if self.saved_lrs is not None:
-            for g, lr in zip(self.trainer.optimizer.param_groups, self.saved_lrs, strict=True):
-                g["lr"] = lr
-            self.saved_lrs = None
+    def on_step_end(self, args, state, control, **kwargs):  # after Trainer's scheduler step
+        for restore in self.restore:
+            restore()
+        self.restore = []
+
+
+def _shadow(obj, name: str):
+    """Replace the method ``obj.name`` by a no-op on this instance; returns the function that undoes it (an
+    instance attribute already there, such as torch's step-counting wrapper, is put back)."""
+    had, old = name in vars(obj), vars(obj).get(name)
+    setattr(obj, name, lambda *args, **kwargs: None)
+
+    def restore():
+        if had:
+            setattr(obj, name, old)
+        else:
+            delattr(obj, name)
+
+    return restore
 
 
 def _loss_mask(batch: dict) -> torch.Tensor:

@@ -17,6 +17,8 @@ from tests.harness.loss_harness import (
 )
 from trl_rlvr.testing import load_tokenizer
 
+pytestmark = pytest.mark.trl_contract  # the TRL-upgrade check: `pytest -m trl_contract`
+
 HARNESS = ("--module", "tests.harness.loss_harness")
 
 

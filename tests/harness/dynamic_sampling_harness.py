@@ -27,10 +27,11 @@ def constant_reward(prompts, completions, **kwargs):
     return [1.0] * len(completions)
 
 
-def run(model_dir, reward=mixed_reward, record_prompts=None, **overrides):
+def run(model_dir, reward=mixed_reward, record_prompts=None, callbacks=(), **overrides):
     """Train; return (trainer, [advantages of every micro-batch that reached the loss]).
 
-    With ``record_prompts`` (a list), every round of prompts the trainer generates for is appended to it.
+    With ``record_prompts`` (a list), every round of prompts the trainer generates for is appended to it;
+    ``callbacks`` are added to the trainer.
     """
     from tests.harness.loss_harness import make_trainer
 
@@ -38,6 +39,8 @@ def run(model_dir, reward=mixed_reward, record_prompts=None, **overrides):
                     gradient_accumulation_steps=2, max_completion_length=8)
     settings.update(overrides)
     trainer = make_trainer(model_dir, reward_funcs=[reward], **settings)
+    for callback in callbacks:
+        trainer.add_callback(callback)
     seen = []
     compute_loss = trainer.compute_loss
 

@@ -55,6 +55,39 @@ def test_constant_reward_skips_the_update_without_hanging(tiny_model_dir, caplog
         torch.testing.assert_close(trainer2.model.get_parameter(name), param, atol=0, rtol=0)
 
 
+@pytest.mark.trl_contract
+def test_an_empty_update_leaves_the_optimizer_and_the_weights_alone(tiny_model_dir):
+    """Step 1 learns; step 2 finds no informative group. AdamW at lr 0 would still decay exp_avg/exp_avg_sq and
+    count the step: the step is skipped instead, and the learning-rate schedule does not advance."""
+    from transformers import TrainerCallback
+
+    snapshots = {}
+
+    class Snapshot(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+            snapshots[state.global_step] = (
+                {k: v.detach().clone() for k, v in model.named_parameters()},
+                {id_: {k: v.clone() if torch.is_tensor(v) else v for k, v in st.items()}
+                 for id_, st in optimizer.state_dict()["state"].items()},
+                lr_scheduler.state_dict()["last_epoch"],
+            )
+
+    def first_step_only(prompts, completions, **kwargs):
+        return mixed_reward(prompts, completions) if not snapshots else constant_reward(prompts, completions)
+
+    first_step_only.__name__ = "first_step_only"
+    trainer, _ = run(tiny_model_dir, reward=first_step_only, callbacks=[Snapshot()], max_steps=2, weight_decay=0.1,
+                     lr_scheduler_type="linear")
+    (params1, state1, epoch1), (params2, state2, epoch2) = snapshots[1], snapshots[2]
+    assert state1 and state1.keys() == state2.keys()
+    for id_ in state1:
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(state2[id_][key], state1[id_][key], atol=0, rtol=0)
+    for name in params1:
+        torch.testing.assert_close(params2[name], params1[name], atol=0, rtol=0)
+    assert epoch2 == epoch1 and trainer.state.global_step == 2
+
+
 @pytest.mark.slow
 def test_two_processes_stay_in_lockstep(tiny_model_dir, tmp_path):
     out = tmp_path / "ds"
@@ -154,8 +187,22 @@ def test_batch_scaling_uses_the_kept_groups_only(tiny_model_dir):
     assert batch["num_items_in_batch"].item() == 24
 
 
-def test_kl_term_uses_reference_log_probs_of_kept_rows(tiny_model_dir):
+@pytest.mark.trl_contract
+def test_kl_term_uses_reference_log_probs_of_kept_rows(tiny_model_dir, monkeypatch):
+    """Rounds generate with beta swapped to 0, so TRL computes no reference log-probs for rows then dropped
+    (TRL's _generate_and_score_completions reads self.beta); the kept rows get theirs afterwards."""
+    from trl_rlvr.trainer import RLVRTrainer
+
+    round_keys, generate = [], RLVRTrainer._generate_and_score_round
+
+    def recording(self, inputs):
+        output = generate(self, inputs)
+        round_keys.append(set(output))
+        return output
+
+    monkeypatch.setattr(RLVRTrainer, "_generate_and_score_round", recording)
     trainer, seen = run(tiny_model_dir, beta=0.04, max_steps=2, gradient_accumulation_steps=1)
+    assert round_keys and not any("ref_per_token_logps" in keys for keys in round_keys)
     assert all((a != 0).all() for a in seen)
     kl = [h["kl"] for h in trainer.state.log_history if "kl" in h]
     assert len(kl) == 2 and all(k >= 0 for k in kl)

@@ -96,6 +96,53 @@ def test_from_preset_sets_exactly_the_papers_switches():
     assert (dr.loss_type, dr.scale_rewards, dr.beta) == ("dr_grpo", "none", 0.0)
 
 
+@pytest.mark.trl_contract
+@pytest.mark.parametrize("budget", [None, 100, 4096])
+def test_dapo_buffer_is_a_fifth_of_the_runs_budget(budget, tmp_path):
+    """Set or left to TRL's default (read from the built config, so a new TRL default cannot slip past), the
+    buffer is DAPO's share of the budget: 4096 of 20480 tokens."""
+    from trl_rlvr import RLVRConfig
+    from trl_rlvr.scripts.train import make_parser
+
+    overrides = {} if budget is None else {"max_completion_length": budget}
+    config = RLVRConfig.from_preset("dapo", use_cpu=True, **overrides)
+    assert config.overlong_buffer_length == config.max_completion_length // 5
+    assert config.max_completion_length == (budget or RLVRConfig.__dataclass_fields__["max_completion_length"].default)
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text("preset: dapo\nuse_cpu: true\n" + ("" if budget is None else f"max_completion_length: {budget}\n"))
+    for parser in (make_parser(), make_parser(defaults=overrides)):
+        _, args, _ = parser.parse_args_and_config(["--config", str(cfg)])
+        assert args.overlong_buffer_length == args.max_completion_length // 5
+    _, args, _ = make_parser(defaults={"max_completion_length": 250}).parse_args_and_config(["--config", str(cfg)])
+    assert args.overlong_buffer_length == (budget or 250) // 5  # the script's default budget counts too
+
+
+def test_an_explicit_loss_type_in_a_recipe_is_a_choice(tmp_path):
+    """TRL's default loss_type ('dapo') written in the YAML or on the command line is the user's choice: it beats
+    the preset's normalisation (precedence), and conflicts with an explicit loss_normalization."""
+    from trl_rlvr.scripts.train import make_parser
+
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text("preset: grpo\nuse_cpu: true\nloss_type: dapo\n")
+    _, args, _ = make_parser().parse_args_and_config(["--config", str(cfg)])
+    assert (args.loss_type, args.loss_normalization) == ("dapo", "per_batch_token")
+    _, args, _ = make_parser().parse_args_and_config(["--preset", "grpo", "--use_cpu", "true", "--loss_type", "dapo"])
+    assert (args.loss_type, args.loss_normalization) == ("dapo", "per_batch_token")
+    with pytest.raises(ValueError, match="loss_normalization='per_answer' conflicts with loss_type='dapo'"):
+        make_parser().parse_args_and_config(["--config", str(cfg), "--loss_normalization", "per_answer"])
+    with pytest.raises(ValueError, match="loss_normalization='per_answer' conflicts with loss_type='dapo'"):
+        make_parser().parse_args_and_config(["--use_cpu", "true", "--loss_type", "dapo",
+                                             "--loss_normalization", "per_answer"])
+    _, args, _ = make_parser().parse_args_and_config(["--preset", "grpo", "--use_cpu", "true"])
+    assert (args.loss_type, args.loss_normalization) == ("grpo", "per_answer")
+    from trl_rlvr import RLVRConfig
+
+    config = RLVRConfig.from_preset("grpo", use_cpu=True, bf16=False, loss_type="dapo")
+    assert (config.loss_type, config.loss_normalization) == ("dapo", "per_batch_token")
+    with pytest.raises(ValueError, match="loss_normalization='per_answer' conflicts with loss_type='dapo'"):
+        RLVRConfig.from_preset("grpo", use_cpu=True, bf16=False, loss_type="dapo", loss_normalization="per_answer")
+
+
 def test_unknown_preset_and_unknown_keys_are_named(tmp_path):
     from trl_rlvr import RLVRConfig
     from trl_rlvr.scripts.train import make_parser

@@ -130,10 +130,7 @@ def make_parser(script_class: type = RecipeArguments, defaults: dict[str, Any] |
             if preset is not None and str(preset).lower() not in ("none", "null"):
                 from trl_rlvr.presets import preset_values
 
-                budget = _setting("max_completion_length", args, config)
-                self.set_defaults_with_config(
-                    **preset_values(str(preset), {"max_completion_length": int(budget) if budget else None})
-                )
+                self.set_defaults_with_config(**preset_values(str(preset), self._run_settings(args, config)))
             if kwargs:
                 return super().parse_args_and_config(args, **kwargs)
             *parsed, from_config, from_cli = super().parse_args_and_config(
@@ -142,6 +139,16 @@ def make_parser(script_class: type = RecipeArguments, defaults: dict[str, Any] |
             if from_config or from_cli:
                 raise ValueError(_unknown_keys(self, from_config, from_cli, config_path))
             return tuple(parsed)
+
+        def _run_settings(self, args, config) -> dict:
+            """The settings a preset reads, as this run will have them: the command line, else the YAML, else
+            the parser's default (the script's, or the dataclass field's: TRL's own for GRPOConfig fields)."""
+            settings = {}
+            for name, kind in (("max_completion_length", int), ("loss_type", str), ("loss_normalization", str)):
+                value = _setting(name, args, config)
+                value = self.get_default(name) if value is None else value
+                settings[name] = None if value is None or str(value).lower() in ("none", "null") else kind(value)
+            return settings
 
     parser = RecipeParser((script_class, RLVRConfig, ModelConfig), prog=prog)
     if defaults:
