@@ -1,4 +1,4 @@
-"""Mistakes reported before any model loads, naming the field or column (issue 13).
+"""Mistakes reported before any model loads, naming the field or column.
 
 Each case gives a model path that does not exist: the error asserted is raised instead of the model's
 "not found", so it comes before the model is opened."""

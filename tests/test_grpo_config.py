@@ -1,4 +1,4 @@
-"""RLVRTrainer accepts a TRL GRPOConfig and then computes what GRPOTrainer computes (issue 13).
+"""RLVRTrainer accepts a TRL GRPOConfig and then computes what GRPOTrainer computes.
 
 Both trainers run TRL's real generation, rewards and advantages on the tiny model, from the same seed, over a
 generation batch that spans two optimizer steps (where the exact per-step token count would differ from TRL's

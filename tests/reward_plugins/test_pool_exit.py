@@ -1,5 +1,5 @@
 """A parent that exits while boxed_math's worker zygote warms up leaves no BrokenPipeError traceback under its own
-error (issue 13). Deterministic form: the zygote finds its parent's end of the control socket already closed."""
+error. Deterministic form: the zygote finds its parent's end of the control socket already closed."""
 
 import subprocess
 import sys

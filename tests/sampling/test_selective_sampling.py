@@ -1,4 +1,4 @@
-"""Selective sampling (issue 14): the pure prediction and skip rule, the history in the prompt stream, the trainer."""
+"""Selective sampling: the pure prediction and skip rule, the history in the prompt stream, the trainer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`trl-rlvr train`: every recipe and every preset, parsed and run for 2 steps on the tiny model (issue 13).
+"""`trl-rlvr train`: every recipe and every preset, parsed and run for 2 steps on the tiny model.
 
 The recipes name hub models and data and GPU switches; the command line overrides them (as a user would on a
 laptop): the tiny local model, a local GSM8K-style file, CPU, tiny budgets. In-process through

@@ -1,4 +1,4 @@
-"""The plugins from TRL's own CLI, and TRL's own reward functions in the registry (issue 13)."""
+"""The plugins from TRL's own CLI, and TRL's own reward functions in the registry."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""Hostile suite for the code_sandbox reward (issue 4).
+"""Hostile suite for the code_sandbox reward.
 
 Every program below is a WRONG solution of ``add(a, b)`` that tries a trick; many are written
 "correct only if the attack worked", so a score of 0 proves the attack failed. Each runs in a

@@ -1,4 +1,4 @@
-"""Reward integrity, OS layer (issue 11): classes closed by design, each with a hostile sample, a
+"""Reward integrity, OS layer: classes closed by design, each with a hostile sample, a
 correct one beside it that must still score 1.0, and a later sample on the same worker that must
 be scored correctly.
 

@@ -1,4 +1,4 @@
-"""Reward integrity of code_sandbox's verdict protocol (issue 11, protocol classes 1, 2, 4, 5).
+"""Reward integrity of code_sandbox's verdict protocol (protocol classes 1, 2, 4, 5 of docs/code_sandbox.md).
 
 Each class has a hostile program (a WRONG solution that tries to be scored 1.0, or to make a later
 correct one score 0) run beside a correct solution that must still score 1.0, and then a later
