@@ -56,14 +56,14 @@ def test_readme_is_short():
 
 def test_rlvr_config_options_are_documented_where_declared():
     """Every field RLVRConfig declares is in one group of its docstring's Parameters: section, with its help text,
-    and docs/trainer.md shows the table generated from the same texts (`python -m trl_rlvr.options_doc`)."""
+    and docs/trainer.md shows the table generated from the same texts (`python -m trl_rlvr.scripts.options_doc`)."""
     import dataclasses
 
     from trl import GRPOConfig
 
     from trl_rlvr import RLVRConfig
     from trl_rlvr.config import PARAMETER_GROUPS
-    from trl_rlvr.options_doc import main as check_docs
+    from trl_rlvr.scripts.options_doc import main as check_docs
 
     grouped = [name for names in PARAMETER_GROUPS.values() for name in names]
     own = [f.name for f in dataclasses.fields(RLVRConfig)
@@ -74,4 +74,4 @@ def test_rlvr_config_options_are_documented_where_declared():
     for name in grouped:
         help_text = " ".join(RLVRConfig.__dataclass_fields__[name].metadata["help"].split())
         assert f"{name} (" in doc and help_text in doc, name
-    assert check_docs(["--check"]) == 0, "docs/trainer.md is not current: run python -m trl_rlvr.options_doc"
+    assert check_docs(["--check"]) == 0, "docs/trainer.md is not current: run python -m trl_rlvr.scripts.options_doc"
