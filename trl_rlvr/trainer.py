@@ -33,6 +33,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from trl_rlvr.alarms import RLVRAlarms
 from trl_rlvr.algorithms.advantages import group_advantages, require_finite_rewards, zero_signal_groups
 from trl_rlvr.checks import check_dataset_columns
 from trl_rlvr.config import RLVRConfig
@@ -90,6 +91,8 @@ class RLVRTrainer(GRPOTrainer):
         self._skip_optimizer_steps = 0
         if args.dynamic_sampling:
             self.add_callback(_SkipEmptyUpdates(self))
+        if args.alarms:
+            self.add_callback(RLVRAlarms(self))  # warnings when a run goes quietly wrong (trl_rlvr.alarms)
 
     # -- construction -------------------------------------------------------------------------------------------
 
