@@ -348,7 +348,7 @@ class RLVRConfig(GRPOConfig):
                 f"({self.gradient_accumulation_steps}); otherwise one optimizer step spans several generation batches "
                 "and TRL's estimate (generation-batch tokens x gradient_accumulation_steps / steps_per_generation) is "
                 "used instead.",
-                stacklevel=3,
+                stacklevel=4,  # _validate <- __post_init__ <- __init__ <- the user's line
             )
 
     @classmethod

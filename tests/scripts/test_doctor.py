@@ -6,6 +6,7 @@ when it cannot run, and fail the machine check of a GPU recipe on a CPU before a
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,11 @@ def main_job_defaults() -> dict:
     """examples/r1zero.py's DEFAULTS: the main job's settings."""
     spec = importlib.util.spec_from_file_location("r1zero_example", ROOT / "examples" / "r1zero.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
     return dict(module.DEFAULTS)
 
 

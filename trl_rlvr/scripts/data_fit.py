@@ -47,8 +47,9 @@ def fit_problems(recipe, prompts_per_batch: int, sizes: dict) -> tuple[list[str]
             errors.append(
                 f"num_eval_samples={n_eval} does not fit: {name} has no held-out split "
                 f"{recipe.dataset_test_split!r} (dataset_test_split), so the held-out questions are carved out of "
-                f"its {train_rows} training rows and none would be left to train on; set --num_eval_samples below "
-                f"{train_rows} (e.g. --num_eval_samples {max(1, train_rows // 10)}) or name a held-out split")
+                f"its {train_rows} training rows and none would be left to train on; "
+                + (f"set --num_eval_samples below {train_rows} (e.g. --num_eval_samples {max(1, train_rows // 10)}) "
+                   "or name a held-out split" if train_rows > 1 else "name a held-out split"))
             return errors, notes
         available = train_rows - carved
     else:
