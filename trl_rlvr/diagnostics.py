@@ -144,7 +144,7 @@ def check_reward(name: str, scores: Sequence[float | None], counters: dict[str, 
         verdicts.append("warn")
         advice.append(f"{name} could not read {s['unreadable_frac']:.0%} of the answers: they all score 0; a "
                       "format reward, a one-shot example in the prompt or a larger budget gives them a way in")
-    if s["std"] == 0 and n > 1 and "fail" not in verdicts:
+    if s["std"] == 0 and n > 1 and "fail" not in verdicts and s["unreadable_frac"] < 1.0:
         verdicts.append("warn")
         advice.append(f"{name} gave every answer {s['mean']:g}: no signal from it on this batch")
     verdict = max(verdicts, key=VERDICTS.index, default="ok")
