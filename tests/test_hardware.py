@@ -1,7 +1,7 @@
 """Settings the machine cannot run (trl_rlvr.hardware): one error naming every override, before any model loads."""
 
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 

@@ -4,8 +4,6 @@ model loads."""
 import json
 from types import SimpleNamespace
 
-import pytest
-
 from trl_rlvr.scripts.data_fit import fit_problems
 
 

@@ -81,15 +81,15 @@ def test_flags_a_reward_that_reads_no_answer(tmp_path, tiny_model_dir, capsys):
     assert boxed["verdict"] == "fail" and boxed["numbers"]["unreadable_frac"] == 1.0
     assert "no_box 16" in boxed["summary"]
     # with another reward that tells the answers apart (the overlong penalty), the run can still learn: a warning
-    code, report, out = run_doctor(tmp_path, tiny_model_dir, capsys, reward_funcs=["boxed_math"],
-                                   reward_options={"boxed_math": {"prestart": False}})
+    _, report, _ = run_doctor(tmp_path, tiny_model_dir, capsys, reward_funcs=["boxed_math"],
+                              reward_options={"boxed_math": {"prestart": False}})
     boxed = next(c for c in report["checks"] if c["name"] == "reward boxed_math")
     assert boxed["verdict"] == "warn" and "learns only from the other rewards" in boxed["advice"]
 
 
 def test_flags_a_batch_without_signal(tmp_path, tiny_model_dir, capsys):
-    code, report, out = run_doctor(tmp_path, tiny_model_dir, capsys, reward_funcs=[f"{__name__}.always_zero"],
-                                   overlong_buffer_length=None, dynamic_sampling=False, max_completion_length=16)
+    code, report, _ = run_doctor(tmp_path, tiny_model_dir, capsys, reward_funcs=[f"{__name__}.always_zero"],
+                                 overlong_buffer_length=None, dynamic_sampling=False, max_completion_length=16)
     assert code == 1
     zero = next(c for c in report["checks"] if c["name"] == "zero-signal groups")
     assert zero["verdict"] == "fail" and zero["numbers"]["zero_signal_frac"] == 1.0

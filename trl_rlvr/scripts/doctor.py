@@ -75,8 +75,7 @@ def measure(trainer, prompts: int | None = None) -> dict:
     args = trainer.args
     group_size = trainer.num_generations
     prompts = prompts or args.generation_batch_size // group_size
-    if len(trainer.train_dataset) < prompts:
-        prompts = len(trainer.train_dataset)
+    prompts = min(prompts, len(trainer.train_dataset))
     rows = sample_rows(trainer.train_dataset, prompts, group_size, args.seed)
     trainer.model.train()
     start = time.perf_counter()
