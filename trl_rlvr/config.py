@@ -16,9 +16,11 @@ from typing import Any
 from trl import GRPOConfig
 
 from trl_rlvr._compat.trl_contract import trl_loss_types
+from trl_rlvr.alarms import parse_thresholds
 from trl_rlvr.algorithms.advantages import BASELINES, STD_KINDS
 from trl_rlvr.algorithms.shaping import validate_overlong
 from trl_rlvr.checks import check_settings, option_acts
+from trl_rlvr.hardware import check_machine
 from trl_rlvr.options_doc import parameters_section
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
@@ -213,6 +215,24 @@ class RLVRConfig(GRPOConfig):
             "for anyway (its outcome checks the prediction); 1 turns skipping off. In (0, 1]."
         },
     )
+    alarms: bool = field(
+        default=True,
+        metadata={
+            "help": "Warn once, with the numbers, when truncation, answers a reward cannot read, reward errors or "
+            "timeouts, or zero-signal groups stay above a threshold for several logging steps, and, with a "
+            "SampledEvalCallback, when training success rises while held-out pass@1 falls (reward hacking); each "
+            "alarm is also logged as rlvr/alarm/<name> (trl_rlvr.alarms, docs/before_and_during_a_run.md)."
+        },
+    )
+    alarm_thresholds: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Overrides of the alarms' thresholds, a mapping (a JSON string on the command line), e.g. "
+            "{\"truncated_frac\": 0.3, \"patience\": 5}; keys: truncated_frac (0.5), unreadable_frac (0.9), "
+            "reward_failure_frac (0.05), zero_signal_frac (0.9), patience (3 logging steps), window (3 sampled "
+            "evaluations), rise (0.05), drop (0.05), flat (0.02)."
+        },
+    )
 
     # transformers 5.2x renamed gradient_checkpointing to activation_checkpointing and warns whenever the old name
     # holds a value the new one lacks; TRL 1.16 still gives the old name a default (True), so every plain
@@ -252,6 +272,7 @@ class RLVRConfig(GRPOConfig):
         given_generation_batch_size = None
         if self.generation_batch_size is not None and self.steps_per_generation is not None:
             given_generation_batch_size, self.generation_batch_size = self.generation_batch_size, None
+        check_machine(self)  # bf16 / vLLM this machine cannot run: one error naming the overrides (trl_rlvr.hardware)
         super().__post_init__()
         if given_generation_batch_size not in (None, self.generation_batch_size):
             raise ValueError(
@@ -332,6 +353,8 @@ class RLVRConfig(GRPOConfig):
                 f"revisit_probability must be in (0, 1] (0 would never revisit a skipped prompt), got "
                 f"{self.revisit_probability!r}"
             )
+        if self.alarm_thresholds is not None:
+            self.alarm_thresholds = parse_thresholds(self.alarm_thresholds)  # every key, validated (trl_rlvr.alarms)
         check_settings(self)  # options without effect, bf16 on a CPU, use_vllm without vLLM (trl_rlvr.checks)
         if self.reward_options is not None and not isinstance(self.reward_options, dict):
             raise ValueError(f"reward_options must be a mapping plugin name -> options, got {self.reward_options!r}")
@@ -346,7 +369,7 @@ class RLVRConfig(GRPOConfig):
                 f"({self.gradient_accumulation_steps}); otherwise one optimizer step spans several generation batches "
                 "and TRL's estimate (generation-batch tokens x gradient_accumulation_steps / steps_per_generation) is "
                 "used instead.",
-                stacklevel=3,
+                stacklevel=4,  # _validate <- __post_init__ <- __init__ <- the user's line
             )
 
     @classmethod

@@ -33,6 +33,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from trl_rlvr.alarms import RLVRAlarms
 from trl_rlvr._compat.notices import trl_generation_notices_silenced
 from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
 from trl_rlvr.algorithms.advantages import group_advantages, require_finite_rewards, zero_signal_groups
@@ -94,6 +95,8 @@ class RLVRTrainer(GRPOTrainer):
         self._step_has_signal = False  # a micro-batch of the current optimizer step came from a non-empty batch
         if args.dynamic_sampling:
             self.add_callback(_SkipEmptyUpdates(self))
+        if args.alarms:
+            self.add_callback(RLVRAlarms(self))  # warnings when a run goes quietly wrong (trl_rlvr.alarms)
 
     # -- construction -------------------------------------------------------------------------------------------
 

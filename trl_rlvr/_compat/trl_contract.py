@@ -74,12 +74,14 @@ OVERRIDDEN_METHODS = {
     "_save_checkpoint": ("model", "trial"),
     "_load_optimizer_and_scheduler": ("checkpoint",),
     "_get_output_dir": ("trial",),
+    "_determine_best_metric": ("metrics", "trial"),  # SampledEvalCallback's metrics for load_best_model_at_end
 }
 
 #: Instance attributes GRPOTrainer.__init__ sets and RLVRTrainer reads.
 READ_ATTRIBUTES = (
     "_buffered_inputs",  # the micro-batches of the current generation round (exact DAPO token counts)
     "_metrics",  # {"train"|"eval": defaultdict(list)}: where rlvr/ diagnostics go
+    "_logs",  # {"completion": deque, ...}: the decoded completions trl-rlvr doctor shows
     "_tokenizer",  # pad token id for padding gathered rows
     "eos_token_ids",  # truncation = last token not a stop token
     "reward_funcs",

@@ -9,6 +9,9 @@ samples a share; ZeRO-3 / FSDP parameters are gathered for generation) and logs 
 ``transformers.Trainer.log``, so they reach every ``report_to`` integration and ``state.log_history``. (It calls
 the base ``Trainer.log``, not GRPOTrainer's, which would take and clear the pending training metrics; and it
 keeps the step's ``should_log``, which logging resets.)
+
+With ``metric_for_best_model="eval/pass@1"`` (any logged key) and ``load_best_model_at_end=True`` its evaluations
+choose the best checkpoint (:mod:`trl_rlvr.evaluation.best_model`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,15 @@ class SampledEvalCallback(TrainerCallback):
             success_threshold=getattr(args, "success_threshold", 1.0),
         )
         self.history: list[dict] = []
+        from trl_rlvr.evaluation.best_model import sampled_best_metric
+
+        self.best_model_metric = sampled_best_metric(args, self.eval_steps, self.keys())  # metric_for_best_model
+
+    def keys(self) -> list[str]:
+        """Every key :meth:`metrics` may log."""
+        per_k = [f"eval/{m}@{k}" for m in ("pass", "maj") for k in self.ks]
+        return per_k + [f"eval/{k}" for k in ("format_rate", "no_answer_frac", "truncated_frac", "length_right",
+                                                "length_wrong")]
 
     def metrics(self, result: dict) -> dict:
         """The logged keys: eval/pass@k for each k (pass@1 = mean@n), eval/maj@k, format, lengths, truncation."""
@@ -86,8 +98,14 @@ class SampledEvalCallback(TrainerCallback):
             self.evaluate(state)
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self.best_model_metric is not None:
+            control.should_evaluate = False  # this evaluation, not the trainer's, feeds best-model selection
         if state.global_step > 0 and state.global_step % self.eval_steps == 0:
             should_log = control.should_log
             self.evaluate(state)
             control.should_log = should_log  # logging resets it: the step's own training log must still happen
+            if self.best_model_metric is not None:
+                from trl_rlvr.evaluation.best_model import offer_to_best_model_selection
+
+                offer_to_best_model_selection(self.trainer, control, self.history[-1])
         return control

@@ -1,4 +1,5 @@
 """``trl-rlvr`` command line: ``trl-rlvr train --config recipe.yaml [--field value ...]`` (:mod:`trl_rlvr.scripts.train`),
+``trl-rlvr doctor --config recipe.yaml`` (:mod:`trl_rlvr.scripts.doctor`),
 ``trl-rlvr eval MODEL ...`` (:mod:`trl_rlvr.scripts.eval`), ``trl-rlvr rewards list``, ``trl-rlvr rewards show NAME``
 and ``trl-rlvr rewards audit NAME`` (:mod:`trl_rlvr.audit`)."""
 
@@ -60,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("train", add_help=False, help="train from a recipe: trl-rlvr train --config recipe.yaml "
                    "[--field value ...] (trl-rlvr train --help lists every field)")
+    sub.add_parser("doctor", add_help=False, help="check a recipe on one real batch before training: trl-rlvr "
+                   "doctor --config recipe.yaml [--field value ...] [--json report.json]")
     rewards = sub.add_parser("rewards", help="reward plugins (entry-point group trl_rlvr.rewards)")
     rsub = rewards.add_subparsers(dest="action", required=True)
     p = rsub.add_parser("list", help="list the installed reward plugins")
@@ -79,10 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["train"]:  # its own parser: every RecipeArguments, RLVRConfig and ModelConfig field
+        from trl_rlvr.hardware import UnusableSettingsError
+        from trl_rlvr.scripts.data_fit import RecipeDataError
         from trl_rlvr.scripts.train import main as train_main
 
-        train_main(argv[1:])
+        try:
+            train_main(argv[1:])
+        except (UnusableSettingsError, RecipeDataError) as e:  # the fix is in the message: no traceback
+            print(f"trl-rlvr train: error: {e}", file=sys.stderr)
+            return 2
         return 0
+    if argv[:1] == ["doctor"]:  # the train command's parser, plus --json (trl_rlvr.scripts.doctor)
+        from trl_rlvr.scripts.doctor import main as doctor_main
+
+        return doctor_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 

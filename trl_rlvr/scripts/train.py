@@ -282,9 +282,12 @@ def build_trainer(recipe, training_args, model_args, quiet: bool = False, main_p
 
     from trl_rlvr.trainer import RLVRTrainer
 
+    from trl_rlvr.scripts.data_fit import check_recipe_fits
+
     raw = load_raw_data(recipe)
     reward_funcs = recipe_rewards(recipe, training_args)
     environment_factory = build_environment_factory(recipe)
+    check_recipe_fits(recipe, training_args, raw)  # num_eval_samples, num_train_samples vs the data's rows
     with (main_process_first or contextlib.nullcontext)():
         model_path, tokenizer, quantization_config = model_settings(model_args, training_args, quiet)
     data = build_datasets(recipe, tokenizer, raw)

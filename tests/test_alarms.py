@@ -1,0 +1,153 @@
+"""Alarms while training (trl_rlvr.alarms): the rules on seeded metric histories, then the callback in a real
+RLVRTrainer on the tiny model, with a reward hacked by construction and a clean one."""
+
+import random
+import zlib
+
+import pytest
+
+from trl_rlvr.alarms import (
+    DEFAULT_THRESHOLDS, counter_share, format_without_accuracy, hacking_signature, parse_thresholds, sustained,
+    train_means_between,
+)
+
+
+# ------------------------------------------------------------------------------------------------ pure rules
+def test_sustained_needs_patience_values_in_a_row():
+    assert sustained([0.6, 0.7, 0.8], 0.5, 3)
+    assert not sustained([0.6, 0.4, 0.8, 0.9], 0.5, 3)
+    assert not sustained([0.9, 0.9], 0.5, 3)
+    assert not sustained([0.9, None, 0.9, 0.9], 0.5, 4)
+    assert not sustained([0.9, float("nan"), 0.9], 0.5, 3)
+
+
+def test_train_means_between_evaluations():
+    train = [(1, 0.2), (2, 0.4), (3, 0.6), (4, 0.8)]
+    assert train_means_between(train, [0, 2, 4]) == [None, pytest.approx(0.3), pytest.approx(0.7)]
+
+
+def _history(seed: int, hacked: bool, steps: int = 30, eval_every: int = 5, noise: float = 0.03):
+    """A seeded run: training success climbs from 0.2 to 0.8; held-out pass@1 climbs with it (clean) or falls from
+    0.5 to 0.1 (hacked); both with noise."""
+    rng = random.Random(seed)
+    train = [(s, 0.2 + 0.6 * s / steps + rng.gauss(0, noise)) for s in range(1, steps + 1)]
+    evals = []
+    for s in range(0, steps + 1, eval_every):
+        trend = 0.5 - 0.4 * s / steps if hacked else 0.1 + 0.4 * s / steps
+        evals.append((s, trend + rng.gauss(0, noise)))
+    return train, evals
+
+
+def _first_firing(train, evals, **t):
+    t = {**DEFAULT_THRESHOLDS, **t}
+    for i in range(1, len(evals) + 1):
+        upto = evals[i - 1][0]
+        if hacking_signature([x for x in train if x[0] <= upto], evals[:i], t["window"], t["rise"], t["drop"]):
+            return upto
+    return None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_hacking_signature_fires_on_hacked_runs_and_never_on_clean_ones(seed):
+    assert _first_firing(*_history(seed, hacked=True)) is not None
+    assert _first_firing(*_history(seed, hacked=False)) is None
+
+
+def test_flat_training_success_does_not_fire_while_evaluation_falls():
+    rng = random.Random(0)
+    train = [(s, 0.5 + rng.gauss(0, 0.02)) for s in range(1, 31)]
+    evals = [(s, 0.5 - 0.01 * s) for s in range(0, 31, 5)]
+    assert _first_firing(train, evals) is None
+
+
+def test_format_rising_while_accuracy_stays_flat():
+    train_reward = [(s, 0.2 + 0.05 * s) for s in range(1, 11)]
+    flat = [(0, 0.30, 0.1), (5, 0.31, 0.5), (10, 0.30, 0.9)]
+    assert format_without_accuracy(train_reward, flat, 3, 0.05, 0.02)["format_to"] == 0.9
+    learning = [(0, 0.30, 0.1), (5, 0.40, 0.5), (10, 0.50, 0.9)]
+    assert format_without_accuracy(train_reward, learning, 3, 0.05, 0.02) is None
+
+
+def test_counter_share_is_per_reward_call():
+    logs = {"boxed_math/no_box": 12.0, "boxed_math/unparsed": 2.0, "boxed_math/errors": 1.0}
+    assert counter_share(logs, "boxed_math", ("no_box", "unparsed"), 16) == pytest.approx(14 / 16)
+    assert counter_share(logs, "think_format", ("no_format",), 16) is None
+
+
+def test_thresholds_are_validated_and_named():
+    assert parse_thresholds(None) == DEFAULT_THRESHOLDS
+    assert parse_thresholds('{"patience": 5}')["patience"] == 5
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['patiance'\]"):
+        parse_thresholds({"patiance": 5})
+    with pytest.raises(ValueError, match="truncated_frac must be a number in"):
+        parse_thresholds({"truncated_frac": 2})
+    from trl_rlvr import RLVRConfig
+
+    with pytest.raises(ValueError, match="alarm_thresholds: unknown key"):
+        RLVRConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, alarm_thresholds={"nope": 1})
+
+
+# ------------------------------------------------------------------------------------------------ in a trainer
+class _SteppedReward:
+    """Right with a probability that moves with the trainer's step, decided by a hash of the completion (seeded):
+    on the training rows it climbs; on the held-out rows it falls (``hacked``) or climbs too (clean)."""
+
+    def __init__(self, hacked: bool):
+        self.hacked, self.trainer, self.__name__ = hacked, None, "stepped"
+
+    def __call__(self, prompts=None, completions=None, split=None, **kwargs):
+        step = self.trainer.state.global_step
+        out = []
+        for text, where in zip(completions, split):
+            u = zlib.crc32(f"{text}|{step}".encode()) / 2**32
+            rising = 0.15 + 0.12 * step
+            p = (0.85 - 0.12 * step) if (where == "heldout" and self.hacked) else rising
+            out.append(1.0 if u < p else 0.0)
+        return out
+
+
+def _run(tiny_model_dir, tmp_path, hacked: bool, **config):
+    from datasets import Dataset
+
+    from trl_rlvr import RLVRConfig, RLVRTrainer
+    from trl_rlvr.evaluation.callback import SampledEvalCallback
+    from trl_rlvr.testing import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    rows = lambda n, split: Dataset.from_dict({"prompt": [f"q{i}: " for i in range(n)], "split": [split] * n})  # noqa: E731
+    reward = _SteppedReward(hacked)
+    args = RLVRConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=8,
+        num_generations=4, max_completion_length=128, max_steps=6, logging_steps=1, learning_rate=1e-6,
+        save_strategy="no", activation_checkpointing=False, seed=0, **config,
+    )
+    trainer = RLVRTrainer(model=str(tiny_model_dir), reward_funcs=[reward], args=args,
+                          train_dataset=rows(32, "train"), processing_class=tokenizer)
+    reward.trainer = trainer
+    trainer.add_callback(SampledEvalCallback(trainer, rows(8, "heldout"), n=4, eval_steps=2, at_start=True,
+                                             batch_size=32, max_new_tokens=128))
+    trainer.train()
+    return trainer
+
+
+def _alarms(trainer):
+    from trl_rlvr.alarms import RLVRAlarms
+
+    return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, RLVRAlarms)]
+
+
+def test_the_trainer_alarms_on_a_hacked_reward_once_and_logs_it(tiny_model_dir, tmp_path):
+    trainer = _run(tiny_model_dir, tmp_path, hacked=True)
+    (alarms,) = _alarms(trainer)
+    assert list(alarms.fired) == ["reward_hacking"], alarms.fired
+    assert "held-out pass@1 fell" in alarms.fired["reward_hacking"]
+    logged = [h for h in trainer.state.log_history if "rlvr/alarm/reward_hacking" in h]
+    assert len(logged) == 1 and logged[0]["rlvr/alarm/reward_hacking"] == 1.0
+
+
+def test_the_trainer_stays_quiet_on_a_clean_run_and_the_switch_turns_alarms_off(tiny_model_dir, tmp_path):
+    trainer = _run(tiny_model_dir, tmp_path, hacked=False)
+    (alarms,) = _alarms(trainer)
+    assert alarms.fired == {}
+    assert not any(k.startswith("rlvr/alarm/") for h in trainer.state.log_history for k in h)
+    assert _alarms(_run(tiny_model_dir, tmp_path / "off", hacked=True, alarms=False)) == []

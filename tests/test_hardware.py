@@ -1,0 +1,51 @@
+"""Settings the machine cannot run (trl_rlvr.hardware): one error naming every override, before any model loads."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from trl_rlvr.hardware import Machine, UnusableSettingsError, check_machine, unusable_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = Machine(bf16=False, fp16=False, vllm=False)
+
+
+def settings(**kw):
+    return SimpleNamespace(**{"bf16": None, "fp16": False, "use_cpu": False, "use_vllm": False,
+                              "vllm_mode": "colocate", **kw})
+
+
+def test_a_gpu_recipe_on_a_cpu_names_every_override_at_once():
+    problems, overrides = unusable_settings(settings(bf16=True, use_vllm=True), CPU)
+    assert overrides == {"bf16": False, "use_vllm": False} and len(problems) == 2
+    with pytest.raises(UnusableSettingsError, match=r"Override them: --bf16 false --use_vllm false .* "
+                                                     r"bf16=False, use_vllm=False in Python"):
+        check_machine(settings(bf16=True, use_vllm=True), CPU)
+
+
+def test_trls_bf16_default_counts_and_use_cpu_or_a_gpu_lets_it_run():
+    assert "TRL's default" in unusable_settings(settings(), CPU)[0][0]
+    assert unusable_settings(settings(bf16=True, use_cpu=True), CPU) == ([], {})
+    assert unusable_settings(settings(bf16=True, use_vllm=True), Machine(bf16=True, fp16=True, vllm=True)) == ([], {})
+    assert unusable_settings(settings(bf16=False, fp16=True), CPU)[1] == {"fp16": False}
+
+
+def test_the_error_is_both_an_import_error_and_a_value_error():
+    err = UnusableSettingsError(["x"], {"use_vllm": False})
+    assert isinstance(err, ImportError) and isinstance(err, ValueError)
+
+
+def test_trl_rlvr_train_of_a_gpu_recipe_on_a_cpu_stops_with_one_message(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    from trl_rlvr.scripts.cli import main
+
+    code = main(["train", "--config", str(ROOT / "examples" / "recipes" / "dr_grpo.yaml"), "--model_name_or_path",
+                 str(tmp_path / "no-model"), "--output_dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("trl-rlvr train: error: This machine cannot run these settings")
+    assert "--bf16 false --use_vllm false" in err and "Traceback" not in err

@@ -1,0 +1,210 @@
+"""``trl-rlvr doctor --config recipe.yaml [--field value ...] [--json report.json]``: one real batch before a run.
+
+The arguments are ``trl-rlvr train``'s (:mod:`trl_rlvr.scripts.train`: the same parser, preset, YAML and command
+line), plus ``--json`` and ``--doctor_prompts``. The doctor builds the run's trainer (:func:`build_trainer`: data,
+rewards, model), generates ONE generation batch with the trainer's own generation and scoring (the run's sampling
+settings, its rewards, its advantages), and prints one verdict per check of :mod:`trl_rlvr.diagnostics`
+(truncation, each reward, zero-signal groups, the loss normalisation, the machine) with what to change.
+
+Exit status: 0 when no check fails, 1 when one does, 2 when the doctor could not run (a bad recipe, a model
+that does not load, an error while generating).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from trl_rlvr.diagnostics import (
+    Check,
+    check_loss_normalization,
+    check_machine,
+    check_reward,
+    check_truncation,
+    check_zero_signal,
+    exit_code,
+    worst_verdict,
+)
+from trl_rlvr.scripts.train import RecipeArguments
+
+#: The exit status when the doctor could not run.
+COULD_NOT_RUN = 2
+
+
+@dataclass
+class DoctorArguments(RecipeArguments):
+    """A recipe's fields plus the doctor's own."""
+
+    json: str | None = field(default=None, metadata={"help": "Also write the report, as JSON, to this path."})
+    doctor_prompts: int | None = field(
+        default=None, metadata={"help": "Prompts to generate answers for (num_generations each). Default: one "
+                                "generation batch (generation_batch_size / num_generations)."}
+    )
+
+
+# ------------------------------------------------------------------------------------------------ measure
+def sample_rows(dataset, prompts: int, group_size: int, seed: int) -> list[dict]:
+    """``prompts`` rows of ``dataset`` (a seeded shuffle, without repeats), each repeated ``group_size`` times in a
+    row: the layout of a generation batch (TRL's ``RepeatSampler``)."""
+    import random
+
+    order = list(range(len(dataset)))
+    random.Random(seed).shuffle(order)
+    return [dataset[i] for i in order[:prompts] for _ in range(group_size)]
+
+
+def completion_flags(completion_ids, stop_ids) -> tuple[list[bool], list[int]]:
+    """(truncated, length) per row of padded completion ids: a row that holds no stop token (EOS or pad) was cut
+    off at the budget; a finished row's length counts up to and including its first stop token."""
+    import torch
+
+    stop = torch.isin(completion_ids, torch.tensor(sorted(stop_ids), device=completion_ids.device))
+    finished = stop.any(dim=1)
+    first = stop.int().argmax(dim=1)
+    lengths = torch.where(finished, first + 1, torch.full_like(first, completion_ids.size(1)))
+    return (~finished).tolist(), lengths.tolist()
+
+
+def measure(trainer, prompts: int | None = None) -> dict:
+    """Generate and score one batch with ``trainer``'s own generation (TRL's, one round, in training mode), and
+    return what the checks need."""
+    args = trainer.args
+    group_size = trainer.num_generations
+    prompts = prompts or args.generation_batch_size // group_size
+    prompts = min(prompts, len(trainer.train_dataset))
+    rows = sample_rows(trainer.train_dataset, prompts, group_size, args.seed)
+    trainer.model.train()
+    start = time.perf_counter()
+    output = trainer._generate_and_score_round(rows)
+    seconds = time.perf_counter() - start
+    rewards_per_func = trainer._batch_rewards_per_func.float().cpu()
+    names = list(trainer.reward_func_names)
+    metrics = {k: v[-1] for k, v in trainer._metrics["train"].items() if v}
+    counters = {name: {k.split("/", 1)[1]: float(v) for k, v in metrics.items() if k.startswith(f"{name}/")}
+                for name in names}
+    mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
+    truncated, lengths = completion_flags(output["completion_ids"],
+                                          {*trainer.eos_token_ids, trainer.processing_class.pad_token_id})
+    success_index = trainer._success_index
+    success = rewards_per_func[:, success_index] >= getattr(args, "success_threshold", 1.0)
+    from trl_rlvr.algorithms.advantages import zero_signal_groups
+
+    zero = zero_signal_groups(trainer._filter_rewards().float().cpu(), group_size,
+                              getattr(args, "dynamic_sampling_tolerance", 0.0))
+    success_zero = zero_signal_groups(success.float(), group_size)
+    completions = list(trainer._logs["completion"])[-len(rows):]
+    return {
+        "prompts": prompts, "answers": len(rows), "group_size": group_size, "seconds": seconds,
+        "reward_names": names, "scores": rewards_per_func.T.tolist(), "counters": counters,
+        "success_reward": names[success_index], "success_rate": success.float().mean().item(),
+        "zero_signal": zero.tolist(), "success_zero_signal": success_zero.tolist(), "truncated": truncated, "lengths": lengths,
+        "loss_tokens": mask.sum(dim=1).long().tolist(),
+        "vllm_logp_gap": metrics.get("sampling/sampling_logp_difference/mean"),
+        "samples": [{"completion": c, **{n: s[i] for n, s in zip(names, rewards_per_func.T.tolist(), strict=True)}}
+                    for i, c in enumerate(completions[:4])],
+    }
+
+
+def diagnose(m: dict, args) -> list[Check]:
+    """The checks of :mod:`trl_rlvr.diagnostics` for one measured batch ``m`` (:func:`measure`) under ``args``."""
+    checks = [check_machine([])]
+    checks.append(check_truncation(m["truncated"], m["lengths"], args.max_completion_length,
+                                   mask_truncated_completions=args.mask_truncated_completions))
+    varies = {name: len({s for s in scores if not math.isnan(s)}) > 1
+              for name, scores in zip(m["reward_names"], m["scores"], strict=True)}
+    for name, scores in zip(m["reward_names"], m["scores"], strict=True):
+        checks.append(check_reward(name, [None if math.isnan(s) else s for s in scores], m["counters"][name],
+                                   others_have_signal=any(v for other, v in varies.items() if other != name)))
+    checks.append(check_zero_signal(
+        m["zero_signal"], m["success_rate"], m["group_size"], success_zero_signal=m["success_zero_signal"],
+        dynamic_sampling=getattr(args, "dynamic_sampling", False),
+        max_sampling_rounds=getattr(args, "max_sampling_rounds", 3),
+        selective_sampling=getattr(args, "selective_sampling", False),
+    ))
+    checks.append(check_loss_normalization(
+        getattr(args, "loss_normalization", None), args.loss_type, m["loss_tokens"],
+        per_device_batch_size=args.per_device_train_batch_size, steps_per_generation=args.steps_per_generation,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        token_count_scope=getattr(args, "token_count_scope", "generation_batch"),
+        loss_constant=getattr(args, "loss_constant", None), max_completion_length=args.max_completion_length,
+        seed=args.seed,
+    ))
+    if m.get("vllm_logp_gap") is not None:
+        gap = m["vllm_logp_gap"]
+        checks.append(Check(
+            "vLLM vs trainer log-probs", "warn" if gap > 0.1 else "ok",
+            f"mean |log p_vLLM - log p_trainer| = {gap:.3f} nats per token",
+            "the sampler and the trained model disagree: check vLLM's dtype against the model's, and keep "
+            "vllm_importance_sampling_correction on" if gap > 0.1 else "", {"mean_logp_difference": gap}))
+    return checks
+
+
+# ------------------------------------------------------------------------------------------------ report
+def render(checks: list[Check], header: str) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [header]
+    for c in checks:
+        lines.append(f"  {c.verdict:<4}  {c.name:<{width}}  {c.summary}")
+        if c.advice:
+            lines.append(f"  {'':<4}  {'':<{width}}  -> {c.advice}")
+    fails, warns = (sum(c.verdict == v for c in checks) for v in ("fail", "warn"))
+    lines.append(f"verdict: {worst_verdict(checks)} ({fails} fail, {warns} warn)")
+    return "\n".join(lines)
+
+
+def _write_json(path: str | None, report: dict) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(report, f, indent=2, default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``trl-rlvr doctor``; returns the exit status."""
+    from trl_rlvr.hardware import UnusableSettingsError
+    from trl_rlvr.scripts.train import (
+        _read_config,
+        _setting,
+        build_trainer,
+        make_parser,
+        use_cpu_threads,
+    )
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        recipe, args, model_args = make_parser(DoctorArguments, prog="trl-rlvr doctor").parse_args_and_config(argv)
+    except UnusableSettingsError as e:  # the machine check fails before anything else can be measured
+        checks = [check_machine(e.problems)]
+        checks[0] = Check("machine", "fail", checks[0].summary, "override: " + " ".join(
+            f"--{k} {str(v).lower()}" for k, v in e.overrides.items()), checks[0].numbers)
+        print(render(checks, "trl-rlvr doctor: the settings cannot run here; nothing was generated"))
+        try:
+            json_path = _setting("json", argv, _read_config(argv)[1])
+        except (OSError, ValueError):
+            json_path = None
+        _write_json(json_path, {"exit_code": 1, "verdict": "fail", "checks": [c.to_dict() for c in checks]})
+        return 1
+    except (ValueError, ImportError, OSError) as e:
+        print(f"trl-rlvr doctor: could not run: {e}", file=sys.stderr)
+        return COULD_NOT_RUN
+    try:
+        use_cpu_threads(recipe.cpu_threads, 1)
+        trainer, _ = build_trainer(recipe, args, model_args)
+        m = measure(trainer, recipe.doctor_prompts)
+    except Exception as e:  # noqa: BLE001 - any failure to build or generate is "could not run", with its reason
+        print(f"trl-rlvr doctor: could not run: {type(e).__name__}: {e}", file=sys.stderr)
+        return COULD_NOT_RUN
+    checks = diagnose(m, trainer.args)
+    header = (f"trl-rlvr doctor: {model_args.model_name_or_path or 'the offline SmolLM2'}, {m['answers']} answers to "
+              f"{m['prompts']} prompts (num_generations={m['group_size']}, max_completion_length="
+              f"{trainer.args.max_completion_length}, temperature={trainer.args.temperature}), generated and scored "
+              f"in {m['seconds']:.1f} s")
+    print(render(checks, header))
+    code = exit_code(checks)
+    _write_json(recipe.json, {"exit_code": code, "verdict": worst_verdict(checks), "checks": [c.to_dict() for c in checks],
+                              "batch": m})
+    return code
