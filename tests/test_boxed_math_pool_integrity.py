@@ -6,6 +6,7 @@ import ctypes
 import itertools
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -92,7 +93,6 @@ def _interrupt_at_line(pool, tasks, nth, again):
     def tracer(frame, event, arg):
         return local if frame.f_code.co_filename == _pool.__file__ else None
 
-    import sys
 
     sys.settrace(tracer)
     try:
@@ -116,12 +116,10 @@ def test_an_interruption_right_after_dispatch_leaves_no_reply_for_the_next_call(
     """The deterministic form: interrupted just after the first tasks were sent; the next call's results are
     its own (on the old pool, the late replies were taken as the next call's results at the same index)."""
     tasks, _ = batch(seconds=0.3)
-    wake = [i for i, line in enumerate(open(_pool.__file__), 1) if "while remaining:" in line]
-    assert len(wake) == 1
-    import sys
+    wake = _wake_line()
 
     def local(frame, event, arg):
-        if event == "line" and frame.f_lineno == wake[0]:
+        if event == "line" and frame.f_lineno == wake:
             raise Interrupt("tasks in flight")
         return local
 
@@ -132,6 +130,13 @@ def test_an_interruption_right_after_dispatch_leaves_no_reply_for_the_next_call(
     finally:
         sys.settrace(None)
     assert_healthy(pool)
+
+
+def _wake_line() -> int:
+    """The line of the pool's wait loop: reached once the first tasks have been sent."""
+    with open(_pool.__file__) as f:
+        (line,) = [i for i, text in enumerate(f, 1) if "while remaining:" in text]
+    return line
 
 
 def _async_raise(thread_id: int) -> None:
@@ -190,7 +195,7 @@ def test_a_reply_with_another_token_is_never_taken(pool):
     w.task = w.token = None
     stale = pool.stale_replies
     assert pool.map(tasks, deadline=5.0) == expected
-    assert pool.stale_replies >= stale  # discarded if it reached this call; never taken as a result
+    assert pool.stale_replies == stale + 1  # read during this call, discarded, never taken as a result
     assert_healthy(pool)
 
 
@@ -200,8 +205,7 @@ def test_boxed_math_interrupted_call_does_not_leak_its_verdicts():
     assert reward(None, [r"\boxed{1}"], answer=["1"]) == [1.0]
     right = [r"\boxed{(x^2+2x+1)^{3}}", r"\boxed{\frac{2}{4}}", r"\boxed{(x+1)^{2}(x+1)}"]
     golds = [r"(x+1)^{6}", r"\frac12", r"(x+1)^3"]
-    wake = [i for i, line in enumerate(open(_pool.__file__), 1) if "while remaining:" in line][0]
-    import sys
+    wake = _wake_line()
 
     def local(frame, event, arg):
         if event == "line" and frame.f_lineno == wake:
