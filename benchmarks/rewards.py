@@ -158,7 +158,16 @@ def _time_one(data: Path, impl: str, repeats: int, groups: int = 64) -> None:
         t = time.perf_counter()
         run()
         warm_best = min(warm_best, time.perf_counter() - t)
-    print(json.dumps({"impl": impl, "startup": startup, "steady": cold, "repeat": warm_best}))
+    peak = 0
+    if impl.startswith("boxed_math"):  # the workers' peak address space, against their memory bound
+        pool = reward._pool()
+        for pid in [w.pid for w in pool._workers]:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    peak = max([peak] + [int(x.split()[1]) // 1024 for x in f if x.startswith("VmPeak:")])
+            except OSError:
+                pass
+    print(json.dumps({"impl": impl, "startup": startup, "steady": cold, "repeat": warm_best, "worker_vmpeak_mib": peak}))
 
 
 def throughput(data: Path, repeats: int, with_trl: bool, groups: int = 64) -> None:
@@ -179,8 +188,9 @@ def throughput(data: Path, repeats: int, with_trl: bool, groups: int = 64) -> No
         r = res[impl]
         label = {"boxed_math": "boxed_math", "boxed_math_nodedupe": "boxed_math, every answer checked",
                  "trl": "trl.rewards.accuracy_reward"}[impl]
+        peak = f"; worker peak address space {r['worker_vmpeak_mib']} MiB" if r.get("worker_vmpeak_mib") else ""
         print(f"  {label:<34} steady {r['steady']:.3f} s  repeat {r['repeat']:.3f} s  ({groups * 8} answers; warm-up "
-              f"{r['startup']:.2f} s)")
+              f"{r['startup']:.2f} s{peak})")
     if with_trl:
         for impl in ("boxed_math", "boxed_math_nodedupe"):
             print(f"  speed-up of {impl:<20} steady {res['trl']['steady'] / res[impl]['steady']:.1f}x  "

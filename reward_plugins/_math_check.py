@@ -99,8 +99,27 @@ def parse_gold(gold: str) -> list:
 def _parse_whole_cached(latex: str) -> tuple:
     try:
         return tuple(_math_verify()[2](latex))
+    except MemoryError:  # out of the worker's memory bound: the pool reports it, never "unparsed"
+        raise
     except Exception:  # noqa: BLE001 - the parser's errors are many and untyped
         return ()
+
+
+def _verify(gold: list, target: list) -> bool:
+    """math-verify's ``verify`` (any gold parse equals any target parse), pair by pair, except that a
+    ``MemoryError`` propagates (``verify`` turns every exception into False): the worker's memory bound is
+    then reported as such. Any other error makes that pair unequal, as in ``verify``."""
+    mv = _math_verify()[0]
+    for g in gold:
+        for t in target:
+            try:
+                if mv.verify([g], [t], timeout_seconds=None, raise_on_error=True):
+                    return True
+            except MemoryError:
+                raise
+            except Exception:  # noqa: BLE001, S112 - what verify itself does with a pair that raises
+                continue
+    return False
 
 
 def _parse_whole(latex: str) -> list:
@@ -170,7 +189,6 @@ def _asserts_one_value(expr, gold_is_relation: bool) -> bool:
     the first unless it has a free symbol (``x = 3``; ``3 = 4`` and ``x = 4 = 3`` assert two numbers). math-verify
     compares only the last side with a gold that is not an equation, so the others must not differ from it.
     A two-sided equation is compared whole against a gold that is itself a relation."""
-    mv = _math_verify()[0]
     for sides in _equation_chains(expr):
         if len(sides) == 2 and gold_is_relation:
             continue
@@ -178,7 +196,7 @@ def _asserts_one_value(expr, gold_is_relation: bool) -> bool:
         if getattr(rest[0], "free_symbols", None):
             rest = rest[1:]
         for side in rest:
-            if not mv.verify([last], [side], timeout_seconds=None):
+            if not _verify([last], [side]):
                 return False
     return True
 
@@ -231,7 +249,6 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
     right but another box holds a different answer, or a box asserts two values), ``"unparsed"`` (a box the
     rules do not read) or ``"bad_gold"``."""
     gold, candidates = task
-    mv = _math_verify()[0]
     gold_parsed = parse_gold(gold)
     if not gold_parsed:
         return "bad_gold"
@@ -252,7 +269,7 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
             return status, None
         if _surely_different(gold_parsed, parsed):
             return "wrong", form
-        return ("correct" if mv.verify(gold_parsed, parsed, timeout_seconds=None) else "wrong"), form
+        return ("correct" if _verify(gold_parsed, parsed) else "wrong"), form
 
     status, final_form = verdict(candidates[-1])
     forms = [final_form]
@@ -271,7 +288,7 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
             forms.insert(-1, form)
         joint = Form(exact=", ".join(f.exact for f in forms))
         joint_status, parsed = read_answer(joint, gold_is_relation)
-        if joint_status == "ok" and mv.verify(gold_parsed, parsed, timeout_seconds=None):
+        if joint_status == "ok" and _verify(gold_parsed, parsed):
             return "correct"
     return status
 

@@ -20,13 +20,28 @@ replaced, and the task is reported as ``("timeout", None)``.
 * The pool is created lazily, shared per process (:func:`get_pool`), never pickled (reward functions hold
   only their options), shut down at exit; the zygote and the workers also exit by themselves when the
   parent dies (EOF on their sockets), and the zygote's children are reaped automatically.
+* Every worker runs under an address-space bound (``RLIMIT_AS``, set in the worker right after the fork;
+  ``memory_limit`` bytes, ``DEFAULT_MEMORY_LIMIT`` = 1 GiB): a task whose allocation fails there (a
+  ``MemoryError`` escapes the handler, or the worker's peak address space reached :data:`OOM_FRACTION` of the
+  bound, so that a library that swallowed the error does not hide it) is reported as ``("oom", None)``
+  and its worker exits and is replaced. The pool's memory is at most ``num_workers x memory_limit`` plus
+  the zygote's (which only ever runs the trusted warm-up).
+* A reply is taken only by the task it answers: each task sent carries a token ``(call, index)`` that the
+  worker echoes, checked on receipt (a reply with another token is discarded). A call that ends early (an
+  exception raised in the calling thread while tasks are in flight, e.g. ``KeyboardInterrupt`` or one
+  raised by a signal handler or a trainer's timeout) kills the workers that were not provably idle on the
+  way out (``try/finally``), so the next call starts from workers with nothing in flight. The zygote's
+  control channel is a ``SOCK_SEQPACKET`` socket whose fork replies carry their request's number, so an
+  interrupted fork leaves no reply to be taken by the next one.
 """
 
 from __future__ import annotations
 
 import atexit
 import importlib
+import itertools
 import os
+import resource
 import signal
 import socket
 import struct
@@ -42,6 +57,14 @@ from typing import Any
 _POOLS: dict[tuple, "DeadlinePool"] = {}
 _POOLS_LOCK = threading.Lock()
 _READY = "__ready__"
+
+#: Default address-space bound of one worker, in bytes (1 GiB). A warmed math worker maps about 70 MB.
+DEFAULT_MEMORY_LIMIT = 1 << 30
+#: A task after which its worker's peak address space (``VmPeak``) reached this fraction of the bound is
+#: reported as out of memory even when the handler swallowed the ``MemoryError`` (math-verify catches errors).
+OOM_FRACTION = 0.9
+_FORK_REQUEST = struct.Struct("!QQ")  # b"W" + (request number, memory limit in bytes; 0: none)
+_FORK_REPLY = struct.Struct("!Qi")  # b"P" + (request number, pid)
 
 
 def _resolve(spec: str):
@@ -66,23 +89,62 @@ def _spec(fn: Callable) -> str:
     return spec
 
 
-def _worker_loop(conn: Connection, handler) -> None:
+def _peak_address_space() -> int | None:
+    """This process's peak virtual memory size (``VmPeak``) in bytes; None where /proc is unavailable."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmPeak:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _limit_memory(limit: int) -> None:
+    """Bound this process's address space (``RLIMIT_AS``) to ``limit`` bytes (never above an existing hard limit)."""
+    if limit <= 0:
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _error_text(e: BaseException) -> str:
+    try:
+        return f"{type(e).__name__}: {e}"[:300]
+    except BaseException:  # noqa: BLE001 - a message that cannot be formatted: its type is enough
+        return type(e).__name__
+
+
+def _worker_loop(conn: Connection, handler, memory_limit: int = 0) -> None:
+    """Serve ``(token, payload)`` tasks: reply ``(token, (status, value))``. After an out-of-memory task the
+    worker exits (a fresh one replaces it: nothing that task allocated or half-built stays behind)."""
     conn.send(_READY)
     while True:
         try:
             msg = conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError, MemoryError):
             return
         if msg is None:
             return
-        task_id, payload = msg
+        token, payload = msg
         try:
             result = ("ok", handler(payload))
+        except MemoryError:
+            result = ("oom", None)
         except BaseException as e:  # noqa: BLE001 - report, never die, on a bad input
-            result = ("error", f"{type(e).__name__}: {e}"[:300])
+            result = ("error", _error_text(e))
+        if memory_limit > 0 and result[0] != "oom":
+            peak = _peak_address_space()
+            if peak is not None and peak >= OOM_FRACTION * memory_limit:
+                result = ("oom", None)
         try:
-            conn.send((task_id, result))
-        except (EOFError, OSError):
+            conn.send((token, result))
+        except (EOFError, OSError, MemoryError):
+            return
+        if result[0] == "oom":
             return
 
 
@@ -104,13 +166,16 @@ def _zygote(ctrl_fd: int, handler_spec: str, warmup_spec: str = "") -> None:
         return
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(ctrl, 16, 4)
+            msg, fds, _, _ = socket.recv_fds(ctrl, 64, 4)
         except OSError:
             return
         if not msg:  # the parent is gone
             return
-        if not fds:
+        if not fds or msg[:1] != b"W" or len(msg) != 1 + _FORK_REQUEST.size:
+            for fd in fds:
+                os.close(fd)
             continue
+        request, memory_limit = _FORK_REQUEST.unpack(msg[1:])
         pid = os.fork()
         if pid == 0:
             try:
@@ -118,13 +183,14 @@ def _zygote(ctrl_fd: int, handler_spec: str, warmup_spec: str = "") -> None:
                 for fd in fds[1:]:
                     os.close(fd)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                _worker_loop(Connection(fds[0]), handler)
+                _limit_memory(memory_limit)
+                _worker_loop(Connection(fds[0]), handler, memory_limit)
             finally:
                 os._exit(0)
         for fd in fds:
             os.close(fd)
         try:
-            ctrl.sendall(struct.pack("!i", pid))
+            ctrl.sendall(b"P" + _FORK_REPLY.pack(request, pid))
         except OSError:
             return
 
@@ -146,7 +212,8 @@ ZYGOTE_PROGRAM = f"import sys; from {_zygote_main.__module__} import {_zygote_ma
 
 class _Zygote:
     def __init__(self, handler_spec: str, warmup_spec: str):
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # message boundaries kept: a reply is read whole or not at all, even by a reader interrupted mid-call
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.proc = subprocess.Popen(
@@ -158,37 +225,43 @@ class _Zygote:
         )
         child.close()
         self.ctrl = parent
-        self.ready = False
+        self.ready = False  # the zygote said it finished its warm-up
+        self._requests = itertools.count(1)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def wait_ready(self, timeout: float) -> bool:
-        if not self.ready:
-            self.ctrl.settimeout(timeout)
-            try:
-                self.ready = self.ctrl.recv(1) == b"R"
-            except OSError:
-                self.ready = False
-            finally:
-                self.ctrl.settimeout(None)
-        return self.ready
-
-    def fork_worker(self) -> tuple[int, Connection]:
+    def fork_worker(self, memory_limit: int, start_timeout: float) -> tuple[int, Connection]:
+        """A new worker (its pid and its end of the task socket), under ``memory_limit`` bytes of address
+        space. Waits up to ``start_timeout`` for a zygote still warming up, 30 s for a ready one. Replies to
+        earlier requests that were interrupted are skipped (their workers exit: their sockets are closed)."""
+        request = next(self._requests)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.ctrl.settimeout(30.0)
-            socket.send_fds(self.ctrl, [b"W"], [theirs.fileno()])
-            data = b""
-            while len(data) < 4:
-                chunk = self.ctrl.recv(4 - len(data))
-                if not chunk:
-                    raise OSError("reward worker zygote exited")
-                data += chunk
-        finally:
-            self.ctrl.settimeout(None)
+            socket.send_fds(self.ctrl, [b"W" + _FORK_REQUEST.pack(request, max(0, memory_limit))], [theirs.fileno()])
             theirs.close()
-        return struct.unpack("!i", data)[0], Connection(mine.detach())
+            give_up = time.monotonic() + (30.0 if self.ready else start_timeout)
+            while True:
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    raise OSError("reward worker zygote did not answer (see its stderr)")
+                self.ctrl.settimeout(left)
+                msg = self.ctrl.recv(64)
+                if not msg:
+                    raise OSError("reward worker zygote exited (see its stderr)")
+                if msg == b"R":
+                    self.ready = True
+                elif msg[:1] == b"P" and len(msg) == 1 + _FORK_REPLY.size:
+                    answered, pid = _FORK_REPLY.unpack(msg[1:])
+                    if answered == request:
+                        self.ready = True
+                        return pid, Connection(mine.detach())
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+            self.ctrl.settimeout(None)
 
     def close(self) -> None:
         try:
@@ -220,7 +293,8 @@ class _Worker:
         self.pid = pid
         self.conn = self.tx = conn
         self.ready = False
-        self.task: int | None = None
+        self.task: int | None = None  # index of the task in flight in the current call
+        self.token: tuple[int, int] | None = None  # (call, index) of the task in flight: its reply must echo it
         self.started = 0.0
         self.cpu0: float | None = None
         self.key: Hashable = None
@@ -260,18 +334,29 @@ class DeadlinePool:
     """``map(tasks, deadline)`` runs ``handler(payload)`` for each ``(key, payload)`` across the workers.
 
     ``handler`` and ``warmup`` (run once in the zygote, before any worker forks) are module-level functions:
-    the zygote imports them by name.
+    the zygote imports them by name. ``memory_limit``: each worker's address-space bound in bytes (``None``
+    or 0: unbounded).
     """
 
-    def __init__(self, handler: Callable, num_workers: int, warmup: Callable | None = None):
+    def __init__(
+        self,
+        handler: Callable,
+        num_workers: int,
+        warmup: Callable | None = None,
+        memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
+    ):
         self.handler_spec = _spec(handler)
         self.warmup_spec = _spec(warmup) if warmup is not None else ""
         self.num_workers = max(1, int(num_workers))
+        self.memory_limit = int(memory_limit or 0)
         self._workers: list[_Worker] = []
         self._zygote: _Zygote | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._calls = itertools.count(1)
+        self._unclean = False  # a call is running, or one ended without its clean-up
         self.respawns = 0
+        self.stale_replies = 0  # replies whose token matched no task in flight (discarded)
         self.start_timeout = 300.0
         self.wall_factor = 5.0  # a task is killed at `deadline` CPU seconds or `wall_factor * deadline` wall seconds
 
@@ -291,9 +376,7 @@ class DeadlinePool:
             if self._zygote is not None:
                 self._zygote.close()
             self._zygote = _Zygote(self.handler_spec, self.warmup_spec)
-        if not self._zygote.wait_ready(self.start_timeout):
-            raise RuntimeError("reward worker zygote failed to start (see its stderr)")
-        return _Worker(*self._zygote.fork_worker())
+        return _Worker(*self._zygote.fork_worker(self.memory_limit, self.start_timeout))
 
     def _ensure_workers(self) -> None:
         self._check_pid()
@@ -311,17 +394,45 @@ class DeadlinePool:
         self, tasks: Sequence[tuple[Hashable, Any]], deadline: float, total_deadline: float | None = None
     ) -> list[tuple[str, Any]]:
         """Results in task order: ``("ok", value)``, ``("error", message)``, ``("timeout", None)`` (the task
-        used ``deadline`` CPU seconds, or ``wall_factor * deadline`` wall seconds) or ``("skipped", None)`` (``total_deadline`` for the batch ran out)."""
+        used ``deadline`` CPU seconds, or ``wall_factor * deadline`` wall seconds), ``("oom", None)`` (the task
+        ran out of its worker's ``memory_limit``) or ``("skipped", None)`` (``total_deadline`` for the batch ran
+        out). An exception raised in the calling thread meanwhile propagates, and the workers that may still
+        hold one of this call's tasks are killed on the way out."""
         if not tasks:
             return []
         with self._lock:
+            if self._unclean:  # the last call was interrupted during its own clean-up
+                self._discard_unclean(interrupted=True)
+            self._unclean = True
+            completed = False
             try:
-                self._ensure_workers()
-            except (OSError, RuntimeError) as e:
-                return [("error", f"reward workers unavailable: {e}")] * len(tasks)
-            return self._run(tasks, float(deadline), total_deadline)
+                try:
+                    self._ensure_workers()
+                except (OSError, RuntimeError) as e:
+                    results = [("error", f"reward workers unavailable: {e}")] * len(tasks)
+                else:
+                    results = self._run(tasks, float(deadline), total_deadline)
+                completed = True
+                return results
+            finally:  # also on BaseException (KeyboardInterrupt, an exception raised by a signal handler, ...)
+                self._discard_unclean(interrupted=not completed)
+                self._unclean = False
+
+    def _discard_unclean(self, interrupted: bool) -> None:
+        """Kill every worker that may still hold a task (its late reply must never reach another call) and,
+        after an interrupted call, every worker whose start-up message may have been half read. Replacements
+        are forked by the next call. Only signals and closes: nothing here blocks."""
+        keep = []
+        for w in self._workers:
+            if w.token is None and w.task is None and (w.ready or not interrupted):
+                keep.append(w)
+            else:
+                w.kill()
+                self.respawns += 1
+        self._workers = keep
 
     def _run(self, tasks, deadline, total_deadline):
+        call = next(self._calls)
         results: list[tuple[str, Any] | None] = [None] * len(tasks)
         groups: dict[Hashable, deque[int]] = {}
         for i, (key, _) in enumerate(tasks):
@@ -355,14 +466,15 @@ class DeadlinePool:
             i = next_task(w)
             if i is None:
                 return
+            w.task, w.token = i, (call, i)  # before sending: an interrupted send leaves the worker marked busy
             try:
-                w.tx.send((i, tasks[i][1]))
+                w.tx.send((w.token, tasks[i][1]))
             except (OSError, ValueError, EOFError):
                 results[i] = ("error", "worker died")
                 remaining -= 1
                 self._replace(w)
                 return
-            w.task, w.started, w.cpu0 = i, time.monotonic(), _cpu_seconds(w.pid)
+            w.started, w.cpu0 = time.monotonic(), _cpu_seconds(w.pid)
 
         for w in self._workers:
             dispatch(w)
@@ -397,11 +509,16 @@ class DeadlinePool:
                         continue
                     if msg == _READY:
                         w.ready = True
+                    elif not (isinstance(msg, tuple) and len(msg) == 2 and w.token is not None and msg[0] == w.token):
+                        self.stale_replies += 1  # not the answer to this worker's task in flight: never taken
+                        continue
                     else:
-                        task_id, result = msg
-                        results[task_id] = result
+                        results[w.task] = msg[1]
                         remaining -= 1
-                        w.task = None
+                        w.task = w.token = None
+                        if msg[1][0] == "oom":  # the worker exits after an out-of-memory task
+                            self._replace(w)
+                            continue
                     dispatch(w)
                 elif w.task is not None and w.overran(deadline, wall_cap):
                     results[w.task] = ("timeout", None)
@@ -448,14 +565,19 @@ def default_workers() -> int:
     return max(1, min(n, 8))
 
 
-def get_pool(handler: Callable, num_workers: int | None = None, warmup: Callable | None = None) -> DeadlinePool:
+def get_pool(
+    handler: Callable,
+    num_workers: int | None = None,
+    warmup: Callable | None = None,
+    memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
+) -> DeadlinePool:
     """The process-wide pool for ``handler`` (created on first use, started by the first ``map``)."""
     n = num_workers or default_workers()
-    key = (handler, n, warmup, os.getpid())
+    key = (handler, n, warmup, memory_limit, os.getpid())
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None:
-            pool = _POOLS[key] = DeadlinePool(handler, n, warmup)
+            pool = _POOLS[key] = DeadlinePool(handler, n, warmup, memory_limit)
         return pool
 
 

@@ -5,11 +5,13 @@
 * :func:`find_boxes`: every box (``\\boxed{...}``, ``\\fbox{...}``, ...) of a text, found by brace matching (linear
   time, bounded length); :func:`unwrap_boxes`: the boxes inside a box. This only *locates* answers.
 * :func:`answer_part`: what comes after the reasoning (after the last ``</think>``).
+* :func:`has_visible`: whether a text holds a visible character (by Unicode general category).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +43,27 @@ def completion_text(completion: Any) -> str:
         assistant = [m for m in messages if m.get("role") == "assistant"]
         return _content_text((assistant or messages)[-1].get("content"))
     return "" if completion is None else str(completion)
+
+
+#: General categories whose characters are seen on their own: letters, numbers, punctuation, symbols. Marks
+#: (M*) only modify a neighbour; separators (Z*), controls, format characters (Cf: zero-width space and
+#: joiners, direction marks, ...), surrogates, private-use and unassigned code points (C*) show nothing.
+_VISIBLE_CATEGORIES = frozenset(("L", "N", "P", "S"))
+#: Characters of those categories that render as blank: the Default_Ignorable_Code_Point characters of
+#: category Lo (the Hangul fillers; Unicode's DerivedCoreProperties.txt) and U+2800 BRAILLE PATTERN BLANK.
+_BLANK_GRAPHICS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def is_visible_char(c: str) -> bool:
+    """``c`` is drawn as something seen: its Unicode general category is a letter, number, punctuation or
+    symbol (``unicodedata.category``), and it is not one of the blank-rendering exceptions above."""
+    return unicodedata.category(c)[0] in _VISIBLE_CATEGORIES and c not in _BLANK_GRAPHICS
+
+
+def has_visible(text: str) -> bool:
+    """``text`` holds at least one visible character (:func:`is_visible_char`); whitespace, zero-width and
+    other invisible characters alone do not count."""
+    return any(is_visible_char(c) for c in text)
 
 
 def column(kwargs: dict, names: Sequence[str], n: int) -> list | None:

@@ -24,7 +24,14 @@ Against reward hacking:
   longer than ``max_answer_chars``, an unbalanced box, a check that times out or raises all score 0 and
   are counted in the metrics ``boxed_math/{timeouts,errors,rejected}`` (through TRL's ``log_metric`` when
   the trainer provides it), with ``no_box``, ``hedged`` (two answers) and ``unparsed`` (a box the rules do not
-  read as one answer).
+  read as one answer);
+* every worker runs under an address-space bound (``memory_limit_mb``, default 1024 MiB per worker, so the
+  pool takes at most ``num_workers`` x that plus the zygote's ~70 MB): a check that runs out of it (an answer
+  like ``(x^2+2x+1)^{50000}`` against ``(x+1)^{100000}`` expands into ever larger coefficients) scores 0, is
+  counted in ``boxed_math/oom``, and its worker is replaced;
+* a call interrupted while checks are in flight (``KeyboardInterrupt``, an exception raised by a signal
+  handler or a trainer's timeout) leaves no reply behind for the next call: each reply carries the id of
+  the task it answers, and the workers still busy are replaced.
 
 Answers equal up to ``\\text{}`` wrapping, spacing and case of text are equal (``\\text{4:30 p.m.}``,
 ``4:30\\text{ p.m.}``, ``4:30 \\text{PM}``).
@@ -62,6 +69,8 @@ from reward_plugins._text import (
 )
 
 _MAX_DISTINCT_BOXES = 8  # more distinct boxes than this is hedging, whatever they hold
+#: The smallest ``memory_limit_mb``: a warmed worker maps about 70 MB and normal checks peak well below this.
+MIN_MEMORY_LIMIT_MB = 256
 
 
 class BoxedMathReward:
@@ -82,6 +91,7 @@ class BoxedMathReward:
         num_workers: int | None = None,
         prestart: bool = True,
         prefilled: bool = False,
+        memory_limit_mb: int = 1024,
     ):
         if not timeout > 0:
             raise ValueError(f"boxed_math: timeout must be > 0 seconds, got {timeout!r}")
@@ -93,6 +103,12 @@ class BoxedMathReward:
             raise ValueError(f"boxed_math: num_workers must be a positive integer or None, got {num_workers!r}")
         if not think_tag or not isinstance(think_tag, str):
             raise ValueError(f"boxed_math: think_tag must be a non-empty tag name, got {think_tag!r}")
+        if (not isinstance(memory_limit_mb, int) or isinstance(memory_limit_mb, bool)
+                or memory_limit_mb < MIN_MEMORY_LIMIT_MB):
+            raise ValueError(
+                f"boxed_math: memory_limit_mb must be an integer >= {MIN_MEMORY_LIMIT_MB} (MiB of address space per "
+                f"worker), got {memory_limit_mb!r}"
+            )
         self.gold_column = gold_column
         self.timeout = float(timeout)
         self.batch_timeout = batch_timeout
@@ -101,6 +117,7 @@ class BoxedMathReward:
         self.prefilled = bool(prefilled)
         self.max_answer_chars = max_answer_chars
         self.num_workers = num_workers
+        self.memory_limit_mb = memory_limit_mb
         self.__name__ = "boxed_math"
         if prestart:  # workers import and warm up math-verify while the trainer loads the model
             self._pool().start()
@@ -183,7 +200,7 @@ class BoxedMathReward:
         if jobs:
             tasks = [(gold, (gold, cands)) for gold, cands in jobs]
             for (status, value), rows in zip(self._run(tasks), jobs.values()):
-                key = {"ok": value, "timeout": "timeouts", "skipped": "timeouts"}.get(status, "errors")
+                key = {"ok": value, "timeout": "timeouts", "skipped": "timeouts", "oom": "oom"}.get(status, "errors")
                 counts[key] += len(rows)
                 for i in rows:
                     rewards[i] = 1.0 if key == "correct" else None if key == "bad_gold" else 0.0
@@ -191,7 +208,8 @@ class BoxedMathReward:
         log_counts(
             kwargs,
             self.__name__,
-            {k: counts.get(k, 0) for k in ("timeouts", "errors", "rejected", "no_box", "hedged", "unparsed", "bad_gold")},
+            {k: counts.get(k, 0)
+             for k in ("timeouts", "oom", "errors", "rejected", "no_box", "hedged", "unparsed", "bad_gold")},
         )
         return rewards
 
@@ -225,7 +243,7 @@ class BoxedMathReward:
         from reward_plugins._math_check import check, warm
         from reward_plugins._pool import get_pool
 
-        return get_pool(check, self.num_workers, warmup=warm)
+        return get_pool(check, self.num_workers, warmup=warm, memory_limit=self.memory_limit_mb << 20)
 
     def _run(self, tasks):
         return self._pool().map(tasks, self.timeout, self.batch_timeout)
@@ -235,7 +253,7 @@ class BoxedMathReward:
         return dict(self.__dict__)
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        self.__dict__.update({"memory_limit_mb": 1024, **state})  # pickles made before the option existed
 
 
 def boxed_math(**options) -> BoxedMathReward:
@@ -255,6 +273,8 @@ def boxed_math(**options) -> BoxedMathReward:
             background) rather than at the first call.
         prefilled: the prompt already ends with ``<think>`` (the assistant turn is pre-filled), so the
             completion starts inside the reasoning: without ``</think>`` there is no answer (scores 0).
+        memory_limit_mb: address-space bound of each worker process in MiB (default 1024, at least 256); a
+            check that runs out of it scores 0 (metric ``boxed_math/oom``) and its worker is replaced.
     """
     return BoxedMathReward(**options)
 

@@ -1,9 +1,14 @@
 """``think_format``: the DeepSeek-R1-Zero output format, 1.0 or 0.0.
 
-The completion must start (after leading whitespace) with exactly one ``<think>...</think>`` block, followed
-by a non-empty answer. A second opening or closing think tag anywhere, an unclosed tag or an empty answer
-scores 0. With ``answer_tag`` (e.g. ``"answer"``, as in open-r1), the answer must be exactly one
-``<answer>...</answer>`` block with non-empty content and nothing but whitespace after it. When the assistant
+The completion must start (after leading whitespace) with exactly one ``<think>...</think>`` block holding
+visible reasoning, followed by a visible answer. "Visible" is decided by Unicode general category
+(:func:`reward_plugins._text.has_visible`): at least one letter, number, punctuation mark or symbol; spaces,
+zero-width and other format characters, lone combining marks, private-use and unassigned code points show
+nothing and do not count. Any other think tag, whole or dangling (``<think>``, ``</think>``, ``<think``,
+``</think``, ``< think >``, in any letter case), anywhere in the reasoning or the answer, an unclosed block,
+empty or invisible reasoning, or an empty or invisible answer scores 0. With ``answer_tag`` (e.g.
+``"answer"``, as in open-r1), the answer must be exactly one ``<answer>...</answer>`` block with visible
+content, no other answer tag (whole or dangling) in it, and nothing but whitespace around it. When the assistant
 turn is pre-filled with ``<think>`` (as DeepSeek-R1 does), set ``prefilled=True``: the completion then
 starts inside the reasoning and must not open it again.
 
@@ -15,7 +20,15 @@ the right box scores 1 + 0. Keep the same tag name in both (``think_tag``).
 
 from __future__ import annotations
 
-from reward_plugins._text import completion_text
+import re
+
+from reward_plugins._text import completion_text, has_visible
+
+
+def _tag_pattern(tag: str) -> re.Pattern:
+    """Any opening or closing ``tag``, also dangling or spaced: ``<tag>``, ``</tag>``, ``<tag``, ``< / TAG``
+    (not a longer tag name such as ``<thinking>``)."""
+    return re.compile(r"<\s*/?\s*" + re.escape(tag) + r"(?![\w-])", re.IGNORECASE)
 
 
 class ThinkFormatReward:
@@ -30,6 +43,8 @@ class ThinkFormatReward:
         self.think_tag = think_tag
         self.answer_tag = answer_tag
         self.prefilled = bool(prefilled)
+        self._think_re = _tag_pattern(think_tag)
+        self._answer_re = _tag_pattern(answer_tag) if answer_tag else None
         self.__name__ = "think_format"
 
     def __repr__(self) -> str:
@@ -42,17 +57,19 @@ class ThinkFormatReward:
             if not body.startswith(open_t):
                 return 0.0
             body = body[len(open_t) :]
-        if open_t in body or body.count(close_t) != 1:
+        reasoning, closed, answer = body.partition(close_t)
+        if not closed or self._think_re.search(reasoning) or self._think_re.search(answer):
+            return 0.0  # unclosed, or a second think tag (whole or dangling) somewhere
+        if not has_visible(reasoning):
             return 0.0
-        answer = body.split(close_t, 1)[1]
         if not self.answer_tag:
-            return 1.0 if answer.strip() else 0.0
+            return 1.0 if has_visible(answer) else 0.0
         a_open, a_close = f"<{self.answer_tag}>", f"</{self.answer_tag}>"
         answer = answer.strip()
         if not answer.startswith(a_open) or not answer.endswith(a_close):
             return 0.0
         inner = answer[len(a_open) : -len(a_close)]
-        if a_open in inner or a_close in inner or not inner.strip():
+        if self._answer_re.search(inner) or not has_visible(inner):
             return 0.0
         return 1.0
 
@@ -69,7 +86,7 @@ class ThinkFormatReward:
 
 
 def think_format(think_tag: str = "think", answer_tag: str | None = None, prefilled: bool = False) -> ThinkFormatReward:
-    """R1-Zero format: exactly one <think>...</think> block first, then a non-empty answer (1.0 or 0.0).
+    """R1-Zero format: exactly one <think>...</think> block of visible reasoning first, then a visible answer (1.0 or 0.0).
 
     Args:
         think_tag: name of the reasoning tag (``<think>``).

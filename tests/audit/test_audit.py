@@ -222,7 +222,6 @@ def test_builtin_think_format_accepts_every_right_answer():
     assert (report.false_negatives, report.errors, report.timeouts) == ([], [], [])
 
 
-@pytest.mark.xfail(strict=True, reason="think_format accepts an empty <think></think> and invisible-only answers")
 def test_builtin_think_format_accepts_no_wrong_answer():
     report = audit_reward("think_format")
     assert [o.case.id for o in report.false_positives] == []
@@ -284,3 +283,11 @@ def test_cli_exit_status(tmp_path, capsys):
     bad.write_text('{"id": "x"}\n')
     assert main(["rewards", "audit", "think_format", "--cases", str(bad)]) == 2
     assert f"{bad}:1" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_builtin_code_sandbox_accepts_no_wrong_answer_and_every_right_one():
+    report = audit_reward("code_sandbox")
+    assert report.kind == "code"
+    assert [o.case.id for o in report.false_positives] == []
+    assert (report.false_negatives, report.errors, report.timeouts) == ([], [], [])
