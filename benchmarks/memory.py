@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import functools
-import gc
 import json
 import os
 import re
@@ -46,7 +44,7 @@ MB = 2**20
 # ------------------------------------------------------------------------------------------------ measuring
 def _status_kb(field: str, pid: str = "self") -> int:
     with open(f"/proc/{pid}/status") as f:
-        match = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.M)
+        match = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.MULTILINE)
     return int(match.group(1)) if match else 0
 
 
@@ -56,19 +54,22 @@ def rss_mb() -> float:
 
 def children_rss_mb() -> float:
     """RSS of every descendant (reward worker pools, sandboxes), summed."""
-    try:
-        import psutil
+    import psutil
 
-        return sum(c.memory_info().rss for c in psutil.Process().children(recursive=True)) / MB
-    except Exception:  # a child that exits while we look
-        return 0.0
+    total = 0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:  # it exited while we looked
+            pass
+    return total / MB
 
 
 def trim() -> None:
     """gc.collect() and glibc's malloc_trim(0): give freed heap back to the OS, so RSS shows what is live."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    from trl_rlvr.evaluation import release_memory
+
+    release_memory()
 
 
 class Peaks:
@@ -164,9 +165,9 @@ def instrument(trainer, peaks: Peaks) -> dict:
                 saved[storage.data_ptr()] = storage.nbytes()
             return t
 
-        with peaks.phase("step: loss forward", step=trainer.state.global_step + 1):
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                loss = original_loss(model, inputs)
+        with peaks.phase("step: loss forward", step=trainer.state.global_step + 1), \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = original_loss(model, inputs)
         found["saved_activation_mb"].append(sum(saved.values()) / MB)
         return loss
 
@@ -275,10 +276,8 @@ def load_r1zero():
 
 def run_main_case(opts) -> dict:
     """examples/r1zero.py's main, each phase measured; ``opts.script_args`` go to its parser."""
-    import trl_rlvr.eval_report as eval_report
-    import trl_rlvr.evaluation as evaluation
-    import trl_rlvr.recipe as recipe
     import trl_rlvr.trainer as trainer_module
+    from trl_rlvr import eval_report, evaluation, recipe
 
     peaks = Peaks()
     r1zero = load_r1zero()
@@ -351,7 +350,8 @@ def run_sweep_point(opts) -> dict:
     length, group = opts.lengths[0], opts.groups[0]
     data = arithmetic_dataset(tokenizer, n_train=64, n_eval=1)["train"]
     args = RLVRConfig(
-        output_dir=opts.output_dir, max_steps=opts.steps, per_device_train_batch_size=opts.batch,
+        output_dir=opts.output_dir, max_steps=opts.steps, per_device_train_batch_size=opts.batch // opts.grad_accum,
+        gradient_accumulation_steps=opts.grad_accum,
         num_generations=group, max_completion_length=length, generation_kwargs={"min_new_tokens": length},
         learning_rate=3e-5, beta=0.0, loss_normalization="per_batch_token", epsilon_high=0.28,
         activation_checkpointing=opts.checkpointing, bf16=False, use_cpu=True, logging_steps=1,
@@ -411,7 +411,7 @@ def run_case_in_subprocess(case_args: list[str], timeout: float) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     cmd = [sys.executable, "-m", "benchmarks.memory", "--json-out", out, *case_args]
-    proc = subprocess.run(cmd, cwd=ROOT, timeout=timeout, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, timeout=timeout, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     result = json.loads(Path(out).read_text())

@@ -44,8 +44,8 @@ class CountAfterSteps(TrainerCallback):
 
 
 def train_and_count(model_dir, leak_per_step=None, **overrides):
-    settings = dict(dynamic_sampling=True, max_steps=STEPS, learning_rate=1e-3, per_device_train_batch_size=8,
-                    gradient_accumulation_steps=2, max_completion_length=8, logging_steps=1)
+    settings = {"dynamic_sampling": True, "max_steps": STEPS, "learning_rate": 1e-3, "per_device_train_batch_size": 8,
+                "gradient_accumulation_steps": 2, "max_completion_length": 8, "logging_steps": 1}
     settings.update(overrides)
     trainer = make_trainer(model_dir, reward_funcs=[mixed_reward], **settings)
     counter = CountAfterSteps(leak_per_step)

@@ -9,6 +9,8 @@ FSDP need) and the results are gathered on every rank.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import math
 import time
 from contextlib import contextmanager, nullcontext
@@ -54,6 +56,20 @@ def generate_greedy(model, tokenizer, prompts, max_new_tokens: int = 96, batch_s
     finally:
         tokenizer.padding_side = side
     return out
+
+
+def release_memory() -> None:
+    """Give what a phase freed back to the OS: a garbage collection, then glibc's ``malloc_trim(0)`` (freed heap
+    pages stay in the process's RSS until then; no-op elsewhere) and, on a GPU, torch's cached blocks."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def score(rows, completions, prompts, success_fn, format_fn=None, success_threshold: float = 1.0,
@@ -132,6 +148,7 @@ def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerat
     with _generating(model, unwrap) as gen_model:
         completions = generate_greedy(gen_model, tokenizer, [rows[i]["prompt"] for i in mine], max_new_tokens,
                                       batch_size, synced_gpus=synced, n_batches=n_batches)
+    release_memory()  # the generation's KV caches and activations, before training or the next phase
     local = list(zip(mine, completions))
     gathered = gather_object(local) if world > 1 else local
     gathered = sorted(dict(gathered).items())
@@ -255,6 +272,7 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
         )
     if bar is not None:
         bar.close()
+    release_memory()
     local = []
     for i, group in zip(mine, samples):
         rec = score_question(group, rows[i], rows[i]["prompt"], success_fn, format_fn, ks,
