@@ -108,6 +108,8 @@ class Peaks:
             rec["end_mb"] = rss_mb()
             rec["children_mb"] = children_rss_mb()
             self.records.append(rec)
+            print(f"[memory] {name}: start {rec['start_mb']:.0f} peak {rec['peak_mb']:.0f} end {rec['end_mb']:.0f} MB "
+                  f"({rec['seconds']} s)", file=sys.stderr, flush=True)  # progress, kept if a long run is stopped
 
 
 def tensor_bytes(tensors) -> int:
@@ -312,7 +314,7 @@ def run_main_case(opts) -> dict:
     if opts.eval_questions is not None:
         argv += ["--num_eval_samples", str(opts.eval_questions)]
     if opts.model == "tiny":
-        argv += ["--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "32",
+        argv += ["--per_device_train_batch_size", "2", "--num_generations", "4", "--max_completion_length", "32",
                  "--overlong_buffer_length", "8", "--num_train_samples", "32"]
     script_args, training_args, model_args = r1zero.make_parser().parse_args_and_config(argv)
     with peaks.phase("whole job"):
