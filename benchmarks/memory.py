@@ -96,13 +96,14 @@ class Peaks:
         self._reset()
         rec = {"phase": name, "start_mb": rss_mb(), "peak_mb": rss_mb(), **info}
         self._open.append(rec)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             yield rec
         finally:
             self._fold()
             self._open.remove(rec)
             rec["seconds"] = round(time.perf_counter() - t0, 2)
+            rec["cpu_seconds"] = round(time.process_time() - c0, 2)  # all threads; less noisy than wall on a shared box
             if trim_around:
                 trim()
             rec["end_mb"] = rss_mb()
@@ -332,6 +333,29 @@ def _static_from(trainer) -> dict | None:
     return None
 
 
+def _warm_optimizer_callback():
+    """Create AdamW's state before the first step (a zero-gradient step at learning rate 0: the weights do not move),
+    so that a one-step measurement shows the steady state of every later step, optimizer state included."""
+    from transformers import TrainerCallback
+
+    class WarmOptimizer(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            lrs = [group["lr"] for group in optimizer.param_groups]
+            for group in optimizer.param_groups:
+                group["lr"] = 0.0
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+                group["lr"] = lr
+
+    import torch
+
+    return WarmOptimizer()
+
+
 def answer_length_reward(completions, **_):
     """Deterministic reward with spread inside every group (the sweep measures memory, not learning)."""
     texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
@@ -364,6 +388,7 @@ def run_sweep_point(opts) -> dict:
     with peaks.phase("load", trim_around=True):
         trainer = build(path, [answer_length_reward], args, train_dataset=data, processing_class=tokenizer)
     probe = instrument(trainer, peaks)
+    trainer.add_callback(_warm_optimizer_callback())
     trainer.train()
     steps = [r for r in peaks.records if r["phase"] == "training step"]
     heads = [r for r in peaks.records if r["phase"].startswith("step: LM head")]
@@ -374,6 +399,7 @@ def run_sweep_point(opts) -> dict:
         "grad_accum": opts.grad_accum,
         "tokens": heads[0].get("tokens") if heads else None,
         "step_peak_mb": last["peak_mb"], "step_start_mb": last["start_mb"], "step_seconds": last["seconds"],
+        "step_cpu_seconds": last["cpu_seconds"],
         "head_peak_above_start_mb": max(r["peak_mb"] - r["start_mb"] for r in heads) if heads else None,
         "saved_activation_mb": probe["saved_activation_mb"][-1], "static": _static_from(trainer),
         "phases": peaks.records,
@@ -423,12 +449,12 @@ def run_case_in_subprocess(case_args: list[str], timeout: float) -> dict:
 
 def print_sweep(points: list[dict]) -> None:
     print(f"\n{'model':<8} {'trainer':<12} {'ckpt':>4} {'GA':>3} {'rows':>4} {'G':>3} {'length':>6} {'tokens':>6} "
-          f"{'step peak':>9} {'above start':>11} {'LM head':>8} {'saved act.':>10} {'step s':>7}")
+          f"{'step peak':>9} {'above start':>11} {'LM head':>8} {'saved act.':>10} {'step s':>7} {'cpu s':>7}")
     for p in points:
         print(f"{p['model']:<8} {p['trainer']:<12} {'yes' if p['checkpointing'] else 'no':>4} {p['grad_accum']:>3} "
               f"{p['batch']:>4} {p['group']:>3} {p['length']:>6} {p['tokens'] or 0:>6} {p['step_peak_mb']:>9.0f} "
               f"{p['step_peak_mb'] - p['step_start_mb']:>11.0f} {p['head_peak_above_start_mb'] or 0:>8.0f} "
-              f"{p['saved_activation_mb']:>10.0f} {p['step_seconds']:>7.1f}")
+              f"{p['saved_activation_mb']:>10.0f} {p['step_seconds']:>7.1f} {p.get('step_cpu_seconds', 0):>7.1f}")
 
 
 def growth_per_100_tokens(points: list[dict]) -> dict:
