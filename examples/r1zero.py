@@ -64,8 +64,8 @@ class R1ZeroArguments(RecipeArguments):
 DEFAULTS = dict(
     output_dir="outputs/r1zero",
     max_steps=9,
-    per_device_train_batch_size=4,
-    gradient_accumulation_steps=4,  # 16 answers per step (2 questions x 8) in 4 micro-batches: same gradient, less memory
+    per_device_train_batch_size=2,
+    gradient_accumulation_steps=8,  # 16 answers per step (2 questions x 8) in 8 micro-batches: same gradient, < 4 GB
     num_generations=8,
     max_completion_length=64,
     learning_rate=3e-5,

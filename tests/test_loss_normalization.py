@@ -44,8 +44,8 @@ def test_per_batch_token_is_exact_when_a_generation_spans_several_steps(tiny_mod
 
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "activation_checkpointing"])
 def test_memory_layout_of_the_main_job_keeps_the_gradient(tiny_model_dir, checkpointing):
-    # examples/r1zero.py's layout: the generation batch in 4 micro-batches of one optimizer step, with and
-    # without activation checkpointing (which recomputes the forward in the backward: the same gradient).
+    # examples/r1zero.py's memory layout: the generation batch split into micro-batches of one optimizer step
+    # (there 8 of 2 rows), with and without activation checkpointing (which recomputes the forward in the backward).
     check_every_step(tiny_model_dir, "per_batch_token", spg=4, ga=4, steps=1, activation_checkpointing=checkpointing)
 
 
