@@ -336,6 +336,7 @@ def _static_from(trainer) -> dict | None:
 def _warm_optimizer_callback():
     """Create AdamW's state before the first step (a zero-gradient step at learning rate 0: the weights do not move),
     so that a one-step measurement shows the steady state of every later step, optimizer state included."""
+    import torch
     from transformers import TrainerCallback
 
     class WarmOptimizer(TrainerCallback):
@@ -350,8 +351,6 @@ def _warm_optimizer_callback():
             optimizer.zero_grad(set_to_none=True)
             for group, lr in zip(optimizer.param_groups, lrs, strict=True):
                 group["lr"] = lr
-
-    import torch
 
     return WarmOptimizer()
 
