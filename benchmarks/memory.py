@@ -1,7 +1,7 @@
 """Where the memory of an RLVR run goes: peak RSS per phase and per training step, ours against plain TRL.
 
     python -m benchmarks.memory                      # the main job's phases on SmolLM2 + the growth sweeps
-    python -m benchmarks.memory --smoke              # the same on the tiny model, in seconds; non-zero on failure
+    python -m benchmarks.memory --smoke              # the same on the tiny model (minutes); non-zero on failure
     python -m benchmarks.memory --case main --steps 2 --eval-questions 20 [--model smollm2] [--trl]
     python -m benchmarks.memory --case sweep --model tiny --lengths 64 128 256 512 --groups 4 8 16
 
@@ -231,16 +231,17 @@ def _StepCallback(trainer, peaks):
 
 
 # ------------------------------------------------------------------------------------------------ the trainers
-def plain_grpo_trainer(model, reward_funcs=None, args=None, **kwargs):
+def plain_grpo_trainer(model, reward_funcs=None, args=None, rlvr_class=None, **kwargs):
     """TRL's ``GRPOTrainer`` with the same ``RLVRConfig`` and rewards as ``RLVRTrainer`` would get (registry names
     resolved, the overlong penalty appended with its weight): TRL's algorithm, our settings."""
     import copy
 
     from trl import GRPOTrainer
 
-    from trl_rlvr.trainer import RLVRTrainer
+    if rlvr_class is None:  # run_main_case swaps trl_rlvr.trainer.RLVRTrainer for this function: it passes the class
+        from trl_rlvr.trainer import RLVRTrainer as rlvr_class
 
-    funcs = RLVRTrainer._resolve_reward_funcs(reward_funcs, args)
+    funcs = rlvr_class._resolve_reward_funcs(reward_funcs, args)
     if args.overlong_buffer_length is not None:
         args = copy.copy(args)
         weights = args.reward_weights if args.reward_weights is not None else [1.0] * (len(funcs) - 1)
@@ -286,7 +287,7 @@ def run_main_case(opts) -> dict:
     r1zero = load_r1zero()
     built = {}
     if opts.trl:
-        trainer_module.RLVRTrainer = plain_grpo_trainer
+        trainer_module.RLVRTrainer = functools.partial(plain_grpo_trainer, rlvr_class=trainer_module.RLVRTrainer)
     original_build = recipe.build_trainer
 
     def build_trainer(*args, **kwargs):
@@ -487,7 +488,7 @@ def run_all(opts) -> int:
     model = "tiny" if opts.smoke else opts.model
     steps = 3 if opts.smoke else opts.steps
     results, problems = {"main": [], "sweep": []}, []
-    timeout = 600 if opts.smoke else 7200
+    timeout = 1800 if opts.smoke else 7200  # a loaded shared machine: a tiny case took over 10 minutes there
     if opts.case in ("main", "all"):
         for trl in (False, True):
             args = ["--case", "main", "--model", model, "--steps", str(steps), *(["--trl"] if trl else [])]
