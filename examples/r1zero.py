@@ -64,8 +64,9 @@ class R1ZeroArguments(RecipeArguments):
 DEFAULTS = dict(
     output_dir="outputs/r1zero",
     max_steps=9,
-    per_device_train_batch_size=16,
-    num_generations=8,  # 2 questions x 8 answers per step
+    per_device_train_batch_size=2,
+    gradient_accumulation_steps=8,  # 16 answers per step (2 questions x 8) in 8 micro-batches: same gradient, < 4 GB
+    num_generations=8,
     max_completion_length=64,
     learning_rate=3e-5,
     lr_scheduler_type="constant",
@@ -257,7 +258,7 @@ def main(script_args, training_args, model_args):
     from rich.console import Console
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from trl_rlvr.evaluation import evaluate
+    from trl_rlvr.evaluation import evaluate, release_memory
     from trl_rlvr.scripts.distributed import distributed_state
     from trl_rlvr.scripts.train import build_trainer, use_cpu_threads
 
@@ -312,6 +313,7 @@ def main(script_args, training_args, model_args):
     t = time.time()
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     timings["training"] = time.time() - t
+    release_memory()  # the last step's activations and batches, before the evaluation after training
 
     if script_args.eval_after:
         say("evaluating after training...")

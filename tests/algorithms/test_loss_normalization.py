@@ -22,8 +22,8 @@ pytestmark = pytest.mark.trl_contract  # the TRL-upgrade check: `pytest -m trl_c
 HARNESS = ("--module", "tests.harness.loss_harness")
 
 
-def check_every_step(model_dir, normalization, spg, ga, steps, loss_constant=None):
-    grads, rows, _ = run_trainer(model_dir, normalization, spg, ga, steps, loss_constant=loss_constant)
+def check_every_step(model_dir, normalization, spg, ga, steps, loss_constant=None, **config):
+    grads, rows, _ = run_trainer(model_dir, normalization, spg, ga, steps, loss_constant=loss_constant, **config)
     assert len(grads) == steps
     batch = fixed_batch(len(load_tokenizer(model_dir)))
     extra = {"constant": loss_constant} if loss_constant else {}
@@ -42,6 +42,22 @@ def test_gradient_matches_reference_with_accumulation(tiny_model_dir, normalizat
 def test_per_batch_token_is_exact_when_a_generation_spans_several_steps(tiny_model_dir, spg, ga):
     # Each optimizer step has its own token count; TRL's estimate divides by the generation-batch average.
     check_every_step(tiny_model_dir, "per_batch_token", spg=spg, ga=ga, steps=2)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "activation_checkpointing"])
+def test_memory_layout_of_the_main_job_keeps_the_gradient(tiny_model_dir, checkpointing):
+    # examples/r1zero.py's memory layout: the generation batch split into micro-batches of one optimizer step
+    # (there 8 of 2 rows), with and without activation checkpointing (which recomputes the forward in the backward).
+    check_every_step(tiny_model_dir, "per_batch_token", spg=4, ga=4, steps=1, activation_checkpointing=checkpointing)
+
+
+def test_activation_checkpointing_gives_the_very_same_gradient(tiny_model_dir):
+    plain, _, _ = run_trainer(tiny_model_dir, "per_batch_token", 4, 4, 1, activation_checkpointing=False)
+    recomputed, _, trainer = run_trainer(tiny_model_dir, "per_batch_token", 4, 4, 1, activation_checkpointing=True)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    assert getattr(model, "is_activation_checkpointing", None) or model.is_gradient_checkpointing  # it did recompute
+    for name, grad in plain[0].items():
+        assert torch.equal(grad, recomputed[0][name]), name
 
 
 def test_trl_estimate_alone_is_not_exact_there(tiny_model_dir, monkeypatch):

@@ -13,12 +13,28 @@ FSDP need) and the results are gathered on every rank.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import math
 import time
 from contextlib import contextmanager, nullcontext
 
 from trl_rlvr._compat.notices import trl_generation_notices_silenced
 from trl_rlvr.evaluation.generation import generate_completions
+
+
+def release_memory() -> None:
+    """Give what a phase freed back to the OS: a garbage collection, then glibc's ``malloc_trim(0)`` (freed heap
+    pages stay in the process's RSS until then; no-op elsewhere) and, on a GPU, torch's cached blocks."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _distributed(accelerator):
@@ -70,6 +86,7 @@ def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, ac
         )
     if bar is not None:
         bar.close()
+    release_memory()  # the generation's KV caches and activations, before scoring, training or the next phase
     records = score_questions([rows[i] for i in mine], groups, success_fn, format_fn, ks,
                               success_threshold=success_threshold, format_threshold=format_threshold)
     local = []
