@@ -111,7 +111,7 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
 
-    from trl_rlvr.testing.length_bias_toy import START, Q, LMAX, build_policy, build_tokenizer, question_answers
+    from trl_rlvr.testing.length_bias_toy import LMAX, START, Q, build_tokenizer, question_answers
 
     G = a.group_size
     answers = question_answers(seed)
@@ -134,7 +134,8 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
 
         reward_funcs.append(length_shaping)
     if method in SWITCHES:
-        from trl_rlvr import RLVRConfig as Config, RLVRTrainer as Trainer
+        from trl_rlvr import RLVRConfig as Config
+        from trl_rlvr import RLVRTrainer as Trainer
 
         # refills of only the missing groups (oversample) are small: they get twice the rounds
         rounds = a.max_sampling_rounds * (2 if "dynamic_sampling_oversample" in SWITCHES[method] else 1)
@@ -145,6 +146,8 @@ def run_one(method: str, seed: int, a, records: list) -> dict:
         try:
             from trl.experimental.grpo_with_replay_buffer import (
                 GRPOWithReplayBufferConfig as Config,
+            )
+            from trl.experimental.grpo_with_replay_buffer import (
                 GRPOWithReplayBufferTrainer as Trainer,
             )
         except ImportError as err:  # only this import: any other ImportError is a broken benchmark

@@ -114,8 +114,8 @@ def check_qlora(model_dir: str, smoke: bool) -> dict:
 
 
 def check_vllm(model_dir: str, smoke: bool) -> dict:
-    from trl_rlvr.scripts.models import load_model_and_tokenizer
     from trl_rlvr._compat.vllm_cpu import runs_on_cpu
+    from trl_rlvr.scripts.models import load_model_and_tokenizer
 
     answers, group, tokens = shape = shapes(smoke)["vllm"]
     model, tokenizer, _ = load_model_and_tokenizer(model_dir, dtype="float32" if smoke else "bfloat16", quiet=True)

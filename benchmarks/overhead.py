@@ -130,8 +130,8 @@ def run_once(kind: str, model_dir: str, opts) -> dict:
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_rlvr.testing import load_tokenizer
     from trl_rlvr import RLVRConfig, RLVRTrainer
+    from trl_rlvr.testing import load_tokenizer
 
     settings = dict(
         output_dir=tempfile.mkdtemp(prefix="overhead-"), per_device_train_batch_size=opts.batch_size,

@@ -25,7 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from benchmarks._status import finish  # noqa: E402
 from reward_plugins.boxed_math import boxed_math  # noqa: E402
 

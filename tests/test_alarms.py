@@ -7,7 +7,12 @@ import zlib
 import pytest
 
 from trl_rlvr.alarms import (
-    DEFAULT_THRESHOLDS, counter_share, format_without_accuracy, hacking_signature, parse_thresholds, sustained,
+    DEFAULT_THRESHOLDS,
+    counter_share,
+    format_without_accuracy,
+    hacking_signature,
+    parse_thresholds,
+    sustained,
     train_means_between,
 )
 

@@ -5,8 +5,17 @@ import math
 import pytest
 
 from trl_rlvr.diagnostics import (
-    Check, check_loss_normalization, check_machine, check_reward, check_truncation, check_zero_signal,
-    dynamic_sampling_cost, exit_code, reward_summary, step_token_counts, worst_verdict,
+    Check,
+    check_loss_normalization,
+    check_machine,
+    check_reward,
+    check_truncation,
+    check_zero_signal,
+    dynamic_sampling_cost,
+    exit_code,
+    reward_summary,
+    step_token_counts,
+    worst_verdict,
 )
 
 

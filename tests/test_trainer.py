@@ -128,8 +128,8 @@ def test_loss_types_come_from_trl():
     from trl import GRPOConfig
 
     from trl_rlvr import RLVRConfig
-    from trl_rlvr.config import LOSS_TYPE_OF
     from trl_rlvr._compat.trl_contract import trl_loss_types
+    from trl_rlvr.config import LOSS_TYPE_OF
 
     names = trl_loss_types()
     assert names and set(LOSS_TYPE_OF.values()) <= set(names)
@@ -157,8 +157,8 @@ def test_from_grpo_config_keeps_the_users_loss_type():
 def test_overlong_switch_extends_reward_weights_without_touching_the_callers_config(tiny_model_dir, tmp_path):
     from datasets import Dataset
 
-    from trl_rlvr.testing import load_tokenizer
     from trl_rlvr import RLVRConfig, RLVRTrainer
+    from trl_rlvr.testing import load_tokenizer
 
     args = RLVRConfig(str(tmp_path), bf16=False, report_to="none", per_device_train_batch_size=4, num_generations=4,
                       max_completion_length=8, reward_weights=[2.0], overlong_buffer_length=4)

@@ -428,6 +428,7 @@ PARAMETER_GROUPS = {
     "Parameters that control the rewards and the rlvr/ diagnostics": (
         "reward_options", "success_reward", "success_threshold",
     ),
+    "Parameters that control the alarms during training": ("alarms", "alarm_thresholds"),
     "Parameters kept for compatibility": (
         "gradient_checkpointing", *(() if _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING else ("activation_checkpointing",)),
     ),

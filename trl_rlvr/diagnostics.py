@@ -99,7 +99,10 @@ def reward_summary(scores: Sequence[float | None], counters: dict[str, float]) -
     scored = [float(s) for s in scores if s is not None and not math.isnan(float(s))]
     mean = sum(scored) / len(scored) if scored else None
     std = math.sqrt(sum((s - mean) ** 2 for s in scored) / len(scored)) if scored else None
-    share = (lambda keys: min(1.0, sum(counters.get(k, 0.0) for k in keys) / n) if n else 0.0)
+
+    def share(keys):
+        return min(1.0, sum(counters.get(k, 0.0) for k in keys) / n) if n else 0.0
+
     return {
         "answers": n, "mean": mean, "std": std, "min": min(scored) if scored else None,
         "max": max(scored) if scored else None, "not_scored_frac": (n - len(scored)) / n if n else 0.0,

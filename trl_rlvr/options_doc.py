@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
-
 def _docs_page() -> Path:
     """docs/trainer.md of the checkout this module lives in (the folder above it holding pyproject.toml)."""
     for folder in Path(__file__).resolve().parents:

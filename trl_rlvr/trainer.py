@@ -33,9 +33,9 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_rlvr.alarms import RLVRAlarms
 from trl_rlvr._compat.notices import trl_generation_notices_silenced
 from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
+from trl_rlvr.alarms import RLVRAlarms
 from trl_rlvr.algorithms.advantages import group_advantages, require_finite_rewards, zero_signal_groups
 from trl_rlvr.algorithms.losses import per_step_num_items
 from trl_rlvr.algorithms.metrics import rollout_metrics, tool_metrics
@@ -44,7 +44,13 @@ from trl_rlvr.checks import check_dataset_columns, check_tool_settings
 from trl_rlvr.config import RLVRConfig
 from trl_rlvr.rewards.registry import resolve_reward_funcs
 from trl_rlvr.sampling.dynamic import (
-    ROW_KEYS, PromptStream, concat_rows, informative_rows, prompts_for_round, rows_per_process, write_json_atomically,
+    ROW_KEYS,
+    PromptStream,
+    concat_rows,
+    informative_rows,
+    prompts_for_round,
+    rows_per_process,
+    write_json_atomically,
 )
 from trl_rlvr.sampling.selective import PromptHistory, record_groups
 

@@ -17,8 +17,13 @@ Frames both ways: a 4-byte big-endian length, then UTF-8 text: a cell; a status 
 """
 
 import ast
+
+# Modules a tool cell commonly imports, loaded once here so that an interpreter starts with them in
+# memory (an import in a cell then costs a dict lookup); stdlib only: the sandbox runs ``python -I -S``.
+import bisect  # noqa: E401,F401,E501
 import gc
 import linecache
+import math  # noqa: E401,F401
 import os
 import select
 import signal
@@ -29,11 +34,6 @@ import traceback
 
 from . import isolation, protocol
 from .worker import _close_all_but, _remove_tree
-
-# Modules a tool cell commonly imports, loaded once here so that an interpreter starts with them in
-# memory (an import in a cell then costs a dict lookup); stdlib only: the sandbox runs ``python -I -S``.
-import bisect, cmath, collections, datetime, decimal, fractions, functools, heapq, io, itertools, json  # noqa: E401,F401,E501
-import math, operator, random, re, statistics, string  # noqa: E401,F401
 
 USAGE = "usage: python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON (PythonEnvironment starts this server)"
 MAX_FRAME = 1 << 24  # a cell (the host bounds it far lower) or a reply

@@ -24,6 +24,16 @@ Roles of a child:
   the host reads.
 """
 
+# Stdlib that solutions use, imported once here so that a fork need not import it again. Every
+# module here makes every fork and exit dearer, so only the ones common in MBPP's reference
+# solutions and HumanEval's prompts and solutions (hashlib, datetime, dataclasses, decimal and
+# fractions are rare there and cost more per fork than they save). Not random either: its
+# after-fork reseed costs every fork page faults, and a program that needs it imports it cheaply.
+# Counts and costs: docs/benchmarks.md, "Sandbox and reward design measurements".
+import bisect  # noqa: E401,F401
+import builtins
+import io
+import math  # noqa: E401,F401
 import os
 import select
 import signal
@@ -32,15 +42,6 @@ import sys
 import time
 
 from . import isolation, protocol
-
-# Stdlib that solutions use, imported once here so that a fork need not import it again. Every
-# module here makes every fork and exit dearer, so only the ones common in MBPP's reference
-# solutions and HumanEval's prompts and solutions (hashlib, datetime, dataclasses, decimal and
-# fractions are rare there and cost more per fork than they save). Not random either: its
-# after-fork reseed costs every fork page faults, and a program that needs it imports it cheaply.
-# Counts and costs: docs/benchmarks.md, "Sandbox and reward design measurements".
-import bisect, builtins, collections, copy, functools, heapq, io, itertools, json  # noqa: E401,F401
-import math, operator, re, string, typing  # noqa: E401,F401
 
 USAGE = "usage: python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON (the code_sandbox pool starts this worker)"
 
@@ -537,7 +538,7 @@ class Tester:
 
         def t():
             _child([there.fileno()], self.rlimits, SCRATCH_B)
-            import random, statistics  # noqa: E401,F401 - test code uses them; nothing forks from here
+            import random  # noqa: E401,F401 - test code uses them; nothing forks from here
             tester_loop(there.fileno())
 
         self.pid = _fork(t)
@@ -639,7 +640,7 @@ def run_io(fds, n, budget):
             continue
 
         def p():
-            _child([code_fd], RLIMITS, SCRATCH_A, stdin=ins[i], stdout=outs[i])
+            _child([code_fd], RLIMITS, SCRATCH_A, stdin=ins[i], stdout=outs[i])  # noqa: B023 - forked at once
             program_main(code_fd)
 
         timed_out, st = _wait_one(_fork(p), min(end, time.monotonic() + LIMITS["timeout"]))

@@ -8,11 +8,17 @@ import torch
 
 from tests.harness.launch import launch_on_cpu
 from tests.harness.loss_harness import (
-    FIXED_REWARDS, NORMALIZATIONS, assert_grads_equal, fixed_batch, reference_advantages, reference_grads, run_trainer,
+    FIXED_REWARDS,
+    NORMALIZATIONS,
+    assert_grads_equal,
+    fixed_batch,
+    reference_advantages,
+    reference_grads,
+    run_trainer,
     select_rows,
 )
-from trl_rlvr.testing import load_tokenizer
 from trl_rlvr.algorithms.advantages import group_advantages, zero_signal_groups
+from trl_rlvr.testing import load_tokenizer
 
 HARNESS = ("--module", "tests.harness.loss_harness")
 

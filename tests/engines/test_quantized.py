@@ -11,8 +11,8 @@ import torch
 bnb = pytest.importorskip("bitsandbytes")
 
 from tests.harness.loss_harness import make_trainer  # noqa: E402
-from trl_rlvr.scripts.models import quantization_config_4bit  # noqa: E402
 from trl_rlvr._compat.quantized import CPU_PACKING_SWITCH, keep_4bit_weights_trainable  # noqa: E402
+from trl_rlvr.scripts.models import quantization_config_4bit  # noqa: E402
 
 
 def _linear4bit(model):

@@ -80,7 +80,8 @@ def train_with_vllm(model_dir, dynamic_sampling: bool) -> dict:
     trainer.train()
     record["sync_is_cpu_path"] = getattr(generation.sync_weights, "__func__", None) is sync_weights_on_cpu
     record["log_history"] = trainer.state.log_history
-    del generation.llm, trainer
+    del generation.llm
+    trainer = None  # noqa: F841 - frees the model before the next run (checked_generate is done with it)
     gc.collect()
     return record
 

@@ -90,8 +90,8 @@ def make_trainer(model_dir, reward_funcs=None, model=None, peft_config=None, **o
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from trl_rlvr.testing import load_tokenizer
     from trl_rlvr import RLVRConfig, RLVRTrainer
+    from trl_rlvr.testing import load_tokenizer
 
     settings = dict(
         output_dir=tempfile.mkdtemp(), per_device_train_batch_size=4, num_generations=GROUP_SIZE,

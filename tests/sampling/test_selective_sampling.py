@@ -8,14 +8,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.harness.dynamic_sampling_harness import mixed_reward, run
 from tests.harness.launch import launch_on_cpu
 from tests.harness.selective_sampling_harness import make_selective_trainer, record_rounds
 from trl_rlvr.sampling.dynamic import PromptStream, prompts_for_round
 from trl_rlvr.sampling.selective import (
-    FORCED_REVISIT_TAIL, PromptHistory, max_consecutive_skips, predicts_zero_signal, record_groups, revisit_draw,
+    FORCED_REVISIT_TAIL,
+    PromptHistory,
+    max_consecutive_skips,
+    predicts_zero_signal,
+    record_groups,
+    revisit_draw,
     should_skip,
 )
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import torch
 
-
 #: ``advantage_baseline`` values: the group mean (GRPO) or the mean of the other answers (RLOO).
 BASELINES = ("group_mean", "leave_one_out")
 #: ``advantage_std`` values: divide by the count (GRPO's definition) or by count - 1 (Bessel; TRL's ``nanstd``).

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 
-
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="sampled evaluation: pass@k, maj@k, mean@n with the training rewards",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -119,8 +119,9 @@ class RecipeArguments:
 def make_parser(script_class: type = RecipeArguments, defaults: dict[str, Any] | None = None, prog: str | None = None):
     """A ``TrlParser`` over (``script_class``, ``RLVRConfig``, ``ModelConfig``) that knows ``preset`` and names
     unknown keys; ``defaults`` are the script's own defaults (lowest precedence)."""
-    from trl_rlvr.config import RLVRConfig  # first: it quiets a bitsandbytes import notice (trl_rlvr._compat.quantized)
     from trl import ModelConfig, TrlParser  # noqa: I001
+
+    from trl_rlvr.config import RLVRConfig  # first: it quiets a bitsandbytes import notice (trl_rlvr._compat.quantized)
 
     class RecipeParser(TrlParser):
         def parse_args_and_config(self, args=None, **kwargs):
@@ -227,8 +228,8 @@ def recipe_rewards(recipe, training_args) -> list:
     get ``prefilled=True``: the completion starts inside the reasoning, and an answer exists only after
     ``</think>`` (boxed_math gives no credit to a box inside unclosed reasoning)."""
     from trl_rlvr.checks import check_dataset_columns
-    from trl_rlvr.scripts.data import with_prefilled_options
     from trl_rlvr.rewards.registry import resolve_reward_funcs
+    from trl_rlvr.scripts.data import with_prefilled_options
 
     options = {k: dict(v) for k, v in (training_args.reward_options or {}).items()}
     with_prefilled_options(options, recipe.reward_funcs, recipe.prompt_style)
@@ -280,9 +281,8 @@ def build_trainer(recipe, training_args, model_args, quiet: bool = False, main_p
 
     from trl import get_peft_config
 
-    from trl_rlvr.trainer import RLVRTrainer
-
     from trl_rlvr.scripts.data_fit import check_recipe_fits
+    from trl_rlvr.trainer import RLVRTrainer
 
     raw = load_raw_data(recipe)
     reward_funcs = recipe_rewards(recipe, training_args)

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from reward_plugins.code_sandbox import IsolationUnavailable, code_sandbox, extract_program
-from reward_plugins.code_sandbox import isolation, protocol
+from reward_plugins.code_sandbox import IsolationUnavailable, code_sandbox, extract_program, isolation, protocol
 
 ADD = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]

