@@ -8,9 +8,9 @@ default options. Per reward: cases, false positives / negatives, errors, timeout
 cases/s, the slowest case, the peak RSS of the audit's process and of the largest child process it has waited for so
 far (the reward's process; its own workers are not counted), and the machine's load average before and after.
 
-``--smoke``: only the built-ins. It exits non-zero when an audit of a built-in takes 60 s or more, or when a case
-errs, times out or a right answer is rejected (false positives are printed: they are the audit's verdict, not a
-failure of the tool).
+``--smoke``: only the built-ins. It exits non-zero when a built-in accepts a wrong answer, rejects a right one, or a
+case errs or times out. The 60 s goal for one built-in's whole audit is reported against the machine's load, not
+enforced (a benchmark measures; a shared machine's load is no failure of the code).
 """
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         if row["fp_cases"]:
             print(f"{'':<20} false positives: {', '.join(row['fp_cases'])}")
         if name in BUILTINS:
-            if row["seconds"] >= LIMIT_SECONDS:
-                failed.append(f"{name}: {row['seconds']:.1f} s >= {LIMIT_SECONDS:g} s")
-            if row["errors"] or row["timeouts"] or row["false_negatives"]:
-                failed.append(f"{name}: {row['errors']} errors, {row['timeouts']} timeouts, "
-                              f"{row['false_negatives']} right answers rejected")
+            if row["seconds"] >= LIMIT_SECONDS:  # the goal, reported; a shared machine's load is not a failure
+                print(f"{'':<20} over the {LIMIT_SECONDS:g} s goal: {row['seconds']:.1f} s at load {_load()}")
+            if row["false_positives"] or row["errors"] or row["timeouts"] or row["false_negatives"]:
+                failed.append(f"{name}: {row['false_positives']} wrong answers accepted, {row['errors']} errors, "
+                              f"{row['timeouts']} timeouts, {row['false_negatives']} right answers rejected")
     print("load average after:", _load())
     if args.json:
         with open(args.json, "w") as f:
