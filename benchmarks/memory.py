@@ -507,9 +507,10 @@ def run_all(opts) -> int:
             print(f"\npeak RSS of the whole job: RLVRTrainer {ours:.0f} MB, GRPOTrainer {trl:.0f} MB, ours/TRL's "
                   f"{ours / trl:.2f}")
     if opts.case in ("sweep", "all"):
-        lengths = [16, 32, 64] if opts.smoke else opts.lengths
+        lengths = [16, 32] if opts.smoke else opts.lengths
         for trl in (False, True):
-            grid = [(length, opts.groups[0]) for length in lengths] + [(lengths[0], g) for g in opts.groups[1:]]
+            grid = [(length, opts.groups[0]) for length in lengths]
+            grid += [] if opts.smoke else [(lengths[0], g) for g in opts.groups[1:]]  # smoke: two points a trainer
             for length, group in grid:
                 args = ["--case", "sweep", "--model", model, "--steps", "1" if model != "tiny" else "2",
                         "--lengths", str(length), "--groups", str(group), "--batch", str(opts.batch),
