@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from tests.dynamic_sampling_harness import mixed_reward
+from tests.harness.dynamic_sampling_harness import mixed_reward
 from tests.harness.loss_harness import make_trainer
 
 STEPS = 7
