@@ -209,7 +209,8 @@ class BoxedMathReward:
             kwargs,
             self.__name__,
             {k: counts.get(k, 0)
-             for k in ("timeouts", "oom", "errors", "rejected", "no_box", "hedged", "unparsed", "bad_gold")},
+             for k in ("timeouts", "oom", "errors", "rejected", "no_box", "hedged", "unparsed", "unevaluated",
+                       "bad_gold")},
         )
         return rewards
 

@@ -125,7 +125,7 @@ def test_deadline_in_a_thread():
 
     def run():
         out.append(
-            reward(None, [r"\boxed{10^{10^{10^{10}}}}", r"\boxed{2}"], answer=["1", "2"],
+            reward(None, [r"\boxed{10^{10^{10^{10}}}}", r"\boxed{2}"], answer=[HALF, "2"],  # a fraction: checked
                    log_metric=lambda k, v: metrics.__setitem__(k, v))
         )
 
@@ -173,7 +173,7 @@ def test_batch_timeout_bounds_a_whole_call():
     reward(None, [r"\boxed{1}"], answer=["1"])  # workers up
     metrics = {}
     t = time.monotonic()
-    out = reward(None, [r"\boxed{10^{10^{10^{10}}}}"] * 2 + [r"\boxed{9^{9^{9^{9}}}}"] * 2, answer=["1", "2", "3", "4"],
+    out = reward(None, [r"\boxed{10^{10^{10^{10}}}}"] * 2 + [r"\boxed{9^{9^{9^{9}}}}"] * 2, answer=[HALF, r"\frac{1}{3}", r"\frac{1}{4}", r"\frac{1}{5}"],
                  log_metric=lambda k, v: metrics.__setitem__(k, v))
     assert out == [0.0] * 4
     assert time.monotonic() - t < 6
@@ -366,3 +366,15 @@ def test_property_no_composition_of_the_gold_with_another_value_scores(reward):
         assert [c for c, r in zip(accepted, out[len(hedges):]) if r != 1.0] == []
 
     check()
+
+
+@pytest.mark.parametrize("box", [r"72468 * 55", r"72468 \times 55", r"72468\cdot55", r"3985740 + 0", r"2 \cdot 1992870",
+                                 r"\frac{7971480}{2}", r"1992870 \cdot 2", r"3985740^{1}"])
+def test_an_integer_gold_needs_the_integer_not_the_question(reward, box):
+    """``What is 72468 * 55?`` answered ``\boxed{72468 * 55}`` restates the question: math-verify finds it equal to
+    3985740, so a policy could learn to copy the question into the box. An integer gold needs an integer."""
+    metrics = {}
+    out = reward(None, [rf"\boxed{{{box}}}", r"\boxed{3985740}", r"\boxed{3,985,740}"], answer=["3985740"] * 3,
+                 log_metric=lambda k, v: metrics.__setitem__(k, v))
+    assert out == [0.0, 1.0, 1.0]
+    assert metrics["boxed_math/unevaluated"] == 1.0
