@@ -9,8 +9,8 @@ one-shot example in the conversation:
 
 Samples come from the evaluation's seeded generation loop (:func:`trl_rlvr.evaluation.generate_completions`) and are
 scored by the training reward (``boxed_math``) with the evaluation's scorer (:func:`score_questions`: mean@n,
-pass@k), and again counting only integer answers (``boxed_math`` also accepts the question itself boxed,
-``\\boxed{72468 * 55}``). With the tool, each sample runs TRL's tool loop by hand: the completion is parsed with TRL's
+pass@k), and again counting only integer answers (``boxed_math`` accepted the question itself boxed,
+``\\boxed{72468 * 55}``, before its integer-gold rule; the second count is kept as a check). With the tool, each sample runs TRL's tool loop by hand: the completion is parsed with TRL's
 ``parse_response``, each call runs in a fresh sandboxed ``PythonEnvironment`` (``reset()`` per sample), and generation
 goes on from prompt + completion + the tool's reply rendered as TRL renders it (``_get_tool_suffix_ids``), for at
 most ``--max_tool_calls`` rounds. The reward reads the last assistant turn, as it does on TRL's tool rollouts.
