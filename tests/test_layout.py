@@ -135,3 +135,18 @@ def test_the_moved_paths_are_documented():
     page = (ROOT / "docs" / "architecture.md").read_text()
     missing = [f"`{old}` | `{new}`" for old, new in MOVED.items() if f"`{old}` | `{new}`" not in page]
     assert not missing
+
+
+def test_patching_an_old_path_patches_the_module():
+    """Code that monkeypatches ``trl_rlvr.recipe.build_trainer`` (0.2) must keep patching what the package calls."""
+    import trl_rlvr.scripts.train as train
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        old = importlib.import_module("trl_rlvr.recipe")
+    original = train.use_cpu_threads
+    try:
+        old.use_cpu_threads = "patched"
+        assert train.use_cpu_threads == "patched"
+    finally:
+        train.use_cpu_threads = original

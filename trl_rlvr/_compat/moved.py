@@ -68,6 +68,12 @@ class _MovedModule(types.ModuleType):
     def __getattr__(self, attr):
         return getattr(self.__dict__["_target"], attr)
 
+    def __setattr__(self, attr, value):  # monkeypatching the old path patches the module itself
+        setattr(self.__dict__["_target"], attr, value)
+
+    def __delattr__(self, attr):
+        delattr(self.__dict__["_target"], attr)
+
     def __dir__(self):
         return dir(self.__dict__["_target"])
 
