@@ -20,6 +20,7 @@ the right box scores 1 + 0. Keep the same tag name in both (``think_tag``).
 
 from __future__ import annotations
 
+import inspect
 import re
 
 from reward_plugins._text import completion_text, has_visible
@@ -85,7 +86,7 @@ class ThinkFormatReward:
         return out
 
 
-def think_format(think_tag: str = "think", answer_tag: str | None = None, prefilled: bool = False) -> ThinkFormatReward:
+def think_format(**options) -> ThinkFormatReward:
     """R1-Zero format: exactly one <think>...</think> block of visible reasoning first, then a visible answer (1.0 or 0.0).
 
     Args:
@@ -93,7 +94,12 @@ def think_format(think_tag: str = "think", answer_tag: str | None = None, prefil
         answer_tag: if set (e.g. ``"answer"``), the answer must be one ``<answer>...</answer>`` block.
         prefilled: the prompt already ends with ``<think>``, so the completion starts inside the reasoning.
     """
-    return ThinkFormatReward(think_tag=think_tag, answer_tag=answer_tag, prefilled=prefilled)
+    return ThinkFormatReward(**options)
+
+
+# The registry (``trl-rlvr rewards show``, option checking in ``load_reward``) reads the options from the factory's
+# signature: it is the class's, so that it is written once (the style of every built-in with options).
+think_format.__signature__ = inspect.signature(ThinkFormatReward).replace(return_annotation=ThinkFormatReward)
 
 
 #: Ready-made, with the default options, for TRL's own CLI: ``trl grpo --reward_funcs reward_plugins.think_format.reward``.
