@@ -280,8 +280,8 @@ def load_r1zero():
 
 def run_main_case(opts) -> dict:
     """examples/r1zero.py's main, each phase measured; ``opts.script_args`` go to its parser."""
-    import trl_rlvr.trainer as trainer_module
     import trl_rlvr.evaluation as evaluation
+    import trl_rlvr.trainer as trainer_module
     from trl_rlvr.evaluation import report as eval_report
     from trl_rlvr.scripts import train as recipe
 
