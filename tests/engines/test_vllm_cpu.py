@@ -77,6 +77,8 @@ def train_with_vllm(model_dir, dynamic_sampling: bool) -> dict:
         return generate(*args, **kwargs)
 
     generation.generate = checked_generate
+    if not dynamic_sampling:  # the held-out evaluation on the same engine, after each step
+        record["evaluations"] = evaluate_on_the_engine(trainer, ids)
     trainer.train()
     record["sync_is_cpu_path"] = getattr(generation.sync_weights, "__func__", None) is sync_weights_on_cpu
     record["log_history"] = trainer.state.log_history
@@ -84,6 +86,27 @@ def train_with_vllm(model_dir, dynamic_sampling: bool) -> dict:
     trainer = None  # noqa: F841 - frees the model before the next run (checked_generate is done with it)
     gc.collect()
     return record
+
+
+def evaluate_on_the_engine(trainer, ids) -> list[dict]:
+    """SampledEvalCallback(generator="vllm") added to ``trainer``; each of its evaluations records how far vLLM's
+    log-probs of the probe are from the training model's right after it (at a step's end TRL has not synced yet:
+    the callback must have)."""
+    from trl_rlvr.evaluation.callback import SampledEvalCallback
+
+    rows = [{"question": f"q{i}", "answer": "", "prompt": f"q{i}: {i} + {i} ="} for i in range(3)]
+    callback = SampledEvalCallback(trainer, rows, n=2, eval_steps=1, max_new_tokens=4, generator="vllm")
+    trainer.add_callback(callback)
+    evaluations, evaluate = [], callback.evaluate
+
+    def checked_evaluate(state):
+        result = evaluate(state)
+        gap = (vllm_logprobs(trainer.vllm_generation.llm, ids) - model_logprobs(trainer.model, ids)).abs().max()
+        evaluations.append({"step": state.global_step, "vllm_vs_model": gap.item(), "questions": result["questions"]})
+        return result
+
+    callback.evaluate = checked_evaluate
+    return evaluations
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +138,14 @@ def test_weights_reach_vllm_after_a_step(vllm_runs, dynamic_sampling):
         assert call["vllm_vs_model"] < AGREE, call
     second_step = [c for c in run["calls"] if c["step"] == 1]
     assert second_step and all(c["model_moved"] > MOVED for c in second_step), run["calls"]
+
+
+def test_sampled_evaluation_runs_on_the_trainers_engine_with_current_weights(vllm_runs):
+    run = vllm_runs[False]
+    assert [e["step"] for e in run["evaluations"]] == [1, 2]
+    assert all(e["questions"] == 3 and e["vllm_vs_model"] < AGREE for e in run["evaluations"]), run["evaluations"]
+    logged = [h for h in run["log_history"] if "eval/pass@1" in h]
+    assert [h["step"] for h in logged] == [1, 2]  # HF generate raised throughout: these came from vLLM
 
 
 def test_vllm_keeps_the_contract():

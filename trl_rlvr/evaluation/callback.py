@@ -32,12 +32,16 @@ class SampledEvalCallback(TrainerCallback):
             (``max_new_tokens`` default: the trainer's ``max_completion_length``; ``temperature``: its temperature).
         eval_steps: evaluate every this many optimizer steps (default: ``args.eval_steps``).
         at_start: also evaluate before the first step (logged at step 0).
+        generator: ``"hf"`` (default): HF ``generate`` on the training model; ``"vllm"``: the trainer's colocated vLLM
+            engine (``use_vllm=True, vllm_mode="colocate"``), its weights synced first as TRL syncs them once per step.
+            Each sample is seeded from ``(seed, question, sample)`` on both; the samples differ between the two
+            (:mod:`trl_rlvr.evaluation.vllm_generation`).
     """
 
     def __init__(self, trainer, dataset, *, success_reward: str | None = None, format_reward: str | None = None,
                  n: int = 8, ks: list[int] | None = None, temperature: float | None = None, top_p: float = 1.0,
                  max_new_tokens: int | None = None, batch_size: int = 64, seed: int = 0,
-                 eval_steps: int | None = None, at_start: bool = False):
+                 eval_steps: int | None = None, at_start: bool = False, generator: str = "hf"):
         from trl_rlvr.evaluation.evaluate import resolve_ks
 
         args = trainer.args
@@ -56,6 +60,13 @@ class SampledEvalCallback(TrainerCallback):
         self.eval_steps = int(self.eval_steps)
         self.ks = resolve_ks(n, ks)
         self.at_start = at_start
+        if generator not in ("hf", "vllm"):
+            raise ValueError(f"SampledEvalCallback: generator must be 'hf' or 'vllm', got {generator!r}")
+        if generator == "vllm":
+            from trl_rlvr.evaluation.vllm_generation import check_trainer_vllm
+
+            check_trainer_vllm(trainer)
+        self.generator = generator
         self.kwargs = dict(
             n=n, ks=self.ks, temperature=temperature if temperature is not None else args.temperature, top_p=top_p,
             max_new_tokens=max_new_tokens or args.max_completion_length, batch_size=batch_size, seed=seed,
@@ -86,8 +97,14 @@ class SampledEvalCallback(TrainerCallback):
         from trl_rlvr.evaluation.evaluate import evaluate_sampled
 
         t = self.trainer
-        result = evaluate_sampled(t.model_wrapped, t.processing_class, self.dataset, self.success_fn,
-                                  self.format_fn, accelerator=t.accelerator, **self.kwargs)
+        llm = None
+        if self.generator == "vllm":
+            from trl_rlvr.evaluation.vllm_generation import trainer_vllm_engine
+
+            llm = trainer_vllm_engine(t)
+        model = t.model_wrapped if llm is None else t.model  # with vLLM, the model only lends its EOS tokens
+        result = evaluate_sampled(model, t.processing_class, self.dataset, self.success_fn, self.format_fn,
+                                  accelerator=t.accelerator, llm=llm, **self.kwargs)
         logs = self.metrics(result)
         self.history.append({"step": state.global_step, **logs})
         Trainer.log(t, logs)

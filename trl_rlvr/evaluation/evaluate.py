@@ -64,8 +64,25 @@ def _generating(model, unwrap):
                 gen_model.train()
 
 
+def _generate(model, tokenizer, prompts, question_ids, n, *, llm, unwrap, batch_size, n_batches, synced, on_batch,
+              **generation):
+    """One process's completions: with HF ``generate`` on ``model`` (unwrapped, in eval mode), or with the vLLM
+    engine ``llm`` when one is given (:mod:`trl_rlvr.evaluation.vllm_generation`)."""
+    if llm is not None:
+        from trl_rlvr.evaluation.generation import end_of_sequence_ids
+        from trl_rlvr.evaluation.vllm_generation import engine_end_of_sequence_ids, generate_completions_vllm
+
+        eos_ids = end_of_sequence_ids(getattr(model, "generation_config", None), tokenizer)
+        eos_ids |= engine_end_of_sequence_ids(llm)
+        return generate_completions_vllm(llm, tokenizer, prompts, question_ids, n, eos_ids=eos_ids,
+                                         on_batch=on_batch, **generation)
+    with _generating(model, unwrap) as gen_model:
+        return generate_completions(gen_model, tokenizer, prompts, question_ids, n, batch_size=batch_size,
+                                    n_batches=n_batches, synced_gpus=synced, on_batch=on_batch, **generation)
+
+
 def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, accelerator, batch_size, n,
-                        success_threshold, format_threshold, keep_samples, progress, **generation):
+                        success_threshold, format_threshold, keep_samples, progress, llm=None, **generation):
     """Every process generates for its share of ``rows`` (every ``world``-th question, the same number of ``generate``
     calls on every rank) and scores it; the per-question records, gathered on every rank, in question order."""
     from accelerate.utils import gather_object
@@ -78,12 +95,9 @@ def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, ac
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(rows), desc=f"sampling n={n}", unit="question")
-    with _generating(model, unwrap) as gen_model:
-        groups = generate_completions(
-            gen_model, tokenizer, [rows[i]["prompt"] for i in mine], mine, n, batch_size=batch_size,
-            n_batches=n_batches, synced_gpus=synced, on_batch=(lambda d: bar.update(d * world)) if bar else None,
-            **generation,
-        )
+    groups = _generate(model, tokenizer, [rows[i]["prompt"] for i in mine], mine, n, llm=llm, unwrap=unwrap,
+                       batch_size=batch_size, n_batches=n_batches, synced=synced,
+                       on_batch=(lambda d: bar.update(d * world)) if bar else None, **generation)
     if bar is not None:
         bar.close()
     release_memory()  # the generation's KV caches and activations, before scoring, training or the next phase
@@ -100,20 +114,21 @@ def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, ac
 
 def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerator=None,
              max_new_tokens: int = 96, batch_size: int = 32, success_threshold: float = 1.0,
-             format_threshold: float = 1.0) -> dict:
+             format_threshold: float = 1.0, llm=None) -> dict:
     """Greedy held-out evaluation of ``model`` on ``dataset`` (rows with ``prompt`` and reference columns).
 
     ``model`` may be a wrapped training model (DDP, DeepSpeed, FSDP) when ``accelerator`` is given: it is
     unwrapped for generation (ZeRO-3 parameters gathered) and every process evaluates a share. Returns
     ``accuracy`` (share of answers ``success_fn`` scores >= ``success_threshold``), ``format_rate``,
     ``mean_length`` / ``length_right`` / ``length_wrong`` (tokens), ``truncated_frac`` and five ``samples``.
+    ``llm``: a ``vllm.LLM`` to generate with instead of ``model``'s HF ``generate`` (as in :func:`evaluate_sampled`).
     """
     rows = [dict(r) for r in dataset]
     t0 = time.time()
     per_question = _generate_and_score(
         model, tokenizer, rows, success_fn, format_fn, [1], accelerator=accelerator, batch_size=batch_size, n=1,
         success_threshold=success_threshold, format_threshold=format_threshold, keep_samples=5, progress=False,
-        greedy=True, max_new_tokens=max_new_tokens,
+        llm=llm, greedy=True, max_new_tokens=max_new_tokens,
     )
     summary = summarize_sampled(per_question, 1, [1])
     return {
@@ -225,7 +240,7 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
                      ks: list[int] | None = None, accelerator=None, temperature: float = 1.0, top_p: float = 1.0,
                      top_k: int = 0, max_new_tokens: int = 256, batch_size: int = 64, seed: int = 0,
                      success_threshold: float = 1.0, format_threshold: float = 1.0, progress: bool = False,
-                     keep_samples: int = 2) -> dict:
+                     keep_samples: int = 2, llm=None) -> dict:
     """Sampled evaluation: ``n`` completions per question, scored by the training rewards.
 
     Returns overall metrics -- ``pass@k`` (Chen et al.'s unbiased estimator, averaged over questions) for each
@@ -240,6 +255,12 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     several processes each evaluates every ``world``-th question (the same number of ``generate`` calls on every
     rank) and the results are gathered on every rank. A sample's tokens depend only on ``(seed, question index,
     sample index)``, so the numbers do not depend on the number of processes or the batch size.
+
+    ``llm``: a ``vllm.LLM`` (e.g. the trainer's colocated engine, :class:`SampledEvalCallback` with
+    ``generator="vllm"``) to generate with instead of HF ``generate``; ``model`` then only lends its generation
+    config's end-of-sequence tokens (or is None). Each sample is a request seeded from the same triple, so its random
+    stream is fixed whatever the batching; what vLLM does and does not guarantee beyond that:
+    :mod:`trl_rlvr.evaluation.vllm_generation`.
     """
     from trl_rlvr.rewards.voting import supports_voting
 
@@ -251,8 +272,8 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     per_question = _generate_and_score(
         model, tokenizer, rows, success_fn, format_fn, ks, accelerator=accelerator, batch_size=batch_size, n=n,
         success_threshold=success_threshold, format_threshold=format_threshold, keep_samples=keep_samples,
-        progress=progress, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
-        seed=seed,
+        progress=progress, llm=llm, temperature=temperature, top_p=top_p, top_k=top_k,
+        max_new_tokens=max_new_tokens, seed=seed,
     )
     result = summarize_sampled(per_question, n, ks, temperature=temperature, top_p=top_p, top_k=top_k,
                                max_new_tokens=max_new_tokens, seed=seed)

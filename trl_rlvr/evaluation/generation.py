@@ -24,6 +24,14 @@ def cut_at_eos(token_ids: Sequence[int], eos_ids) -> tuple[list[int], bool]:
     return list(token_ids), False
 
 
+def end_of_sequence_ids(generation_config, tokenizer) -> set[int]:
+    """The tokens that end an answer: the generation config's ``eos_token_id`` (one or a list) and the tokenizer's."""
+    eos = getattr(generation_config, "eos_token_id", None)
+    ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {tokenizer.eos_token_id}
+    ids.discard(None)
+    return ids
+
+
 def row_seed(seed: int, question_id: int, sample: int) -> str:
     """The seed of one sample's random stream (a string: ``random.Random`` hashes it with SHA-512)."""
     return f"{seed}:{question_id}:{sample}"
@@ -122,9 +130,7 @@ def generate_completions(
     per_call = max(1, batch_size // n)
     texts = [render_prompt(p, tokenizer) for p in prompts]
     n_batches = n_batches if n_batches is not None else math.ceil(len(texts) / per_call)
-    eos = model.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) | {tokenizer.eos_token_id}
-    eos_ids.discard(None)
+    eos_ids = end_of_sequence_ids(model.generation_config, tokenizer)
     device = next(model.parameters()).device
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"

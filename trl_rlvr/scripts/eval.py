@@ -4,12 +4,15 @@
 
 prints a table, writes ``eval.json`` and ``passk.png`` (pass@k and maj@k against k, one curve per model) to
 ``--output_dir``. Several processes: ``accelerate launch -m trl_rlvr.scripts.cli eval ...`` (each process samples a share
-of the questions; the numbers equal a one-process run's). Definitions: docs/evaluation.md.
+of the questions; the numbers equal a one-process run's). ``--vllm`` generates with a vLLM engine instead of HF
+``generate`` (one process; each sample seeded as on the HF path, the samples themselves differ). Definitions:
+docs/evaluation.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -53,6 +56,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="a sample's tokens depend only on (seed, question, sample)")
     s.add_argument("--batch_size", type=int, default=64, help="sequences per generate() call")
     s.add_argument("--dtype", default="float32", help="model weights dtype (float32, bfloat16, float16, auto)")
+    v = p.add_argument_group("vLLM (optional: pip install vllm)")
+    v.add_argument("--vllm", action="store_true", help="generate with a vLLM engine instead of HF generate (each "
+                   "sample still seeded from seed, question and sample; the samples differ from HF's)")
+    v.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.9)
+    v.add_argument("--vllm_max_model_length", type=int, default=None, help="default: the model's")
+    v.add_argument("--vllm_enforce_eager", action="store_true", help="no CUDA graphs / torch.compile (starts faster)")
     o = p.add_argument_group("output")
     o.add_argument("--output_dir", default="eval_results", help="where eval.json and passk.png go")
     o.add_argument("--no_plot", action="store_true")
@@ -161,6 +170,21 @@ def load_model(path: str, dtype: str, device):
     return model.to(device).eval(), tokenizer
 
 
+def load_vllm_engine(path: str, args):
+    """A ``vllm.LLM`` for ``path`` and the model's tokenizer (the one that renders prompts and decodes answers)."""
+    from trl_rlvr.scripts.models import load_tokenizer, resolve_model_path
+
+    path = resolve_model_path(path)
+    if (Path(path) / "adapter_config.json").is_file():
+        raise ValueError(f"--vllm: {path} is a PEFT adapter; merge it into its base model first "
+                         "(peft's merge_and_unload, then save_pretrained), or evaluate it without --vllm")
+    from vllm import LLM
+
+    llm = LLM(model=path, dtype=args.dtype, seed=args.seed, gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+              max_model_len=args.vllm_max_model_length, enforce_eager=args.vllm_enforce_eager)
+    return llm, load_tokenizer(path)
+
+
 # ------------------------------------------------------------------------------------------------ main
 def run(args) -> int:
     from trl_rlvr.evaluation.evaluate import evaluate_sampled, resolve_ks
@@ -174,16 +198,31 @@ def run(args) -> int:
         if len(set(labels)) != len(labels):
             raise ValueError(f"labels must differ: {labels} (use --label)")
         ks = resolve_ks(args.n, args.k)
+        if args.vllm and importlib.util.find_spec("vllm") is None:
+            raise ValueError("--vllm: vLLM is not installed (pip install vllm), or evaluate without --vllm")
         success_fn, format_fn = eval_rewards(args)
         rows = load_rows(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     state = distributed_state()
+    if args.vllm and state.num_processes > 1:
+        print(f"error: --vllm runs in one process (vLLM batches and places the model itself), not "
+              f"{state.num_processes}: launch trl-rlvr eval without accelerate", file=sys.stderr)
+        return 2
     results = {}
     for label, model_path in zip(labels, args.models):
         t = time.time()
-        model, tokenizer = load_model(model_path, args.dtype, state.device)
+        llm = None
+        if args.vllm:
+            try:
+                llm, tokenizer = load_vllm_engine(model_path, args)
+            except ValueError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            model = None
+        else:
+            model, tokenizer = load_model(model_path, args.dtype, state.device)
         if state.is_main_process:
             print(f"{label}: {model_path} loaded in {time.time() - t:.0f}s; {len(rows)} questions x {args.n} samples",
                   file=sys.stderr)
@@ -191,10 +230,11 @@ def run(args) -> int:
             model, tokenizer, with_prompts(rows, tokenizer, args.prompt_style), success_fn, format_fn, n=args.n, ks=ks,
             accelerator=state if state.num_processes > 1 else None, temperature=args.temperature, top_p=args.top_p,
             top_k=args.top_k, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed,
-            success_threshold=args.success_threshold, progress=not args.no_progress,
+            success_threshold=args.success_threshold, progress=not args.no_progress, llm=llm,
         )
         results[label]["model"] = model_path
-        del model
+        results[label]["generator"] = "vllm" if llm is not None else "hf"
+        del model, llm
     if state.is_main_process:
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)
