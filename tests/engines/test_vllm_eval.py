@@ -38,7 +38,7 @@ def engine(tmp_path_factory):
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     model_dir = str(build_tiny_model(tmp_path_factory.mktemp("tiny_vllm_eval"), hidden_size=256))
-    args = types.SimpleNamespace(dtype="float32", seed=0, vllm_gpu_memory_utilization=0.3, vllm_max_model_length=256,
+    args = types.SimpleNamespace(dtype="float32", seed=0, vllm_gpu_memory_utilization=0.3, vllm_max_model_length=512,
                                  vllm_enforce_eager=True)
     llm, tokenizer = load_vllm_engine(model_dir, args)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
