@@ -46,6 +46,17 @@ def check_sampling(temperature: float, top_p: float, top_k: int) -> None:
         raise ValueError(f"top_k must be an integer >= 0 (0: off), got {top_k!r}")
 
 
+def check_request(where: str, prompts, question_ids, n: int, greedy: bool, temperature, top_p, top_k) -> None:
+    """The arguments every generation loop checks: one question id per prompt, greedy only with ``n=1``, and
+    valid sampling settings (:func:`check_sampling`) when sampling."""
+    if len(prompts) != len(question_ids):
+        raise ValueError(f"{where}: prompts and question_ids differ in length")
+    if greedy and n != 1:
+        raise ValueError(f"{where}: greedy decoding gives one completion per question, not n={n}")
+    if not greedy:
+        check_sampling(temperature, top_p, top_k)
+
+
 class SeededSampler:
     """A ``LogitsProcessor`` that samples row ``i``'s next token from ``random.Random(seeds[i])``."""
 
@@ -121,12 +132,7 @@ def generate_completions(
     import torch
     from transformers import LogitsProcessorList
 
-    if len(prompts) != len(question_ids):
-        raise ValueError("generate_completions: prompts and question_ids differ in length")
-    if greedy and n != 1:
-        raise ValueError(f"generate_completions: greedy decoding gives one completion per question, not n={n}")
-    if not greedy:
-        check_sampling(temperature, top_p, top_k)
+    check_request("generate_completions", prompts, question_ids, n, greedy, temperature, top_p, top_k)
     per_call = max(1, batch_size // n)
     texts = [render_prompt(p, tokenizer) for p in prompts]
     n_batches = n_batches if n_batches is not None else math.ceil(len(texts) / per_call)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 
-from trl_rlvr.evaluation.generation import check_sampling, render_prompt, row_seed
+from trl_rlvr.evaluation.generation import check_request, render_prompt, row_seed
 
 
 def request_seed(seed: int, question_id: int, sample: int) -> int:
@@ -118,12 +118,7 @@ def generate_completions_vllm(
     ``generate`` call (vLLM schedules the batches itself; on a CPU, as many as :func:`split_calls` needs).
     ``eos_ids``: the tokens that end an answer
     (:func:`trl_rlvr.evaluation.generation.end_of_sequence_ids`)."""
-    if len(prompts) != len(question_ids):
-        raise ValueError("generate_completions_vllm: prompts and question_ids differ in length")
-    if greedy and n != 1:
-        raise ValueError(f"generate_completions_vllm: greedy decoding gives one completion per question, not n={n}")
-    if not greedy:
-        check_sampling(temperature, top_p, top_k)
+    check_request("generate_completions_vllm", prompts, question_ids, n, greedy, temperature, top_p, top_k)
     if not prompts:
         return []
     from vllm import TokensPrompt
