@@ -33,7 +33,7 @@ import time
 import traceback
 
 from . import isolation, protocol
-from .worker import _close_all_but, _remove_tree
+from .worker import _remove_tree, enter_layers
 
 USAGE = "usage: python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON (PythonEnvironment starts this server)"
 MAX_FRAME = 1 << 24  # a cell (the host bounds it far lower) or a reply
@@ -192,20 +192,6 @@ NPROC = 256
 NOFILE = 64
 
 
-def _lockdown(keep, scratch, ruleset, rlimits):
-    """Every layer ``worker._child`` applies, in the same order, on a fresh interpreter."""
-    os.setsid()
-    os.chdir(scratch)
-    if ruleset >= 0:
-        isolation.landlock_enter(ruleset)
-    elif MODE == "bwrap":
-        os._exit(71)
-    _close_all_but(keep)
-    isolation.apply_rlimits(rlimits)
-    if not isolation.apply_seccomp() and MODE == "bwrap":
-        os._exit(71)
-
-
 def _spawn(fds, timeout, cpu_s, mem, max_chars):
     """Fork one interpreter on the pipe ends ``fds`` -> (pid, its scratch dir)."""
     cell_fd, reply_fd = fds
@@ -216,7 +202,7 @@ def _spawn(fds, timeout, cpu_s, mem, max_chars):
     pid = os.fork()
     if pid == 0:
         try:
-            _lockdown([cell_fd, reply_fd], scratch, ruleset, rlimits)
+            enter_layers([cell_fd, reply_fd], rlimits, ruleset, scratch, MODE)  # the code_sandbox children's layers
             repl_loop(cell_fd, reply_fd, timeout, max_chars)
         except BaseException:  # noqa: BLE001
             pass

@@ -165,16 +165,25 @@ def _child(keep, rlimits, scratch, stdin=None, stdout=None):
         os.dup2(stdin, 0)
     if stdout is not None:
         os.dup2(stdout, 1)
+    # the worker itself works in SCRATCH_A: its forks start there
+    enter_layers(keep, rlimits, scratch.ruleset, None if scratch is SCRATCH_A else scratch.path, MODE)
+
+
+def enter_layers(keep, rlimits, ruleset, workdir, mode):
+    """The inner layers of every sandboxed child, in this order: its own session, ``workdir`` (None: stay),
+    Landlock (its ruleset is an fd: before the fds are closed), no fds but ``keep`` and 0-2, rlimits (NOFILE is
+    low: after), seccomp. Under ``mode == "bwrap"`` a missing Landlock or seccomp ends the child (exit 71): the
+    layer is promised there, so it fails closed."""
     os.setsid()
-    if scratch is not SCRATCH_A:  # the worker itself works in SCRATCH_A: its forks start there
-        os.chdir(scratch.path)
-    if scratch.ruleset >= 0:
-        isolation.landlock_enter(scratch.ruleset)
-    elif MODE == "bwrap":
+    if workdir is not None:
+        os.chdir(workdir)
+    if ruleset >= 0:
+        isolation.landlock_enter(ruleset)
+    elif mode == "bwrap":
         os._exit(71)
     _close_all_but(keep)
     isolation.apply_rlimits(rlimits)
-    if not isolation.apply_seccomp() and MODE == "bwrap":
+    if not isolation.apply_seccomp() and mode == "bwrap":
         os._exit(71)
 
 
