@@ -18,11 +18,8 @@ import dataclasses
 import logging
 import os
 import select
-import shutil
 import signal
 import socket
-import subprocess
-import tempfile
 import threading
 import time
 
@@ -98,22 +95,10 @@ class InterpreterServer:
         limits = protocol.dumps({"nproc": max_processes, "fsize": max_file_bytes}).decode()
         argv = isolation.worker_command(isolation_mode, isolation.sandbox_python(), self.claim.code_dir,
                                         child.fileno(), limits)  # fmt: skip
-        if uid is not None and shutil.which("setpriv") and os.path.exists("/bin/sh"):
-            # the server's own processes count too; a cgroup per server, under the claim
-            mem = (memory_mb << 20) + (isolation.SCRATCH_MB << 20) + (128 << 20)
-            self.cgroups = isolation.cgroup_create(f"{self.claim.cgroup_name}/tool", mem, 2 * max_processes + 64)
-            if self.cgroups:
-                argv = isolation.wrap_in_cgroups(argv, self.cgroups, uid)
-                uid = None  # setpriv drops it, after joining the cgroups
-        ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
-        self.err = tempfile.TemporaryFile()
-        try:
-            self.proc = subprocess.Popen(
-                argv, pass_fds=(child.fileno(),), env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=self.err, start_new_session=True, **ids,
-            )  # fmt: skip
-        finally:
-            child.close()
+        # the server's own processes count too; a cgroup per server, under the claim
+        mem = (memory_mb << 20) + (isolation.SCRATCH_MB << 20) + (128 << 20)
+        self.proc, self.err, self.cgroups, _ = isolation.start_server(
+            argv, child, uid, f"{self.claim.cgroup_name}/tool", mem, 2 * max_processes + 64)
         ready, _, _ = select.select([self.sock], [], [], 30)
         hello = self.sock.recv(4096) if ready else b""
         caps = protocol.loads(hello) if hello else {}

@@ -326,6 +326,39 @@ def worker_command(isolation: str, python: str, code_dir: str, ctrl_fd: int, lim
     return argv + [python, *worker, "/sbx", str(ctrl_fd), isolation, limits]
 
 
+def start_server(argv: list[str], child, uid: int | None, cgroup_name: str, mem_bytes: int, pids_max: int):
+    """Start a sandbox server (a pool's worker, a tool's interpreter server) on ``child``, its end of the socket
+    pair (closed here once the server has it): with an empty environment, no stdin/stdout, stderr to a temporary
+    file, its own session; in cgroups of its own under ``cgroup_name`` (``mem_bytes``, ``pids_max``) where a slot
+    uid is given and setpriv exists (a shell joins them and setpriv drops to the uid), else as ``uid``.
+
+    Returns ``(proc, stderr file, cgroups, argv as started)``; the caller removes the cgroups when it closes."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    cgroups = []
+    if uid is not None and cgroup_name and shutil.which("setpriv") and os.path.exists("/bin/sh"):
+        cgroups = cgroup_create(cgroup_name, mem_bytes, pids_max)
+        if cgroups:
+            argv = wrap_in_cgroups(argv, cgroups, uid)
+            uid = None  # setpriv drops it, after joining the cgroups
+    ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
+    err = tempfile.TemporaryFile()
+    try:
+        proc = subprocess.Popen(
+            argv, pass_fds=(child.fileno(),), env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=err, start_new_session=True, **ids,
+        )  # fmt: skip
+    except BaseException:
+        err.close()
+        cgroup_remove(cgroups)
+        raise
+    finally:
+        child.close()
+    return proc, err, cgroups, argv
+
+
 # ---------------------------------------------------------------- worker side: rlimits
 def _capped(items) -> list:
     plan = []

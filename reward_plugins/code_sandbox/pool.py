@@ -13,11 +13,8 @@ import logging
 import os
 import queue
 import select
-import shutil
 import signal
 import socket
-import subprocess
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -120,29 +117,10 @@ class _Worker:
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = host
         argv = isolation.worker_command(isolation_mode, python, code_dir, child.fileno(), protocol.dumps(_header(limits)).decode())
-        self.cgroups = []
-        if uid is not None and cgroup_name and shutil.which("setpriv") and os.path.exists("/bin/sh"):
-            name = cgroup_name  # under the pool's claim (claim.py), unique per worker start
-            mem = 2 * (limits.memory_mb << 20) + (isolation.SCRATCH_MB << 20) + (256 << 20)
-            self.cgroups = isolation.cgroup_create(name, mem, 2 * limits.max_processes + 16)
-            if self.cgroups:
-                argv = isolation.wrap_in_cgroups(argv, self.cgroups, uid)
-                uid = None  # setpriv drops it, after joining the cgroups
-        ids = dict(user=uid, group=uid, extra_groups=[]) if uid is not None else {}
-        self.err = tempfile.TemporaryFile()
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                pass_fds=(child.fileno(),),
-                env={},
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=self.err,
-                start_new_session=True,
-                **ids,
-            )
-        finally:
-            child.close()
+        # cgroups under the pool's claim (claim.py), unique per worker start
+        mem = 2 * (limits.memory_mb << 20) + (isolation.SCRATCH_MB << 20) + (256 << 20)
+        self.proc, self.err, self.cgroups, argv = isolation.start_server(
+            argv, child, uid, cgroup_name, mem, 2 * limits.max_processes + 16)
         ready, _, _ = select.select([self.sock], [], [], 30)
         hello = self.sock.recv(4096) if ready else b""
         if not hello:
