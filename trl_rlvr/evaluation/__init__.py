@@ -2,6 +2,7 @@
 
 - :mod:`.evaluate`: :func:`evaluate` (greedy) and :func:`evaluate_sampled`, single- or multi-process;
 - :mod:`.generation`: the one generation loop (greedy, or seeded sampling with each sample's stream fixed by seed, question and sample index);
+- :mod:`.vllm_generation`: the same completions from a vLLM engine (one seeded request per sample);
 - :mod:`.passk`: the unbiased pass@k estimator and exact maj@k;
 - :mod:`.report`: the table, the JSON and the pass@k plot; :mod:`.callback`: :class:`SampledEvalCallback`.
 """
