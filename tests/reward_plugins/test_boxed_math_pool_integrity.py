@@ -131,6 +131,13 @@ def test_an_interruption_right_after_dispatch_leaves_no_reply_for_the_next_call(
     """The deterministic form: interrupted just after the first tasks were sent; the next call's results are
     its own (on the old pool, the late replies were taken as the next call's results at the same index)."""
     tasks, _ = batch(seconds=0.3)
+    _interrupted_in_flight(lambda: pool.map(tasks, deadline=5.0))
+    assert_healthy(pool)
+
+
+def _interrupted_in_flight(call) -> None:
+    """Run ``call()`` raising Interrupt in the pool's wait loop (:func:`_wake_line`), once the first tasks are
+    out; fails unless the interruption reached the caller."""
     wake = _wake_line()
 
     def local(frame, event, arg):
@@ -141,10 +148,9 @@ def test_an_interruption_right_after_dispatch_leaves_no_reply_for_the_next_call(
     sys.settrace(lambda frame, event, arg: local if frame.f_code.co_name == "_run" else None)
     try:
         with pytest.raises(Interrupt):
-            pool.map(tasks, deadline=5.0)
+            call()
     finally:
         sys.settrace(None)
-    assert_healthy(pool)
 
 
 def _wake_line() -> int:
@@ -220,19 +226,7 @@ def test_boxed_math_interrupted_call_does_not_leak_its_verdicts():
     assert reward(None, [r"\boxed{1}"], answer=["1"]) == [1.0]
     right = [r"\boxed{(x^2+2x+1)^{3}}", r"\boxed{\frac{2}{4}}", r"\boxed{(x+1)^{2}(x+1)}"]
     golds = [r"(x+1)^{6}", r"\frac12", r"(x+1)^3"]
-    wake = _wake_line()
-
-    def local(frame, event, arg):
-        if event == "line" and frame.f_lineno == wake:
-            raise Interrupt("tasks in flight")
-        return local
-
-    sys.settrace(lambda frame, event, arg: local if frame.f_code.co_name == "_run" else None)
-    try:
-        with pytest.raises(Interrupt):
-            reward(None, right, answer=golds)
-    finally:
-        sys.settrace(None)
+    _interrupted_in_flight(lambda: reward(None, right, answer=golds))
     wrong = [r"\boxed{(x^2+2x+1)^{4}}", r"\boxed{\frac{3}{4}}", r"\boxed{(x+1)^{2}}"]
     assert reward(None, wrong, answer=golds) == [0.0, 0.0, 0.0]
     assert reward(None, right, answer=golds) == [1.0, 1.0, 1.0]
