@@ -18,6 +18,11 @@ The settings it needs: ``eval_strategy="steps"`` with an ``eval_dataset`` (trans
 from __future__ import annotations
 
 
+def _save_strategy(args) -> str:
+    """``args.save_strategy`` as its plain value ("steps", "best", ...), whether a string or transformers' enum."""
+    return str(getattr(args.save_strategy, "value", args.save_strategy))
+
+
 def sampled_best_metric(args, eval_steps: int, keys: list[str]) -> str | None:
     """The callback's key that ``args.metric_for_best_model`` names (``"eval/pass@1"`` or ``"eval_eval/pass@1"``), or
     None when it names another metric. Raises ``ValueError`` naming the field when it names an ``eval/`` key the
@@ -30,9 +35,9 @@ def sampled_best_metric(args, eval_steps: int, keys: list[str]) -> str | None:
         return None
     if key not in keys:
         raise ValueError(f"metric_for_best_model={name!r} is not a key SampledEvalCallback logs; its keys: {keys}")
-    selecting = args.load_best_model_at_end or str(args.save_strategy) in ("best", "SaveStrategy.BEST")
+    selecting = args.load_best_model_at_end or _save_strategy(args) == "best"
     save_steps = args.save_steps
-    if selecting and str(args.save_strategy) in ("steps", "SaveStrategy.STEPS") and save_steps % eval_steps:
+    if selecting and _save_strategy(args) == "steps" and save_steps % eval_steps:
         raise ValueError(f"metric_for_best_model={name!r} needs a checkpoint at SampledEvalCallback's evaluations: "
                          f"save_steps ({save_steps}) must be a multiple of its eval_steps ({eval_steps})")
     return key
@@ -43,6 +48,6 @@ def offer_to_best_model_selection(trainer, control, logs: dict) -> bool:
     whether the metric is a new best (and, with ``save_strategy="best"``, saves a checkpoint only then)."""
     metrics = {f"eval_{k}": v for k, v in logs.items() if k.startswith("eval/")}
     is_new_best = trainer._determine_best_metric(metrics=metrics, trial=None)
-    if str(trainer.args.save_strategy) in ("best", "SaveStrategy.BEST"):
+    if _save_strategy(trainer.args) == "best":
         control.should_save = is_new_best
     return is_new_best

@@ -119,9 +119,9 @@ class RecipeArguments:
 def make_parser(script_class: type = RecipeArguments, defaults: dict[str, Any] | None = None, prog: str | None = None):
     """A ``TrlParser`` over (``script_class``, ``RLVRConfig``, ``ModelConfig``) that knows ``preset`` and names
     unknown keys; ``defaults`` are the script's own defaults (lowest precedence)."""
-    from trl import ModelConfig, TrlParser  # noqa: I001
+    from trl import ModelConfig, TrlParser
 
-    from trl_rlvr.config import RLVRConfig  # first: it quiets a bitsandbytes import notice (trl_rlvr._compat.quantized)
+    from trl_rlvr.config import RLVRConfig
 
     class RecipeParser(TrlParser):
         def parse_args_and_config(self, args=None, **kwargs):
