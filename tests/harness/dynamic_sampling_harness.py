@@ -57,12 +57,9 @@ def run(model_dir, reward=mixed_reward, record_prompts=None, callbacks=(), **ove
 
 
 if __name__ == "__main__":
-    from tests.harness.launch import end_distributed
-
     model_dir, out = sys.argv[1], sys.argv[2]
     trainer, seen = run(model_dir, max_steps=int(sys.argv[3]) if len(sys.argv) > 3 else 3,
                         per_device_train_batch_size=4)
     rank = trainer.accelerator.process_index
     torch.save({"num_processes": trainer.accelerator.num_processes, "advantages": seen,
                 "log_history": trainer.state.log_history}, f"{out}.rank{rank}.pt")
-    end_distributed()

@@ -33,14 +33,3 @@ def launch_on_cpu(*script_and_args, num_processes: int = 2, timeout: float = 600
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
-
-
-def end_distributed() -> None:
-    """The end of a launched harness: every rank waits for the others, then the process group is torn down. Left to
-    the interpreter's exit, a gloo group can abort a rank whose work is done ("terminate called without an active
-    exception", exit -6), and the launch then fails."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()

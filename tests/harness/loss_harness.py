@@ -232,8 +232,6 @@ def assert_grads_equal(got, want, atol=1e-6):
 
 
 if __name__ == "__main__":
-    from tests.harness.launch import end_distributed
-
     model_dir, out_path, norms = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
     spg, ga = (int(sys.argv[4]), int(sys.argv[5])) if len(sys.argv) > 5 else (2, 2)
     # optional 6th argument, an advantage_baseline: the trainer computes the advantages of FIXED_REWARDS
@@ -245,4 +243,3 @@ if __name__ == "__main__":
     if trainer.accelerator.is_main_process:
         results["num_processes"] = trainer.accelerator.num_processes
         torch.save(results, out_path)
-    end_distributed()

@@ -48,8 +48,6 @@ def record_rounds(trainer) -> list[list[int]]:
 
 
 if __name__ == "__main__":
-    from tests.harness.launch import end_distributed
-
     model_dir, out = sys.argv[1], sys.argv[2]
     trainer = make_selective_trainer(model_dir, max_steps=int(sys.argv[3]) if len(sys.argv) > 3 else 6,
                                      per_device_train_batch_size=4, dynamic_sampling=True)
@@ -59,4 +57,3 @@ if __name__ == "__main__":
     torch.save({"num_processes": trainer.accelerator.num_processes, "rounds": rounds,
                 "stream": trainer._prompt_stream.state_dict(), "log_history": trainer.state.log_history},
                f"{out}.rank{rank}.pt")
-    end_distributed()
