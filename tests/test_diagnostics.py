@@ -1,10 +1,10 @@
-"""The doctor's checks (trl_rlvr.diagnostics), each a pure function of measured numbers, on hand-made batches."""
+"""The doctor's checks (trl_rlvr.checks.verdicts), each a pure function of measured numbers, on hand-made batches."""
 
 import math
 
 import pytest
 
-from trl_rlvr.diagnostics import (
+from trl_rlvr.checks.verdicts import (
     Check,
     check_loss_normalization,
     check_machine,

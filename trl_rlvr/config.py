@@ -16,11 +16,11 @@ from typing import Any
 from trl import GRPOConfig
 
 from trl_rlvr._compat.trl_contract import trl_loss_types
-from trl_rlvr.alarms import parse_thresholds
 from trl_rlvr.algorithms.advantages import BASELINES, STD_KINDS
 from trl_rlvr.algorithms.shaping import validate_overlong
-from trl_rlvr.checks import check_settings, option_acts
-from trl_rlvr.hardware import check_machine
+from trl_rlvr.checks.alarms import parse_thresholds
+from trl_rlvr.checks.machine import check_machine
+from trl_rlvr.checks.settings import check_settings, option_acts
 from trl_rlvr.options_doc import parameters_section
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
@@ -221,7 +221,7 @@ class RLVRConfig(GRPOConfig):
             "help": "Warn once, with the numbers, when truncation, answers a reward cannot read, reward errors or "
             "timeouts, or zero-signal groups stay above a threshold for several logging steps, and, with a "
             "SampledEvalCallback, when training success rises while held-out pass@1 falls (reward hacking); each "
-            "alarm is also logged as rlvr/alarm/<name> (trl_rlvr.alarms, docs/before_and_during_a_run.md)."
+            "alarm is also logged as rlvr/alarm/<name> (trl_rlvr.checks.alarms, docs/before_and_during_a_run.md)."
         },
     )
     alarm_thresholds: dict | str | None = field(

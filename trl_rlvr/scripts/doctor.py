@@ -3,7 +3,7 @@
 The arguments are ``trl-rlvr train``'s (:mod:`trl_rlvr.scripts.train`: the same parser, preset, YAML and command
 line), plus ``--json`` and ``--doctor_prompts``. The doctor builds the run's trainer (:func:`build_trainer`: data,
 rewards, model), generates ONE generation batch with the trainer's own generation and scoring (the run's sampling
-settings, its rewards, its advantages), and prints one verdict per check of :mod:`trl_rlvr.diagnostics`
+settings, its rewards, its advantages), and prints one verdict per check of :mod:`trl_rlvr.checks.verdicts`
 (truncation, each reward, zero-signal groups, the loss normalisation, the machine) with what to change.
 
 Exit status: 0 when no check fails, 1 when one does, 2 when the doctor could not run (a bad recipe, a model
@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from trl_rlvr.diagnostics import (
+from trl_rlvr.checks.verdicts import (
     Check,
     check_loss_normalization,
     check_machine,
@@ -110,7 +110,7 @@ def measure(trainer, prompts: int | None = None) -> dict:
 
 
 def diagnose(m: dict, args) -> list[Check]:
-    """The checks of :mod:`trl_rlvr.diagnostics` for one measured batch ``m`` (:func:`measure`) under ``args``."""
+    """The checks of :mod:`trl_rlvr.checks.verdicts` for one measured batch ``m`` (:func:`measure`) under ``args``."""
     checks = [check_machine([])]
     checks.append(check_truncation(m["truncated"], m["lengths"], args.max_completion_length,
                                    mask_truncated_completions=args.mask_truncated_completions))
@@ -164,7 +164,7 @@ def _write_json(path: str | None, report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``trl-rlvr doctor``; returns the exit status."""
-    from trl_rlvr.hardware import UnusableSettingsError
+    from trl_rlvr.checks.machine import UnusableSettingsError
     from trl_rlvr.scripts.train import (
         _read_config,
         _setting,

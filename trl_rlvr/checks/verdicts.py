@@ -286,7 +286,7 @@ def check_loss_normalization(loss_normalization: str | None, loss_type: str, tok
 
 # ------------------------------------------------------------------------------------------------ machine
 def check_machine(problems: Sequence[str]) -> Check:
-    """Settings the machine cannot run (from :func:`trl_rlvr.hardware.unusable_settings`): fail when any."""
+    """Settings the machine cannot run (from :func:`trl_rlvr.checks.machine.unusable_settings`): fail when any."""
     if not problems:
         return Check("machine", "ok", "the precision and generation settings run on this machine")
     return Check("machine", "fail", "; ".join(problems), "override the fields named above (see the message)",
