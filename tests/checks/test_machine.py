@@ -7,7 +7,7 @@ import pytest
 
 from trl_rlvr.checks.machine import Machine, UnusableSettingsError, check_machine, unusable_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CPU = Machine(bf16=False, fp16=False, vllm=False)
 
 
