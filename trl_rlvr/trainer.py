@@ -400,8 +400,8 @@ class RLVRTrainer(GRPOTrainer):
                 self._prompt_stream.load_state_dict(json.load(f))
         else:
             logger.warning(
-                "dynamic sampling: the checkpoint %s has no %s (written by an older trl-rlvr, or not by "
-                "RLVRTrainer): the prompt stream restarts from the beginning of the dataset, so prompts already "
+                "dynamic sampling: the checkpoint %s has no %s (written without dynamic or selective sampling, or "
+                "not by RLVRTrainer): the prompt stream restarts from the beginning of the dataset, so prompts already "
                 "trained on are drawn again", checkpoint, PROMPT_STREAM_STATE_FILE,
             )
 
