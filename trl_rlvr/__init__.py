@@ -2,20 +2,21 @@
 
 The public face. The package, by folder:
 
-- ``config`` / ``trainer``: :class:`RLVRConfig` (TRL's ``GRPOConfig`` plus the RLVR switches, presets) and
-  :class:`RLVRTrainer` (``GRPOTrainer`` with thin glue); ``checks``: mistakes found before a model loads;
+- ``config`` / ``presets`` / ``trainer``: :class:`RLVRConfig` (TRL's ``GRPOConfig`` plus the RLVR switches), the
+  papers' presets, and :class:`RLVRTrainer` (``GRPOTrainer`` with thin glue);
 - ``algorithms/``: the pure maths (advantages, token counts, shaping, rollout metrics);
 - ``sampling/``: which rows reach the loss (dynamic and selective sampling, the prompt stream);
 - ``rewards/``: the plugin registry and contract (the plugins themselves are the ``reward_plugins`` package);
+- ``checks/``: what tells the user something is wrong: before a model loads (settings, this machine), during a
+  run (alarms), on one measured batch (the doctor's verdicts); ``audit/``: a reward against hostile corpora;
 - ``evaluation/``: greedy and sampled held-out evaluation, pass@k / maj@k, the report, the training callback;
-- ``scripts/``: the ``trl-rlvr`` commands (train, eval, rewards), data and model loading;
+- ``scripts/``: the ``trl-rlvr`` commands (train, doctor, eval, rewards audit), data and model loading;
 - ``testing/``: tiny models and tokenizers for tests and plugin authors; ``_compat/``: private shims.
 
 ``RLVRConfig``, ``RLVRTrainer`` and the evaluation import TRL or transformers (slow): they are loaded on first
 access, so that the reward registry and the CLI stay light.
 """
 
-from trl_rlvr._compat import moved
 from trl_rlvr._compat.quantized import silence_cpu_kernel_notice
 from trl_rlvr.rewards import (
     REWARD_KINDS,
@@ -58,7 +59,6 @@ __all__ = [
 ]
 
 silence_cpu_kernel_notice()  # before anything imports transformers (-> peft -> bitsandbytes)
-moved.install()  # the module paths of 0.2 keep importing for one release, with a FutureWarning
 
 
 def __getattr__(name):
@@ -66,10 +66,6 @@ def __getattr__(name):
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if f"trl_rlvr.{name}" in moved.MOVED:  # ``trl_rlvr.advantages`` reached as an attribute
-        import importlib
-
-        return importlib.import_module(f"trl_rlvr.{name}")
     raise AttributeError(f"module 'trl_rlvr' has no attribute {name!r}")
 
 

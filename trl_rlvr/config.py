@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,12 +17,11 @@ from typing import Any
 from trl import GRPOConfig
 
 from trl_rlvr._compat.trl_contract import trl_loss_types
-from trl_rlvr.alarms import parse_thresholds
 from trl_rlvr.algorithms.advantages import BASELINES, STD_KINDS
 from trl_rlvr.algorithms.shaping import validate_overlong
-from trl_rlvr.checks import check_settings, option_acts
-from trl_rlvr.hardware import check_machine
-from trl_rlvr.options_doc import parameters_section
+from trl_rlvr.checks.alarms import parse_thresholds
+from trl_rlvr.checks.machine import check_machine
+from trl_rlvr.checks.settings import check_settings, option_acts
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
 _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOConfig.__dataclass_fields__
@@ -221,7 +221,7 @@ class RLVRConfig(GRPOConfig):
             "help": "Warn once, with the numbers, when truncation, answers a reward cannot read, reward errors or "
             "timeouts, or zero-signal groups stay above a threshold for several logging steps, and, with a "
             "SampledEvalCallback, when training success rises while held-out pass@1 falls (reward hacking); each "
-            "alarm is also logged as rlvr/alarm/<name> (trl_rlvr.alarms, docs/before_and_during_a_run.md)."
+            "alarm is also logged as rlvr/alarm/<name> (trl_rlvr.checks.alarms, docs/before_and_during_a_run.md)."
         },
     )
     alarm_thresholds: dict | str | None = field(
@@ -411,7 +411,7 @@ class RLVRConfig(GRPOConfig):
 
 
 #: The options RLVRConfig declares, grouped as its docstring's ``Parameters:`` section and docs/trainer.md show them
-#: (both generated from the fields' help texts by :mod:`trl_rlvr.options_doc`).
+#: (both generated from the fields' help texts: :func:`parameters_section`, :mod:`trl_rlvr.scripts.options_doc`).
 PARAMETER_GROUPS = {
     "Parameters that control the loss": (
         "loss_type", "loss_normalization", "loss_constant", "token_count_scope",
@@ -433,4 +433,37 @@ PARAMETER_GROUPS = {
         "gradient_checkpointing", *(() if _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING else ("activation_checkpointing",)),
     ),
 }
+
+# ------------------------------------------------------------------------------------------- the options' docs
+# Each option is documented once, in its field's ``help``: the ``Parameters:`` section of RLVRConfig's docstring
+# (TRL's style) below and the options table of docs/trainer.md (``python -m trl_rlvr.scripts.options_doc``) are
+# rendered from those texts.
+def field_type_text(f: dataclasses.Field) -> str:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    return " or ".join(f"`{part.strip()}`" for part in kind.split("|"))
+
+
+def field_default_text(f: dataclasses.Field) -> str:
+    value = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    return f'`"{value}"`' if isinstance(value, str) else f"`{value!r}`"
+
+
+def field_help_text(f: dataclasses.Field) -> str:
+    return " ".join(f.metadata["help"].split())
+
+
+def parameters_section(cls, groups) -> str:
+    """The ``Parameters:`` section (TRL's docstring style) of the fields of ``groups``, for ``cls.__doc__``."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    lines = ["Parameters:"]
+    for title, names in groups.items():
+        lines += [f"    > {title}", ""]
+        for name in names:
+            f = fields[name]
+            lines.append(f"    {name} ({field_type_text(f)}, *optional*, defaults to {field_default_text(f)}):")
+            lines += textwrap.wrap(field_help_text(f), width=116, initial_indent=" " * 8, subsequent_indent=" " * 8)
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
 RLVRConfig.__doc__ = inspect.cleandoc(RLVRConfig.__doc__) + "\n\n" + parameters_section(RLVRConfig, PARAMETER_GROUPS)

@@ -1,7 +1,8 @@
 """Named presets: the algorithm switches of one paper, as ``RLVRConfig`` field values.
 
 ``RLVRConfig.from_preset("dapo", **overrides)`` in Python, ``preset: dapo`` in a recipe (``trl-rlvr train``).
-Every preset sets the same fields (:data:`PRESET_FIELDS`), so choosing one fixes the whole algorithm whatever
+A preset is GRPO's switches (:data:`BASE`) and the paper's differences from them;
+every preset sets the same fields (:data:`PRESET_FIELDS`), so choosing one fixes the whole algorithm whatever
 the other fields say; model, data, batch sizes, lengths and learning rate stay the user's. The papers' own
 hyperparameters for those are listed in docs/recipes.md beside this table, not set here.
 
@@ -20,9 +21,20 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Preset:
+    """One paper's switches: ``differences`` from :data:`BASE` (field -> value, or a function of the other settings:
+    the DAPO overlong buffer scales with the budget); ``values`` is the whole set, every field of :data:`BASE`."""
+
     paper: str
-    #: field -> value, or a function of the other settings (the DAPO overlong buffer scales with the budget)
-    values: Mapping[str, Any | Callable[[Mapping[str, Any]], Any]]
+    differences: Mapping[str, Any | Callable[[Mapping[str, Any]], Any]]
+
+    def __post_init__(self):
+        unknown = sorted(set(self.differences) - set(BASE))
+        if unknown:
+            raise ValueError(f"a preset sets {unknown}, which are not preset fields (BASE): {sorted(BASE)}")
+
+    @property
+    def values(self) -> dict[str, Any | Callable[[Mapping[str, Any]], Any]]:
+        return {**BASE, **self.differences}
 
 
 def setting(settings: Mapping[str, Any], name: str) -> Any:
@@ -43,41 +55,39 @@ def _dapo_overlong_buffer(settings: Mapping[str, Any]) -> int:
     return int(setting(settings, "max_completion_length")) // 5
 
 
+#: Every field a preset sets, at GRPO's values (Shao et al. 2024): the base every paper's preset differs from. A
+#: preset sets each of these (its own value or the base's), so choosing one fixes the whole algorithm.
+BASE: dict[str, Any] = dict(
+    loss_normalization="per_answer", scale_rewards="group", advantage_std="population", advantage_baseline="group_mean",
+    beta=0.04, epsilon=0.2, epsilon_high=None, mask_truncated_completions=False,
+    dynamic_sampling=False, max_sampling_rounds=3, dynamic_sampling_metric="reward",
+    overlong_buffer_length=None, overlong_penalty_factor=1.0,
+)
+#: The fields a preset may set, listed once (the keys of :data:`BASE`).
+PRESET_FIELDS = tuple(BASE)
+
+#: name -> (paper, the values where it differs from :data:`BASE`)
 PRESETS: dict[str, Preset] = {
     "grpo": Preset(
         "Shao et al. 2024, DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models "
         "(arXiv:2402.03300)",
-        dict(loss_normalization="per_answer", scale_rewards="group", advantage_std="population",
-             advantage_baseline="group_mean", beta=0.04, epsilon=0.2, epsilon_high=None, dynamic_sampling=False,
-             overlong_buffer_length=None, mask_truncated_completions=False,
-             max_sampling_rounds=3, dynamic_sampling_metric="reward"),
+        {},
     ),
     "r1zero": Preset(
         "DeepSeek-AI 2025, DeepSeek-R1: Incentivizing Reasoning Capability in LLMs via Reinforcement Learning "
         "(arXiv:2501.12948; Nature 645, 2025)",
-        dict(loss_normalization="per_answer", scale_rewards="group", advantage_std="population",
-             advantage_baseline="group_mean", beta=0.001, epsilon=0.2, epsilon_high=None, dynamic_sampling=False,
-             overlong_buffer_length=None, mask_truncated_completions=False,
-             max_sampling_rounds=3, dynamic_sampling_metric="reward"),
+        dict(beta=0.001),
     ),
     "dr_grpo": Preset(
         "Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (arXiv:2503.20783)",
-        dict(loss_normalization="constant", scale_rewards="none", advantage_std="population",
-             advantage_baseline="group_mean", beta=0.0, epsilon=0.2, epsilon_high=None, dynamic_sampling=False,
-             overlong_buffer_length=None, mask_truncated_completions=False,
-             max_sampling_rounds=3, dynamic_sampling_metric="reward"),
+        dict(loss_normalization="constant", scale_rewards="none", beta=0.0),
     ),
     "dapo": Preset(
         "Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv:2503.14476)",
-        dict(loss_normalization="per_batch_token", scale_rewards="group", advantage_std="population",
-             advantage_baseline="group_mean", beta=0.0, epsilon=0.2, epsilon_high=0.28, dynamic_sampling=True,
-             overlong_buffer_length=_dapo_overlong_buffer, overlong_penalty_factor=1.0,
-             mask_truncated_completions=False, max_sampling_rounds=10, dynamic_sampling_metric="success"),
+        dict(loss_normalization="per_batch_token", beta=0.0, epsilon_high=0.28, dynamic_sampling=True,
+             max_sampling_rounds=10, dynamic_sampling_metric="success", overlong_buffer_length=_dapo_overlong_buffer),
     ),
 }
-
-#: The fields every preset sets.
-PRESET_FIELDS = tuple(PRESETS["grpo"].values)
 
 
 def preset_values(name: str, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:

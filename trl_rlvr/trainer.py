@@ -35,12 +35,12 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr._compat.notices import trl_generation_notices_silenced
 from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
-from trl_rlvr.alarms import RLVRAlarms
 from trl_rlvr.algorithms.advantages import group_advantages, require_finite_rewards, zero_signal_groups
 from trl_rlvr.algorithms.losses import per_step_num_items
 from trl_rlvr.algorithms.metrics import rollout_metrics, tool_metrics
 from trl_rlvr.algorithms.shaping import overlong_penalty
-from trl_rlvr.checks import check_dataset_columns, check_tool_settings
+from trl_rlvr.checks.alarms import RLVRAlarms
+from trl_rlvr.checks.settings import check_dataset_columns, check_tool_settings
 from trl_rlvr.config import RLVRConfig
 from trl_rlvr.rewards.registry import resolve_reward_funcs
 from trl_rlvr.sampling.dynamic import (
@@ -400,8 +400,8 @@ class RLVRTrainer(GRPOTrainer):
                 self._prompt_stream.load_state_dict(json.load(f))
         else:
             logger.warning(
-                "dynamic sampling: the checkpoint %s has no %s (written by an older trl-rlvr, or not by "
-                "RLVRTrainer): the prompt stream restarts from the beginning of the dataset, so prompts already "
+                "dynamic sampling: the checkpoint %s has no %s (written without dynamic or selective sampling, or "
+                "not by RLVRTrainer): the prompt stream restarts from the beginning of the dataset, so prompts already "
                 "trained on are drawn again", checkpoint, PROMPT_STREAM_STATE_FILE,
             )
 

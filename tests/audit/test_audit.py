@@ -17,8 +17,8 @@ from trl_rlvr.audit import (
     builtin_corpus,
     load_corpus,
 )
-from trl_rlvr.audit.cli import parse_reward_options
-from trl_rlvr.audit.corpus import parse_case
+from trl_rlvr.audit.cases import parse_case
+from trl_rlvr.scripts.audit import parse_reward_options
 
 
 def _cases(tmp_path, rows, name="cases.jsonl"):
@@ -165,7 +165,7 @@ def test_a_picklable_function_is_audited_in_the_child(tmp_path):
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(max_size=400))
 def test_property_shown_completions_are_plain_ascii(text):
-    from trl_rlvr.audit.report import _snippet
+    from trl_rlvr.audit.verdict import _snippet
 
     shown = _snippet(text)
     assert shown.isascii() and all(c.isprintable() for c in shown)

@@ -145,7 +145,7 @@ def test_checkpoint_saves_the_prompt_stream_position_and_resume_restores_it(tiny
     trainer.train()
     saved = [json.loads((tmp_path / f"checkpoint-{s}" / "rlvr_prompt_stream.json").read_text()) for s in (1, 2)]
     assert saved[1] == trainer._prompt_stream.state_dict()
-    assert saved[0] != {"epoch": 0, "offset": 0}  # so a fresh, unrestored stream would fail the check below
+    assert saved[0] != {"epoch": 0, "position": 0}  # so a fresh, unrestored stream would fail the check below
     restored = []
     load = RLVRTrainer._load_optimizer_and_scheduler
 

@@ -165,12 +165,6 @@ def test_skipped_prompts_stay_in_the_stream_and_predicted_informative_ones_are_n
     assert stream.skipped > 0
 
 
-def test_an_old_checkpoint_position_in_rounds_still_loads():
-    stream = PromptStream(10, 3, group_size=2, seed=7)
-    stream.load_state_dict({"epoch": 2, "offset": 2})
-    assert stream.state_dict() == {"epoch": 2, "position": 6}
-
-
 def test_history_with_another_window_is_refused():
     history = PromptHistory(window=2, revisit_probability=0.5, seed=0)
     with pytest.raises(ValueError, match="selective_sampling_window is 2"):

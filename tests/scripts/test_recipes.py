@@ -96,6 +96,29 @@ def test_from_preset_sets_exactly_the_papers_switches():
     assert (dr.loss_type, dr.scale_rewards, dr.beta) == ("dr_grpo", "none", 0.0)
 
 
+def test_every_preset_sets_every_preset_field_and_only_those():
+    """The fields a preset may set are listed once (PRESET_FIELDS, the base's keys); every preset sets each of them,
+    so choosing a preset fixes the whole algorithm (DAPO's overlong_penalty_factor was set by one preset only)."""
+    import dataclasses
+
+    from trl_rlvr import RLVRConfig
+
+    fields = {f.name for f in dataclasses.fields(RLVRConfig)}
+    assert set(PRESET_FIELDS) <= fields and len(set(PRESET_FIELDS)) == len(PRESET_FIELDS)
+    for name in PRESETS:
+        assert set(preset_values(name, {"max_completion_length": 500})) == set(PRESET_FIELDS), name
+
+
+def test_a_preset_lists_only_its_differences_from_the_base():
+    from trl_rlvr.presets import BASE, Preset
+
+    for name, preset in PRESETS.items():
+        repeated = {k for k, v in preset.differences.items() if not callable(v) and BASE[k] == v}
+        assert not repeated, (name, repeated)
+    with pytest.raises(ValueError, match=r"\['loss_typo'\], which are not preset fields"):
+        Preset("a paper", {"loss_typo": "dapo"})
+
+
 @pytest.mark.trl_contract
 @pytest.mark.parametrize("budget", [None, 100, 4096])
 def test_dapo_buffer_is_a_fifth_of_the_runs_budget(budget, tmp_path):

@@ -2,5 +2,5 @@
 
 Nothing outside ``trl_rlvr`` imports from here. :mod:`.trl_contract` lists every private TRL piece the trainer
 relies on and checks it at start-up; :mod:`.quantized` keeps 4-bit weights trainable on AVX512-BF16 CPUs;
-:mod:`.vllm_cpu` syncs weights into vLLM's CPU engine; :mod:`.moved` keeps the module paths of 0.2 importing.
+:mod:`.vllm_cpu` syncs weights into vLLM's CPU engine; :mod:`.notices` silences TRL's per-call generation notices.
 """

@@ -57,7 +57,8 @@ import functools
 import inspect
 import re
 
-#: The TRL versions the test suite proves (keep equal to the pin in pyproject.toml).
+#: The TRL versions the test suite proves (keep equal to the pin in pyproject.toml). The ``vllm`` extra follows the
+#: range that TRL declares (:func:`trl_vllm_requirement`).
 TESTED_TRL = ">=1.16,<1.17"
 
 #: Methods RLVRTrainer overrides or calls -> the parameters (after ``self``) it passes and expects.
@@ -133,6 +134,22 @@ def trl_loss_types() -> tuple[str, ...] | None:
     sentence = re.search(r"Supported values are (.*?)\.(?:\s|$)", help_text)
     names = tuple(re.findall(r"'(\w+)'", sentence.group(1))) if sentence else ()
     return names or None
+
+
+def trl_vllm_requirement() -> str | None:
+    """The vLLM versions the installed TRL supports, as its own ``vllm`` extra declares them (its metadata's
+    ``Requires-Dist: vllm<=0.31.0,>=0.22.0; extra == "vllm"`` for TRL 1.16; TRL warns at import outside them).
+    The ``vllm`` extra of pyproject.toml pins the same range (``pytest -m trl_contract`` holds them equal, so an
+    upgrade of TRL moves both); None when TRL declares no such extra."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    for line in importlib.metadata.requires("trl") or ():
+        requirement = Requirement(line)
+        if requirement.name == "vllm" and requirement.marker is not None and requirement.marker.evaluate({"extra": "vllm"}):
+            return str(requirement.specifier)
+    return None
 
 
 def contract_violations(trainer_cls=None, trainer=None) -> list[str]:

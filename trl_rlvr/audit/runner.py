@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from trl_rlvr.audit.corpus import Case
+from trl_rlvr.audit.cases import Case
 
 _MAX_REPLY = 1 << 20
 _STDERR_TAIL = 2000

@@ -150,8 +150,7 @@ class PromptStream:
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch = int(state["epoch"])
-        # "offset" (full rounds drawn in the pass) is how trl-rlvr before selective sampling saved the position
-        self.position = int(state["position"]) if "position" in state else int(state["offset"]) * self.prompts_per_round
+        self.position = int(state["position"])
         if self.history is not None and "history" in state:
             self.history.load_state_dict(state["history"])
 

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = rsub.add_parser("show", help="show one reward plugin and its options")
     p.add_argument("name")
     p.set_defaults(func=_rewards_show)
-    from trl_rlvr.audit.cli import add_parser as add_audit_parser
+    from trl_rlvr.scripts.audit import add_parser as add_audit_parser
 
     add_audit_parser(rsub)
     from trl_rlvr.scripts.eval import add_parser as add_eval_parser
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["train"]:  # its own parser: every RecipeArguments, RLVRConfig and ModelConfig field
-        from trl_rlvr.hardware import UnusableSettingsError
+        from trl_rlvr.checks.machine import UnusableSettingsError
         from trl_rlvr.scripts.data_fit import RecipeDataError
         from trl_rlvr.scripts.train import main as train_main
 

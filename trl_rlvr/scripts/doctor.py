@@ -3,7 +3,7 @@
 The arguments are ``trl-rlvr train``'s (:mod:`trl_rlvr.scripts.train`: the same parser, preset, YAML and command
 line), plus ``--json`` and ``--doctor_prompts``. The doctor builds the run's trainer (:func:`build_trainer`: data,
 rewards, model), generates ONE generation batch with the trainer's own generation and scoring (the run's sampling
-settings, its rewards, its advantages), and prints one verdict per check of :mod:`trl_rlvr.diagnostics`
+settings, its rewards, its advantages), and prints one verdict per check of :mod:`trl_rlvr.checks.verdicts`
 (truncation, each reward, zero-signal groups, the loss normalisation, the machine) with what to change.
 
 Exit status: 0 when no check fails, 1 when one does, 2 when the doctor could not run (a bad recipe, a model
@@ -19,15 +19,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from trl_rlvr.diagnostics import (
+from trl_rlvr.checks.verdicts import (
     Check,
-    check_loss_normalization,
-    check_machine,
-    check_reward,
-    check_truncation,
-    check_zero_signal,
     exit_code,
+    loss_normalization_verdict,
+    machine_verdict,
+    reward_verdict,
+    truncation_verdict,
     worst_verdict,
+    zero_signal_verdict,
 )
 from trl_rlvr.scripts.train import RecipeArguments
 
@@ -110,22 +110,22 @@ def measure(trainer, prompts: int | None = None) -> dict:
 
 
 def diagnose(m: dict, args) -> list[Check]:
-    """The checks of :mod:`trl_rlvr.diagnostics` for one measured batch ``m`` (:func:`measure`) under ``args``."""
-    checks = [check_machine([])]
-    checks.append(check_truncation(m["truncated"], m["lengths"], args.max_completion_length,
+    """The checks of :mod:`trl_rlvr.checks.verdicts` for one measured batch ``m`` (:func:`measure`) under ``args``."""
+    checks = [machine_verdict([])]
+    checks.append(truncation_verdict(m["truncated"], m["lengths"], args.max_completion_length,
                                    mask_truncated_completions=args.mask_truncated_completions))
     varies = {name: len({s for s in scores if not math.isnan(s)}) > 1
               for name, scores in zip(m["reward_names"], m["scores"], strict=True)}
     for name, scores in zip(m["reward_names"], m["scores"], strict=True):
-        checks.append(check_reward(name, [None if math.isnan(s) else s for s in scores], m["counters"][name],
+        checks.append(reward_verdict(name, [None if math.isnan(s) else s for s in scores], m["counters"][name],
                                    others_have_signal=any(v for other, v in varies.items() if other != name)))
-    checks.append(check_zero_signal(
+    checks.append(zero_signal_verdict(
         m["zero_signal"], m["success_rate"], m["group_size"], success_zero_signal=m["success_zero_signal"],
         dynamic_sampling=getattr(args, "dynamic_sampling", False),
         max_sampling_rounds=getattr(args, "max_sampling_rounds", 3),
         selective_sampling=getattr(args, "selective_sampling", False),
     ))
-    checks.append(check_loss_normalization(
+    checks.append(loss_normalization_verdict(
         getattr(args, "loss_normalization", None), args.loss_type, m["loss_tokens"],
         per_device_batch_size=args.per_device_train_batch_size, steps_per_generation=args.steps_per_generation,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
@@ -164,7 +164,7 @@ def _write_json(path: str | None, report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``trl-rlvr doctor``; returns the exit status."""
-    from trl_rlvr.hardware import UnusableSettingsError
+    from trl_rlvr.checks.machine import UnusableSettingsError
     from trl_rlvr.scripts.train import (
         _read_config,
         _setting,
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recipe, args, model_args = make_parser(DoctorArguments, prog="trl-rlvr doctor").parse_args_and_config(argv)
     except UnusableSettingsError as e:  # the machine check fails before anything else can be measured
-        checks = [check_machine(e.problems)]
+        checks = [machine_verdict(e.problems)]
         checks[0] = Check("machine", "fail", checks[0].summary, "override: " + " ".join(
             f"--{k} {str(v).lower()}" for k, v in e.overrides.items()), checks[0].numbers)
         print(render(checks, "trl-rlvr doctor: the settings cannot run here; nothing was generated"))

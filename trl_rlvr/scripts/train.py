@@ -227,7 +227,7 @@ def recipe_rewards(recipe, training_args) -> list:
     With a prompt that ends in ``<think>`` (``chat_prefill``, ``r1zero``), ``think_format`` and ``boxed_math``
     get ``prefilled=True``: the completion starts inside the reasoning, and an answer exists only after
     ``</think>`` (boxed_math gives no credit to a box inside unclosed reasoning)."""
-    from trl_rlvr.checks import check_dataset_columns
+    from trl_rlvr.checks.settings import check_dataset_columns
     from trl_rlvr.rewards.registry import resolve_reward_funcs
     from trl_rlvr.scripts.data import with_prefilled_options
 

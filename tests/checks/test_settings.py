@@ -74,7 +74,7 @@ def test_use_vllm_without_vllm_fails_at_config_time(tmp_path):
 
     with pytest.raises(ImportError, match=r"use_vllm=True \(vllm_mode='colocate'\) needs vLLM"):
         config(use_vllm=True)
-    recipe = Path(__file__).resolve().parent.parent / "examples" / "recipes" / "dapo.yaml"  # use_vllm: true
+    recipe = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "dapo.yaml"  # use_vllm: true
     with pytest.raises(ImportError, match="use_vllm=True"):
         main(["--config", str(recipe), "--model_name_or_path", MISSING_MODEL, "--bf16", "false", "--use_cpu", "true",
               "--output_dir", str(tmp_path)])

@@ -1,6 +1,6 @@
 r"""What one generated batch says about a run, as verdicts: pure functions of measured numbers and settings.
 
-Each ``check_*`` function takes numbers measured on one real batch (or settings) and returns a :class:`Check`:
+Each ``*_verdict`` function takes numbers measured on one real batch (or settings) and returns a :class:`Check`:
 a verdict (``ok`` / ``warn`` / ``fail``), what was measured, and what to change. ``trl-rlvr doctor``
 (:mod:`trl_rlvr.scripts.doctor`) measures the numbers and prints the checks; the thresholds are arguments with
 documented defaults, so a caller (or a test) can hold them to its own.
@@ -69,7 +69,7 @@ def exit_code(checks: Sequence[Check]) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ truncation
-def check_truncation(truncated: Sequence[bool], lengths: Sequence[int], max_completion_length: int, *,
+def truncation_verdict(truncated: Sequence[bool], lengths: Sequence[int], max_completion_length: int, *,
                      mask_truncated_completions: bool = False, warn_at: float = 0.1, fail_at: float = 0.9) -> Check:
     """The share of answers that hit ``max_completion_length``: warn from ``warn_at`` (answers lost to the budget),
     fail from ``fail_at`` (almost no answer finishes, so a verifier has almost nothing to score)."""
@@ -112,7 +112,7 @@ def reward_summary(scores: Sequence[float | None], counters: dict[str, float]) -
     }
 
 
-def check_reward(name: str, scores: Sequence[float | None], counters: dict[str, float], *,
+def reward_verdict(name: str, scores: Sequence[float | None], counters: dict[str, float], *,
                  others_have_signal: bool = False, unreadable_warn: float = 0.5, failed_warn: float = 1e-9,
                  failed_fail: float = 0.1) -> Check:
     """One reward on one batch. Fails when it could read no answer at all (unless ``others_have_signal``: another
@@ -165,7 +165,7 @@ def dynamic_sampling_cost(zero_signal_frac: float) -> float:
     return math.inf if zero_signal_frac >= 1.0 else 1.0 / (1.0 - zero_signal_frac)
 
 
-def check_zero_signal(zero_signal: Sequence[bool], success_rate: float, group_size: int, *,
+def zero_signal_verdict(zero_signal: Sequence[bool], success_rate: float, group_size: int, *,
                       success_zero_signal: Sequence[bool] | None = None, dynamic_sampling: bool = False,
                       max_sampling_rounds: int = 3, selective_sampling: bool = False, warn_at: float = 0.5,
                       fail_at: float = 1.0) -> Check:
@@ -237,7 +237,7 @@ def step_token_counts(tokens_per_row: Sequence[int], per_device_batch_size: int,
     return exact, [estimate] * steps
 
 
-def check_loss_normalization(loss_normalization: str | None, loss_type: str, tokens_per_row: Sequence[int], *,
+def loss_normalization_verdict(loss_normalization: str | None, loss_type: str, tokens_per_row: Sequence[int], *,
                              per_device_batch_size: int, steps_per_generation: int, gradient_accumulation_steps: int,
                              token_count_scope: str = "optimizer_step", loss_constant: int | None = None,
                              max_completion_length: int | None = None, num_processes: int = 1,
@@ -285,8 +285,8 @@ def check_loss_normalization(loss_normalization: str | None, loss_type: str, tok
 
 
 # ------------------------------------------------------------------------------------------------ machine
-def check_machine(problems: Sequence[str]) -> Check:
-    """Settings the machine cannot run (from :func:`trl_rlvr.hardware.unusable_settings`): fail when any."""
+def machine_verdict(problems: Sequence[str]) -> Check:
+    """Settings the machine cannot run (from :func:`trl_rlvr.checks.machine.unusable_settings`): fail when any."""
     if not problems:
         return Check("machine", "ok", "the precision and generation settings run on this machine")
     return Check("machine", "fail", "; ".join(problems), "override the fields named above (see the message)",

@@ -50,7 +50,7 @@ class Machine:
 def unusable_settings(config, machine: Machine) -> tuple[list[str], dict[str, bool]]:
     """(one message per setting ``machine`` cannot run, the overrides that fix them) for a config (any object with
     ``bf16``, ``fp16``, ``use_cpu``, ``use_vllm``, ``vllm_mode``). ``bf16=None`` is TRL's default, which turns bf16 on
-    unless fp16 is. bf16 with ``use_cpu=True`` runs (slowly; :func:`trl_rlvr.checks.check_settings` warns)."""
+    unless fp16 is. bf16 with ``use_cpu=True`` runs (slowly; :func:`trl_rlvr.checks.settings.check_settings` warns)."""
     problems, overrides = [], {}
     bf16 = (not config.fp16) if config.bf16 is None else bool(config.bf16)
     if bf16 and not config.use_cpu and not machine.bf16:

@@ -1,4 +1,4 @@
-"""Alarms while training (trl_rlvr.alarms): the rules on seeded metric histories, then the callback in a real
+"""Alarms while training (trl_rlvr.checks.alarms): the rules on seeded metric histories, then the callback in a real
 RLVRTrainer on the tiny model, with a reward hacked by construction and a clean one."""
 
 import random
@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from trl_rlvr.alarms import (
+from trl_rlvr.checks.alarms import (
     DEFAULT_THRESHOLDS,
     counter_share,
     format_without_accuracy,
@@ -136,7 +136,7 @@ def _run(tiny_model_dir, tmp_path, hacked: bool, **config):
 
 
 def _alarms(trainer):
-    from trl_rlvr.alarms import RLVRAlarms
+    from trl_rlvr.checks.alarms import RLVRAlarms
 
     return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, RLVRAlarms)]
 

@@ -1,13 +1,13 @@
-"""Settings the machine cannot run (trl_rlvr.hardware): one error naming every override, before any model loads."""
+"""Settings the machine cannot run (trl_rlvr.checks.machine): one error naming every override, before any model loads."""
 
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from trl_rlvr.hardware import Machine, UnusableSettingsError, check_machine, unusable_settings
+from trl_rlvr.checks.machine import Machine, UnusableSettingsError, check_machine, unusable_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CPU = Machine(bf16=False, fp16=False, vllm=False)
 
 

@@ -19,7 +19,7 @@ import sys
 
 def _flags(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     d = (lambda v: v) if defaults else (lambda v: argparse.SUPPRESS)
-    from trl_rlvr.audit.corpus import KINDS
+    from trl_rlvr.audit.cases import KINDS
 
     p.add_argument("--kind", choices=KINDS, default=d(None),
                    help="the corpus to run, for a reward that declares no reward_kind (or to override it)")

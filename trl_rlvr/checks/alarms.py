@@ -8,7 +8,7 @@ tested on their own:
 
 - ``truncation``: ``rlvr/truncated_frac`` >= ``truncated_frac`` for ``patience`` logging steps in a row;
 - ``unreadable/<reward>``: the answers the reward reports it could not read (``<reward>/no_box``, ...:
-  :data:`trl_rlvr.diagnostics.UNREADABLE_COUNTERS`, per reward call) >= ``unreadable_frac`` of the answers, for
+  :data:`trl_rlvr.checks.verdicts.UNREADABLE_COUNTERS`, per reward call) >= ``unreadable_frac`` of the answers, for
   ``patience`` steps;
 - ``reward_failures/<reward>``: its ``errors`` + ``timeouts`` >= ``reward_failure_frac`` of the answers, ``patience``
   steps;
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 from transformers import TrainerCallback
 
-from trl_rlvr.diagnostics import FAILURE_COUNTERS, UNREADABLE_COUNTERS
+from trl_rlvr.checks.verdicts import FAILURE_COUNTERS, UNREADABLE_COUNTERS
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,15 @@
+"""Everything that tells the user something is wrong, by when it runs. Each module has one job:
+
+- before a model loads: :mod:`~trl_rlvr.checks.settings` (the dataset's columns, options without effect, tool
+  settings that cannot work) and :mod:`~trl_rlvr.checks.machine` (settings this machine cannot run: one error
+  naming the overrides);
+- during a run: :mod:`~trl_rlvr.checks.alarms` (pure rules over metric histories, and the callback
+  ``RLVRTrainer`` adds);
+- on one measured batch: :mod:`~trl_rlvr.checks.verdicts` (the doctor's verdicts: pure functions of measured
+  numbers, each returning a :class:`~trl_rlvr.checks.verdicts.Check`).
+
+``check_*`` functions raise (or warn) on bad input; ``*_verdict`` functions return a verdict to print. The commands
+over them are ``trl-rlvr doctor`` (:mod:`trl_rlvr.scripts.doctor`) and ``trl-rlvr rewards audit``
+(:mod:`trl_rlvr.scripts.audit`, over :mod:`trl_rlvr.audit`). Import from the modules: the alarms import
+transformers, the settings checks do not.
+"""
