@@ -234,6 +234,16 @@ class RLVRConfig(GRPOConfig):
         },
     )
 
+    save_on_sigterm: bool = field(
+        default=True,
+        metadata={
+            "help": "On SIGTERM (a preempted job), finish the optimizer step in progress, save a checkpoint (every "
+            "process agreeing on the step) and stop; train() then raises SystemExit(143). Resume with "
+            "resume_from_checkpoint=True, which takes the newest complete checkpoint. Only installed in the main "
+            "thread and when no other SIGTERM handler is (trl_rlvr.faults, docs/faults.md)."
+        },
+    )
+
     # transformers 5.2x renamed gradient_checkpointing to activation_checkpointing and warns whenever the old name
     # holds a value the new one lacks; TRL 1.16 still gives the old name a default (True), so every plain
     # GRPOConfig warns. Here the old name defaults to None and TRL's default is given to the new one instead:
@@ -429,6 +439,7 @@ PARAMETER_GROUPS = {
         "reward_options", "success_reward", "success_threshold",
     ),
     "Parameters that control the alarms during training": ("alarms", "alarm_thresholds"),
+    "Parameters that control what a run survives": ("save_on_sigterm",),
     "Parameters kept for compatibility": (
         "gradient_checkpointing", *(() if _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING else ("activation_checkpointing",)),
     ),
