@@ -219,7 +219,7 @@ class RLVRConfig(GRPOConfig):
         default=True,
         metadata={
             "help": "Warn once, with the numbers, when truncation, answers a reward cannot read, reward errors or "
-            "timeouts, or zero-signal groups stay above a threshold for several logging steps, and, with a "
+            "timeouts, or zero-signal groups stay above a threshold for several logging steps without coming down, and, with a "
             "SampledEvalCallback, when training success rises while held-out pass@1 falls (reward hacking); each "
             "alarm is also logged as rlvr/alarm/<name> (trl_rlvr.alarms, docs/before_and_during_a_run.md)."
         },
@@ -229,8 +229,9 @@ class RLVRConfig(GRPOConfig):
         metadata={
             "help": "Overrides of the alarms' thresholds, a mapping (a JSON string on the command line), e.g. "
             "{\"truncated_frac\": 0.3, \"patience\": 5}; keys: truncated_frac (0.5), unreadable_frac (0.9), "
-            "reward_failure_frac (0.05), zero_signal_frac (0.9), patience (3 logging steps), window (3 sampled "
-            "evaluations), rise (0.05), drop (0.05), flat (0.02)."
+            "reward_failure_frac (0.05), zero_signal_frac (0.9), patience (3 logging steps), improvement (0.1: a "
+            "level falling by this much is not stuck), window (3 sampled evaluations), rise (0.05), drop (0.05), "
+            "flat (0.02)."
         },
     )
 
