@@ -109,6 +109,7 @@ def test_no_import_circle_between_modules():
         ("trl_rlvr.rewards", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")),
         ("trl_rlvr.evaluation", ("trl_rlvr.trainer", "trl_rlvr.scripts")),
         ("trl_rlvr.audit", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")),
+        ("trl_rlvr.faults", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.evaluation")),
     ],
 )
 def test_directions_of_dependence(package, never):
