@@ -104,6 +104,7 @@ DIRECTIONS = [
     ("trl_rlvr.rewards", (*_PURE, "trl_rlvr.checks", "trl_rlvr.audit")),
     ("trl_rlvr.checks", (*_PURE, "trl_rlvr.presets", "trl_rlvr.sampling", "trl_rlvr.rewards", "trl_rlvr.audit")),
     ("trl_rlvr.audit", (*_PURE, "trl_rlvr.checks")),
+    ("trl_rlvr.faults", (*_PURE, "trl_rlvr.checks", "trl_rlvr.sampling", "trl_rlvr.rewards", "trl_rlvr.audit")),
     ("trl_rlvr.evaluation", ("trl_rlvr.trainer", "trl_rlvr.scripts", "trl_rlvr.checks", "trl_rlvr.audit")),
     ("trl_rlvr.presets", ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts")),
     ("trl_rlvr.config", ("trl_rlvr.trainer", "trl_rlvr.scripts", "trl_rlvr.evaluation", "trl_rlvr.sampling")),

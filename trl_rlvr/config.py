@@ -219,7 +219,7 @@ class RLVRConfig(GRPOConfig):
         default=True,
         metadata={
             "help": "Warn once, with the numbers, when truncation, answers a reward cannot read, reward errors or "
-            "timeouts, or zero-signal groups stay above a threshold for several logging steps, and, with a "
+            "timeouts, or zero-signal groups stay above a threshold for several logging steps without coming down, and, with a "
             "SampledEvalCallback, when training success rises while held-out pass@1 falls (reward hacking); each "
             "alarm is also logged as rlvr/alarm/<name> (trl_rlvr.checks.alarms, docs/before_and_during_a_run.md)."
         },
@@ -229,8 +229,19 @@ class RLVRConfig(GRPOConfig):
         metadata={
             "help": "Overrides of the alarms' thresholds, a mapping (a JSON string on the command line), e.g. "
             "{\"truncated_frac\": 0.3, \"patience\": 5}; keys: truncated_frac (0.5), unreadable_frac (0.9), "
-            "reward_failure_frac (0.05), zero_signal_frac (0.9), patience (3 logging steps), window (3 sampled "
-            "evaluations), rise (0.05), drop (0.05), flat (0.02)."
+            "reward_failure_frac (0.05), zero_signal_frac (0.9), patience (3 logging steps), improvement (0.1: a "
+            "level falling by this much is not stuck), window (3 sampled evaluations), rise (0.05), drop (0.05), "
+            "flat (0.02)."
+        },
+    )
+
+    save_on_sigterm: bool = field(
+        default=True,
+        metadata={
+            "help": "On SIGTERM (a preempted job), finish the optimizer step in progress, save a checkpoint (every "
+            "process agreeing on the step) and stop; train() then raises SystemExit(143). Resume with "
+            "resume_from_checkpoint=True, which takes the newest complete checkpoint. Only installed in the main "
+            "thread and when no other SIGTERM handler is (trl_rlvr.faults, docs/faults.md)."
         },
     )
 
@@ -272,7 +283,7 @@ class RLVRConfig(GRPOConfig):
         given_generation_batch_size = None
         if self.generation_batch_size is not None and self.steps_per_generation is not None:
             given_generation_batch_size, self.generation_batch_size = self.generation_batch_size, None
-        check_machine(self)  # bf16 / vLLM this machine cannot run: one error naming the overrides (trl_rlvr.hardware)
+        check_machine(self)  # bf16 / vLLM this machine cannot run: one error naming the overrides (trl_rlvr.checks.machine)
         super().__post_init__()
         if given_generation_batch_size not in (None, self.generation_batch_size):
             raise ValueError(
@@ -354,7 +365,7 @@ class RLVRConfig(GRPOConfig):
                 f"{self.revisit_probability!r}"
             )
         if self.alarm_thresholds is not None:
-            self.alarm_thresholds = parse_thresholds(self.alarm_thresholds)  # every key, validated (trl_rlvr.alarms)
+            self.alarm_thresholds = parse_thresholds(self.alarm_thresholds)  # every key, validated (trl_rlvr.checks.alarms)
         check_settings(self)  # options without effect, bf16 on a CPU, use_vllm without vLLM (trl_rlvr.checks)
         if self.reward_options is not None and not isinstance(self.reward_options, dict):
             raise ValueError(f"reward_options must be a mapping plugin name -> options, got {self.reward_options!r}")
@@ -429,6 +440,7 @@ PARAMETER_GROUPS = {
         "reward_options", "success_reward", "success_threshold",
     ),
     "Parameters that control the alarms during training": ("alarms", "alarm_thresholds"),
+    "Parameters that control what a run survives": ("save_on_sigterm",),
     "Parameters kept for compatibility": (
         "gradient_checkpointing", *(() if _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING else ("activation_checkpointing",)),
     ),

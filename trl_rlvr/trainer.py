@@ -42,6 +42,7 @@ from trl_rlvr.algorithms.shaping import overlong_penalty
 from trl_rlvr.checks.alarms import RLVRAlarms
 from trl_rlvr.checks.settings import check_dataset_columns, check_tool_settings
 from trl_rlvr.config import RLVRConfig
+from trl_rlvr.faults import checkpoint_to_resume, sigterm_saves
 from trl_rlvr.rewards.registry import resolve_reward_funcs
 from trl_rlvr.sampling.dynamic import (
     ROW_KEYS,
@@ -102,7 +103,7 @@ class RLVRTrainer(GRPOTrainer):
         if args.dynamic_sampling:
             self.add_callback(_SkipEmptyUpdates(self))
         if args.alarms:
-            self.add_callback(RLVRAlarms(self))  # warnings when a run goes quietly wrong (trl_rlvr.alarms)
+            self.add_callback(RLVRAlarms(self))  # warnings when a run goes quietly wrong (trl_rlvr.checks.alarms)
 
     # -- construction -------------------------------------------------------------------------------------------
 
@@ -381,6 +382,21 @@ class RLVRTrainer(GRPOTrainer):
             model = self.accelerator.unwrap_model(self.model)
             with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
                 return self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, **kwargs)[0]
+
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        # resume_from_checkpoint=True takes the newest *complete* checkpoint (a crash while one was written leaves a
+        # partial folder that transformers' get_last_checkpoint would pick); SIGTERM checkpoints the step in progress
+        # and raises TrainingPreempted (trl_rlvr.faults, docs/faults.md).
+        required = [PROMPT_STREAM_STATE_FILE] if self._prompt_stream is not None else []
+        checkpoint = checkpoint_to_resume(resume_from_checkpoint, self.args.output_dir, required)
+        with sigterm_saves(self, enabled=getattr(self.args, "save_on_sigterm", False)):
+            return super().train(checkpoint, trial, ignore_keys_for_eval, **kwargs)
+
+    def _save_rng_state(self, output_dir):
+        super()._save_rng_state(output_dir)
+        # Every process's files are written before process 0 writes trainer_state.json, the mark of a complete
+        # checkpoint (trl_rlvr.faults.checkpoints); the other files are process 0's, written before it.
+        self.accelerator.wait_for_everyone()
 
     def _save_checkpoint(self, model, trial):
         # The prompt stream's position is written first, atomically: a checkpoint whose model, optimizer or

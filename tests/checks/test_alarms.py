@@ -1,6 +1,7 @@
 """Alarms while training (trl_rlvr.checks.alarms): the rules on seeded metric histories, then the callback in a real
 RLVRTrainer on the tiny model, with a reward hacked by construction and a clean one."""
 
+import json
 import random
 import zlib
 
@@ -12,6 +13,7 @@ from trl_rlvr.checks.alarms import (
     format_without_accuracy,
     hacking_signature,
     parse_thresholds,
+    stuck,
     sustained,
     train_means_between,
 )
@@ -156,3 +158,76 @@ def test_the_trainer_stays_quiet_on_a_clean_run_and_the_switch_turns_alarms_off(
     assert alarms.fired == {}
     assert not any(k.startswith("rlvr/alarm/") for h in trainer.state.log_history for k in h)
     assert _alarms(_run(tiny_model_dir, tmp_path / "off", hacked=True, alarms=False)) == []
+
+
+# ------------------------------------------------------------------------------------------------ level alarms
+def test_stuck_needs_a_sustained_level_that_is_not_coming_down():
+    assert stuck([0.95] * 6, 0.9, 3, 0.1) == {"recent": [0.95] * 3, "before": [0.95] * 3}
+    assert stuck([0.95] * 5, 0.9, 3, 0.1) is None  # too early to see a trend
+    assert stuck([1.0, 1.0, 1.0, 0.95, 0.94, 0.93], 0.9, 3, 0.1)  # falling by 0.06 only: stuck
+    assert stuck([1.0, 1.0, 1.0, 0.88, 0.88, 0.88], 0.85, 3, 0.1) is None  # fell by 0.12: coming down
+    assert stuck([0.5, 0.6, 0.7, 0.9, 0.95, 1.0], 0.9, 3, 0.1)  # rising into the alarm
+    assert stuck([None, None, None, 0.95, 0.95, 0.95], 0.9, 3, 0.1) is None  # no trend known yet
+    assert stuck([0.95, 0.95, 0.95, 0.95, 0.85, 0.95], 0.9, 3, 0.1) is None  # not sustained
+
+
+def _level(seed: int, start: float, end: float, fall_steps: int, steps: int = 30, noise: float = 0.03):
+    """A seeded level: ``start`` falling linearly to ``end`` over ``fall_steps`` steps, then flat, with noise."""
+    rng = random.Random(seed)
+    out = []
+    for s in range(1, steps + 1):
+        level = start + (end - start) * min(1.0, s / fall_steps)
+        out.append(min(1.0, max(0.0, level + rng.gauss(0, noise))))
+    return out
+
+
+def _first_stuck(values, rule):
+    t, threshold = DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS[rule]
+    return next((i + 1 for i in range(len(values)) if stuck(values[: i + 1], threshold, t["patience"],
+                                                            t["improvement"])), None)
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("rule,bad,learning", [
+    ("unreadable_frac", (0.97, 0.97), (0.97, 0.05)),  # a reward that never reads the answers / a model that learns
+    ("truncated_frac", (0.7, 0.65), (0.7, 0.05)),
+    ("zero_signal_frac", (0.97, 0.96), (0.97, 0.4)),
+    ("reward_failure_frac", (0.3, 0.3), (0.3, 0.0)),
+])
+def test_the_level_alarms_fire_on_stuck_runs_and_not_on_runs_that_learn(seed, rule, bad, learning):
+    """Stuck runs (flat above the threshold) fire by step 2 x patience + a few; runs whose level starts as high and
+    falls over 8 steps (the main job's unreadable share took 4) never do."""
+    noise = 0.01 if rule == "reward_failure_frac" else 0.03
+    fired = _first_stuck(_level(seed, *bad, fall_steps=30, noise=noise), rule)
+    assert fired is not None and fired <= 12, fired
+    assert _first_stuck(_level(seed, *learning, fall_steps=8, noise=noise), rule) is None
+
+
+def _recorded_histories():
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "examples" / "results"
+    return sorted(p for p in results.glob("*.json") if "history" in json.loads(p.read_text()))
+
+
+@pytest.mark.parametrize("path", _recorded_histories(), ids=lambda p: p.name)
+def test_no_alarm_on_the_recorded_runs_of_the_examples(path):
+    """The runs the examples document learn: replayed through the alarms, none fires (the main job's first steps
+    read 94% unreadable, which a level alone would have taken for a broken reward)."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from trl_rlvr.checks.alarms import RLVRAlarms
+
+    record = json.loads(path.read_text())
+    args = SimpleNamespace(**record["training_args"])
+    names = sorted({k.split("/")[1] for h in record["history"] for k in h if k.startswith("rewards/")})
+    trainer = SimpleNamespace(args=args, reward_func_names=names,
+                              accelerator=SimpleNamespace(num_processes=record["num_processes"]))
+    alarms, state = RLVRAlarms(trainer), TrainerState()
+    for logs in record["history"]:
+        state.global_step = logs["step"]
+        alarms.on_log(args, state, TrainerControl(), logs=logs)
+    assert len(alarms.series) >= 4 and all(len(s) == len(record["history"]) for s in alarms.series.values())
+    assert alarms.fired == {}

@@ -39,7 +39,11 @@ TRL ``VLLMGeneration`` (trl/generation/vllm_generation.py), used by :mod:`trl_rl
 transformers ``Trainer``
 
 - overridden, calling ``super()``: ``_save_checkpoint`` (the prompt stream's position goes into the checkpoint),
-  ``_load_optimizer_and_scheduler`` (restored on resume); called: ``_get_output_dir``.
+  ``_load_optimizer_and_scheduler`` (restored on resume), ``_save_rng_state`` (every process's files are written
+  before process 0 writes ``trainer_state.json``), ``train`` (``resume_from_checkpoint=True`` takes the newest
+  complete checkpoint; SIGTERM handling, :mod:`trl_rlvr.faults`); called: ``_get_output_dir``. The order in
+  which ``_save_checkpoint`` writes (``trainer_state.json`` after every other file, then rotation) is what
+  :mod:`trl_rlvr.faults.checkpoints` relies on; guarded by ``tests/faults/test_checkpoint_crash.py``.
 - bypassed: ``optimizer.step`` and ``lr_scheduler.step`` are shadowed by no-ops on their instances for an
   optimizer step fed only by empty dynamic-sampling batches (``trl_rlvr.trainer._SkipEmptyUpdates``, between
   the callbacks ``on_pre_optimizer_step`` and ``on_step_end``); guarded by
@@ -74,6 +78,8 @@ OVERRIDDEN_METHODS = {
     # transformers.Trainer
     "_save_checkpoint": ("model", "trial"),
     "_load_optimizer_and_scheduler": ("checkpoint",),
+    "_save_rng_state": ("output_dir",),  # the last per-process file of a checkpoint (a barrier follows it)
+    "train": ("resume_from_checkpoint", "trial", "ignore_keys_for_eval"),  # complete checkpoints, SIGTERM
     "_get_output_dir": ("trial",),
     "_determine_best_metric": ("metrics", "trial"),  # SampledEvalCallback's metrics for load_best_model_at_end
 }

@@ -4,15 +4,19 @@
 runs, every sampled evaluation. Each alarm fires at most once per ``train()`` call: a ``logger.warning`` that gives
 the numbers and what to change, and ``rlvr/alarm/<name> = 1`` in the next training log (so it reaches every
 ``report_to`` integration and ``state.log_history``). The rules are pure functions of the metric histories,
-tested on their own:
+tested on their own.
 
-- ``truncation``: ``rlvr/truncated_frac`` >= ``truncated_frac`` for ``patience`` logging steps in a row;
+The four level alarms judge a level together with its trend (:func:`stuck`): the last ``patience`` logging steps
+all at or above the threshold, *and* not coming down: their mean is less than ``improvement`` below the mean of the
+``patience`` steps before them. A run starts where RL has not yet had a chance (a base model does not write the
+answer form; the first steps of the project's main job read 94%, 94%, 94% unreadable, then 50%, 44%, 19%), so a
+high level alone is no evidence of a problem: a level that stays high for ``2 x patience`` steps without falling is.
+
+- ``truncation``: ``rlvr/truncated_frac`` >= ``truncated_frac``, stuck;
 - ``unreadable/<reward>``: the answers the reward reports it could not read (``<reward>/no_box``, ...:
-  :data:`trl_rlvr.checks.verdicts.UNREADABLE_COUNTERS`, per reward call) >= ``unreadable_frac`` of the answers, for
-  ``patience`` steps;
-- ``reward_failures/<reward>``: its ``errors`` + ``timeouts`` >= ``reward_failure_frac`` of the answers, ``patience``
-  steps;
-- ``zero_signal``: ``rlvr/zero_signal_frac`` >= ``zero_signal_frac`` for ``patience`` steps;
+  :data:`trl_rlvr.checks.verdicts.UNREADABLE_COUNTERS`, per reward call) >= ``unreadable_frac`` of the answers, stuck;
+- ``reward_failures/<reward>``: its ``errors`` + ``timeouts`` >= ``reward_failure_frac`` of the answers, stuck;
+- ``zero_signal``: ``rlvr/zero_signal_frac`` >= ``zero_signal_frac``, stuck;
 - ``reward_hacking``: over the last ``window`` sampled evaluations, the training success rate (``rlvr/accuracy``)
   rose by >= ``rise`` while held-out ``eval/pass@1`` fell by >= ``drop``: the policy found a way to the reward
   that is not the task;
@@ -42,13 +46,15 @@ DEFAULT_THRESHOLDS = {
     "unreadable_frac": 0.9,  # share of answers a reward could not read
     "reward_failure_frac": 0.05,  # share of answers a reward failed to check (errors + timeouts)
     "zero_signal_frac": 0.9,  # share of groups whose rewards are all equal
-    "patience": 3,  # logging steps in a row above a threshold
+    "patience": 3,  # logging steps in a row above a threshold (and as many before them, for the trend)
+    "improvement": 0.1,  # a level whose mean fell by at least this much from the steps before is coming down
     "window": 3,  # sampled evaluations compared (first and last) for the reward-hacking signature
     "rise": 0.05,  # training success (or format rate) rising by at least this much over the window
     "drop": 0.05,  # held-out pass@1 falling by at least this much over the window
     "flat": 0.02,  # held-out pass@1 moving by less than this counts as flat
 }
-_FRACTIONS = ("truncated_frac", "unreadable_frac", "reward_failure_frac", "zero_signal_frac", "rise", "drop", "flat")
+_FRACTIONS = ("truncated_frac", "unreadable_frac", "reward_failure_frac", "zero_signal_frac", "improvement", "rise",
+              "drop", "flat")
 
 
 def parse_thresholds(value) -> dict:
@@ -83,6 +89,29 @@ def sustained(values: Sequence[float], threshold: float, patience: int) -> bool:
     """The last ``patience`` values are all >= ``threshold`` (a missing or NaN value breaks the run)."""
     tail = list(values)[-patience:]
     return len(tail) == patience and all(v is not None and not math.isnan(v) and v >= threshold for v in tail)
+
+
+def _mean(values) -> float | None:
+    known = [v for v in values if v is not None and not math.isnan(v)]
+    return sum(known) / len(known) if known else None
+
+
+def stuck(values: Sequence[float], threshold: float, patience: int, improvement: float) -> dict | None:
+    """A level that is high and not coming down, or None.
+
+    Fires when the last ``patience`` values are all >= ``threshold`` (:func:`sustained`) and the ``patience`` values
+    before them are known and their mean is less than ``improvement`` above the last ones' mean: with ``recent`` the
+    last ``patience`` values and ``before`` the ``patience`` before them, ``mean(before) - mean(recent) <
+    improvement``. Needs ``2 * patience`` values: before that the trend is unknown, and the start of a run is where
+    a level is expected to be high (the model has not learned yet). Returns the two windows."""
+    values = list(values)
+    if len(values) < 2 * patience or not sustained(values, threshold, patience):
+        return None
+    recent, before = values[-patience:], values[-2 * patience : -patience]
+    earlier = _mean(before)
+    if earlier is None or earlier - _mean(recent) >= improvement:
+        return None
+    return {"recent": recent, "before": before}
 
 
 def train_means_between(train: Sequence[tuple[int, float]], steps: Sequence[int]) -> list[float | None]:
@@ -192,11 +221,13 @@ class RLVRAlarms(TrainerCallback):
         for name, (value, threshold) in values.items():
             series = self.series.setdefault(name, [])
             series.append(value)
-            if sustained(series, threshold, t["patience"]):
-                self._fire(name, self._threshold_message(name, series[-t["patience"]:], threshold))
+            found = stuck(series, threshold, t["patience"], t["improvement"])
+            if found:
+                self._fire(name, self._threshold_message(name, found["recent"], found["before"], threshold))
 
-    def _threshold_message(self, name: str, recent: list[float], threshold: float) -> str:
+    def _threshold_message(self, name: str, recent: list[float], before: list[float | None], threshold: float) -> str:
         numbers = ", ".join(f"{v:.0%}" for v in recent)
+        earlier = ", ".join("-" if v is None or math.isnan(v) else f"{v:.0%}" for v in before)
         args = self.trainer.args
         what = {
             "truncation": (f"answers cut off at max_completion_length={args.max_completion_length}",
@@ -214,7 +245,8 @@ class RLVRAlarms(TrainerCallback):
                          "raise its timeout (reward_options) or look at the answers it errs on")
         else:
             text, fix = what[name]
-        return (f"{text}: {numbers} over the last {len(recent)} logging steps (alarm at {threshold:.0%}); {fix}. "
+        return (f"{text}: {numbers} over the last {len(recent)} logging steps, after {earlier} (at or above "
+                f"{threshold:.0%} and not coming down); {fix}. "
                 f"Alarms: RLVRConfig.alarm_thresholds, alarms=False.")
 
     def _check_evaluations(self) -> None:

@@ -1,0 +1,150 @@
+"""A reward worker killed from outside (SIGKILL) in the middle of a batch costs that batch's samples it held: they
+score 0 and are counted in the reward's errors metric; the other samples of the batch score as usual, and the next
+batch is scored by fresh workers as if nothing happened. boxed_math's pool (reward_plugins._pool) and
+code_sandbox's pool (reward_plugins.code_sandbox.pool)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from reward_plugins import _pool
+from reward_plugins.boxed_math import boxed_math
+
+GOLDS = [str(n) for n in range(11, 19)]  # eight problems, each its own check task
+RIGHT = [f"</think> \\boxed{{{g}}}" for g in GOLDS]
+
+
+def _gone(pid: int, timeout: float = 10.0) -> None:
+    """Wait until ``pid`` is dead (a zombie or reaped)."""
+    give_up = time.monotonic() + timeout
+    while time.monotonic() < give_up:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not die")
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), children first."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    out, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        out += children
+        frontier = children
+    return out
+
+
+def _kill_workers_as_tasks_are_handed_out(kills: int, zygote_too: bool = False):
+    """A trace that SIGKILLs the worker a task is about to be sent to, for the first ``kills`` tasks of the batch
+    (and the zygote, with the first, when ``zygote_too``); it waits for each to be dead, so the task can never be
+    answered. Returns (install, indices of the killed tasks)."""
+    killed = []
+    with open(_pool.__file__) as f:
+        (send,) = [i for i, text in enumerate(f, 1) if "w.tx.send((w.token, tasks[i][1]))" in text]
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno == send and len(killed) < kills:
+            worker, task = frame.f_locals["w"], frame.f_locals["i"]
+            victims = [worker.pid]
+            if zygote_too and not killed:
+                pool = frame.f_back.f_locals.get("self") if frame.f_back else None
+                victims += [pool._zygote.proc.pid] if isinstance(pool, _pool.DeadlinePool) else []
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            for pid in victims:
+                _gone(pid)
+            killed.append(task)
+        return local
+
+    def install():
+        sys.settrace(lambda frame, event, arg: local if frame.f_code.co_name == "dispatch" else None)
+
+    return install, killed
+
+
+@pytest.mark.parametrize("zygote_too", [False, True], ids=["workers", "workers_and_zygote"])
+def test_boxed_math_workers_killed_mid_batch_cost_their_samples_only(zygote_too):
+    reward = boxed_math(num_workers=2, timeout=20.0)
+    metrics = {}
+    assert reward(completions=RIGHT, answer=GOLDS) == [1.0] * 8  # warm
+    pool = reward._pool()
+    install, killed = _kill_workers_as_tasks_are_handed_out(kills=2, zygote_too=zygote_too)
+    install()
+    try:
+        rewards = reward(completions=RIGHT, answer=GOLDS, log_metric=metrics.__setitem__)
+    finally:
+        sys.settrace(None)
+    assert len(killed) == 2
+    assert [i for i, r in enumerate(rewards) if r != 1.0] == sorted(killed)  # only the killed workers' samples
+    assert all(rewards[i] == 0.0 for i in killed)
+    assert metrics["boxed_math/errors"] == 2.0 and metrics["boxed_math/timeouts"] == 0.0
+    assert pool.respawns >= 2
+    again = {}
+    assert reward(completions=RIGHT, answer=GOLDS, log_metric=again.__setitem__) == [1.0] * 8  # the next batch
+    assert again["boxed_math/errors"] == 0.0 and len(pool._workers) == 2
+
+
+# ------------------------------------------------------------------------------------------------ code_sandbox
+ADD = "def add(a, b):\n    return a + b\n"
+SLOW_ADD = "import time\n\ndef add(a, b):\n    time.sleep(3)\n    return a + b\n"
+TESTS = ["assert add(1, 2) == 3"]
+
+
+def test_code_sandbox_worker_killed_while_running_a_sample_costs_that_sample_only(monkeypatch):
+    from reward_plugins.code_sandbox import code_sandbox, isolation
+    from reward_plugins.code_sandbox import pool as sandbox_pool
+
+    try:
+        reward = code_sandbox(num_workers=2, timeout=10.0)
+        reward.pool.start()
+    except isolation.IsolationUnavailable as e:
+        pytest.skip(f"no sandbox here: {e}")
+    try:
+        run, killed = sandbox_pool._Worker.run, []
+
+        def kill_tree(pid):  # the worker and everything under it (bwrap's sandboxed process is in its own session)
+            for victim in [pid, *_descendants(pid)]:
+                try:
+                    os.kill(victim, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed.append(pid)
+
+        def run_then_killed(self, job, limits):  # the slow sample's worker is SIGKILLed while it runs it
+            if "time.sleep" in job.code:
+                threading.Timer(0.5, kill_tree, (self.proc.pid,)).start()
+            return run(self, job, limits)
+
+        monkeypatch.setattr(sandbox_pool._Worker, "run", run_then_killed)
+        metrics = {}
+        rewards = reward(prompts=[""] * 4, completions=[ADD, SLOW_ADD, ADD, ADD], tests=[TESTS] * 4,
+                         log_metric=metrics.__setitem__)
+        assert len(killed) == 1
+        assert rewards == [1.0, 0.0, 1.0, 1.0]
+        assert metrics == {"code_sandbox/timeouts": 0.0, "code_sandbox/errors": 1.0}
+        assert reward.pool.restarts >= 1
+        monkeypatch.setattr(sandbox_pool._Worker, "run", run)
+        again = {}
+        assert reward(prompts=[""] * 4, completions=[ADD] * 4, tests=[TESTS] * 4,
+                      log_metric=again.__setitem__) == [1.0] * 4
+        assert again["code_sandbox/errors"] == 0.0
+    finally:
+        reward.close()

@@ -1,0 +1,89 @@
+"""SIGTERM to a launched run: a checkpoint of the step in progress, a clean exit (143), and a resume from it
+(trl_rlvr.faults.preemption). With two processes only one receives the signal: both must stop at the same step."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.harness.launch import free_port, launch_on_cpu
+from trl_rlvr.faults.checkpoints import checkpoint_folders, checkpoint_problem
+
+STREAM = "rlvr_prompt_stream.json"
+MAX_STEPS = 40  # far more than the run reaches before the signal: the checkpoint is the SIGTERM one
+
+
+def _env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "ACCELERATE_USE_CPU": "1"}
+
+
+def _wait_for(paths, proc, timeout=600):
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(p) for p in paths):
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the run ended before step 1: {proc.returncode}\n{err[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("no step 1 in time")
+        time.sleep(0.2)
+    return [int(open(p).read()) for p in paths]
+
+
+def _the_sigterm_checkpoint(output_dir):
+    (found,) = checkpoint_folders(str(output_dir))  # save_strategy="no": the only checkpoint is the SIGTERM one
+    step, path = found
+    assert 2 <= step < MAX_STEPS
+    assert checkpoint_problem(path, [STREAM]) is None
+    with open(os.path.join(path, "trainer_state.json")) as f:
+        assert json.load(f)["global_step"] == step
+    return step, path
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_step_and_exits_143_then_the_run_resumes(tiny_model_dir, tmp_path):
+    ready = tmp_path / "ready"
+    cmd = [sys.executable, "-m", "tests.harness.faults_harness", str(tiny_model_dir), str(tmp_path / "out"),
+           str(MAX_STEPS), "--save_strategy", "no", "--ready", str(ready)]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    (pid,) = _wait_for([f"{ready}.rank0"], proc)
+    assert pid == proc.pid
+    os.kill(pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 143, err[-3000:]
+    step, path = _the_sigterm_checkpoint(tmp_path / "out")
+    assert f"SIGTERM received: saving checkpoint-{step}" in err
+    assert "Traceback" not in err, err[-3000:]
+    resumed = subprocess.run([*cmd[:5], str(step + 1), "--resume"], env=_env(), capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["global_step"] == step + 1
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tiny_model_dir, tmp_path):
+    ready, output_dir = tmp_path / "ready", tmp_path / "out"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+           str(free_port()), "--module", "tests.harness.faults_harness", str(tiny_model_dir), str(output_dir),
+           str(MAX_STEPS), "--save_strategy", "no", "--ready", str(ready)]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    _, rank1 = _wait_for([f"{ready}.rank0", f"{ready}.rank1"], proc)
+    os.kill(rank1, signal.SIGTERM)  # rank 0 never receives it
+    out, err = proc.communicate(timeout=600)
+    step, path = _the_sigterm_checkpoint(output_dir)
+    assert err.count(f"SIGTERM received: saving checkpoint-{step}") == 2, err[-3000:]  # both ranks, the same step
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(os.listdir(path))
+    assert "exitcode  : 143" in err, err[-3000:]  # the launcher reports the workers' status
+    proc = launch_on_cpu("--module", "tests.harness.faults_harness", tiny_model_dir, output_dir, step + 1, "--resume",
+                         num_processes=2)
+    summaries = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"rank"')]
+    assert sorted(s["rank"] for s in summaries) == [0, 1] and {s["global_step"] for s in summaries} == {step + 1}
