@@ -290,7 +290,7 @@ def main(script_args, training_args, model_args):
     trainer.add_callback(progress)
 
     names = trainer.reward_func_names
-    success_fn = trainer.reward_funcs[trainer._success_index]
+    success_fn = trainer.reward_funcs[trainer.success_reward_index]
     format_fn = trainer.reward_funcs[names.index(script_args.format_reward)] if script_args.format_reward in names else None
     eval_kwargs = dict(
         accelerator=trainer.accelerator, batch_size=script_args.eval_batch_size,

@@ -172,8 +172,8 @@ def test_overlong_switch_extends_reward_weights_without_touching_the_callers_con
 
 def test_success_reward_defaults_to_the_correctness_verifier(tiny_model_dir):
     trainer = make_trainer(tiny_model_dir, reward_funcs=["think_format", "boxed_math"])
-    assert trainer.reward_func_names[trainer._success_index] == "boxed_math"
-    assert make_trainer(tiny_model_dir, reward_funcs=[even_length, "think_format"])._success_index == 0
+    assert trainer.reward_func_names[trainer.success_reward_index] == "boxed_math"
+    assert make_trainer(tiny_model_dir, reward_funcs=[even_length, "think_format"]).success_reward_index == 0
 
 
 def test_require_finite_rewards_names_the_function_and_the_row():

@@ -283,8 +283,17 @@ class RLVRConfig(GRPOConfig):
         given_generation_batch_size = None
         if self.generation_batch_size is not None and self.steps_per_generation is not None:
             given_generation_batch_size, self.generation_batch_size = self.generation_batch_size, None
+        # TRL's own __post_init__ first, as GRPOConfig validates (code that patches TRL's config, like TRL's test
+        # fixture setting use_cpu=True, acts before the machine is judged); where transformers refuses the machine
+        # (bf16 without a GPU), the same refusal is raised naming every setting and its override.
+        bf16_given = self.bf16
+        try:
+            super().__post_init__()
+        except ValueError:
+            self.bf16 = bf16_given  # None (TRL's default, resolved by TRL's __post_init__) is named as such
+            check_machine(self)
+            raise
         check_machine(self)  # bf16 / vLLM this machine cannot run: one error naming the overrides (trl_rlvr.checks.machine)
-        super().__post_init__()
         if given_generation_batch_size not in (None, self.generation_batch_size):
             raise ValueError(
                 f"generation_batch_size={given_generation_batch_size} and steps_per_generation="

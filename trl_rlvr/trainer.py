@@ -17,6 +17,31 @@ What is TRL's and what is ours:
   baseline and logged, unweighted, as ``rewards/overlong/mean``);
 - the ``rlvr/`` diagnostics (:mod:`trl_rlvr.algorithms.metrics`) are computed from the gathered rewards of each batch.
 
+What logged figures mean: every advantage, reward and length figure TRL logs (``reward``, ``reward_std``,
+``frac_reward_zero_std``, ``rewards/*``, ``completions/*`` lengths, and the completions table of ``log_completions``)
+is the one of the rows the loss used, with the advantage the loss used; the ``rlvr/`` diagnostics describe what was
+generated (every round, before dynamic sampling's filter).
+
+A round's data travels in one typed record (:class:`~trl_rlvr.sampling.rounds.RoundRecord`; a generation batch's in a
+:class:`~trl_rlvr.sampling.rounds.GenerationRecord`). TRL's hooks cannot be given arguments, so the record of the
+round in progress is the one piece of per-round state on ``self`` (``_round``), alongside ``_generation``, the record of
+the generation batch TRL's ``_buffered_inputs`` holds.
+
+TRL methods overridden (each calls ``super()`` and forwards TRL's extra keywords), and why:
+
+- ``__init__``: registry names -> reward plugins, the overlong penalty appended, pre-load checks of the dataset and
+  tool settings; TRL's arguments taken by keyword, in TRL's order, and forwarded by keyword.
+- ``_generate_and_score_completions``: the round driver: one round (advantages replaced), or dynamic / selective
+  sampling's rounds; the completions-table entries TRL writes are held back and replaced by the trained rows'.
+- ``_generate``: reads the tool mask of the round (into the round's record).
+- ``_calculate_rewards``: the tool mask to the reward functions; finite-reward check; total rewards, lengths and the
+  ``rlvr/`` diagnostics into the round's record.
+- ``_prepare_inputs``: exact per-optimizer-step token counts (DAPO); marks micro-steps of non-empty batches.
+- ``_compute_loss``: Dr. GRPO's ``loss_constant`` (``max_completion_length`` swapped for the call).
+- ``_generate_single_turn``: vLLM-on-CPU weight sync (:mod:`trl_rlvr._compat.vllm_cpu`).
+- ``log``: ``clip_ratio/*`` re-published as ``rlvr/clip_*_frac``.
+- transformers ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the prompt stream's position.
+
 Every private piece of TRL this glue overrides, reads or swaps is listed in :mod:`trl_rlvr._compat.trl_contract`, which a
 test checks against the installed TRL.
 """
@@ -28,12 +53,13 @@ import copy
 import json
 import logging
 import os
+from collections import defaultdict
 
 import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_rlvr._compat.notices import trl_generation_notices_silenced
+from trl_rlvr._compat.notices import silence_trl_generation_notice
 from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
 from trl_rlvr.algorithms.advantages import group_advantages, require_finite_rewards, zero_signal_groups
 from trl_rlvr.algorithms.losses import per_step_num_items
@@ -47,12 +73,14 @@ from trl_rlvr.rewards.registry import resolve_reward_funcs
 from trl_rlvr.sampling.dynamic import (
     ROW_KEYS,
     PromptStream,
-    concat_rows,
     informative_rows,
     prompts_for_round,
     rows_per_process,
     write_json_atomically,
 )
+from trl_rlvr.sampling.figures import trained_figure_names, trained_figures
+from trl_rlvr.sampling.redistribute import destinations, exchange_rows, pad_pieces
+from trl_rlvr.sampling.rounds import GenerationRecord, RoundRecord
 from trl_rlvr.sampling.selective import PromptHistory, record_groups
 
 logger = logging.getLogger(__name__)
@@ -65,14 +93,31 @@ _TRL_METRIC_ALIASES = {"clip_ratio/low_mean": "rlvr/clip_low_frac", "clip_ratio/
 class RLVRTrainer(GRPOTrainer):
     """Drop-in `GRPOTrainer` for RLVR; see :class:`trl_rlvr.RLVRConfig` for the switches.
 
-    Anything that runs with ``GRPOTrainer`` runs with ``RLVRTrainer`` unchanged. In addition, entries of
-    ``reward_funcs`` may name reward plugins of the ``trl_rlvr.rewards`` entry-point group; their options come
-    from ``args.reward_options``.
+    Anything that runs with ``GRPOTrainer`` runs with ``RLVRTrainer`` unchanged (the same constructor, argument for
+    argument). In addition, entries of ``reward_funcs`` may name reward plugins of the ``trl_rlvr.rewards``
+    entry-point group; their options come from ``args.reward_options``.
     """
 
     _tag_names = ["trl", "grpo", "trl-rlvr"]
 
-    def __init__(self, model, reward_funcs=None, args: RLVRConfig | GRPOConfig | None = None, *pos, **kwargs):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: RLVRConfig | GRPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+    ):
+        silence_trl_generation_notice()
         if args is None:
             name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
             args = RLVRConfig(f"{str(name).rstrip('/').split('/')[-1]}-RLVR")
@@ -84,26 +129,35 @@ class RLVRTrainer(GRPOTrainer):
                 "defaults (docs/trainer.md)"
             )
         reward_funcs = self._resolve_reward_funcs(reward_funcs, args)
-        train_dataset = kwargs.get("train_dataset", pos[0] if pos else None)
-        environment_factory = kwargs.get("environment_factory", pos[11] if len(pos) > 11 else None)
         check_tool_settings(args, train_dataset, environment_factory)  # pre-load, as the dataset check
         check_dataset_columns(train_dataset, reward_funcs or [], environment_factory=environment_factory)
         if args.overlong_buffer_length is not None:  # the appended overlong penalty, weighted by its factor
             args = copy.copy(args)  # the caller's config is left as it was
             weights = args.reward_weights if args.reward_weights is not None else [1.0] * (len(reward_funcs) - 1)
             args.reward_weights = [*weights, args.overlong_penalty_factor]
-        super().__init__(model, reward_funcs, args, *pos, **kwargs)
+        super().__init__(
+            model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+            processing_class=processing_class, reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks, optimizers=optimizers, quantization_config=quantization_config,
+            peft_config=peft_config, tools=tools, rollout_func=rollout_func, environment_factory=environment_factory,
+        )
         for trained_or_reference in (self.model, self.ref_model):
             keep_4bit_weights_trainable(trained_or_reference)  # QLoRA on AVX512-BF16 CPUs (see quantized.py)
         self._success_index = self._find_success_reward(args.success_reward)
         self._prompt_stream = self._make_prompt_stream() if args.dynamic_sampling or args.selective_sampling else None
-        self._revisits = [0, 0]  # selective sampling, this update: revisited prompts, revisits with no signal
-        self._generation_empty = False  # the buffered generation batch has no informative group (dynamic sampling)
-        self._step_has_signal = False  # a micro-batch of the current optimizer step came from a non-empty batch
-        if args.dynamic_sampling:
-            self.add_callback(_SkipEmptyUpdates(self))
+        self._round: RoundRecord | None = None  # the round TRL is generating: filled by _generate, _calculate_rewards
+        self._generation: GenerationRecord | None = None  # the generation batch TRL's _buffered_inputs holds
+        self._skip_empty_updates = _SkipEmptyUpdates(self) if args.dynamic_sampling else None
+        if self._skip_empty_updates is not None:
+            self.add_callback(self._skip_empty_updates)
         if args.alarms:
             self.add_callback(RLVRAlarms(self))  # warnings when a run goes quietly wrong (trl_rlvr.checks.alarms)
+
+    @property
+    def success_reward_index(self) -> int | None:
+        """Index (in ``reward_funcs`` and ``reward_func_names``) of the reward that decides whether an answer is right
+        (``args.success_reward``, else the first correctness verifier, else the first reward); None without rewards."""
+        return self._success_index
 
     # -- construction -------------------------------------------------------------------------------------------
 
@@ -153,27 +207,114 @@ class RLVRTrainer(GRPOTrainer):
             raise ValueError(f"success_reward={name!r} is not a reward function here; known: {self.reward_func_names}")
         return self.reward_func_names.index(name)
 
-    # -- rewards and diagnostics --------------------------------------------------------------------------------
+    # -- one round: TRL's generation and scoring, recorded ------------------------------------------------------
 
-    def _generate(self, prompts):
-        output = super()._generate(prompts)
-        self._round_tool_mask = output[2]  # per completion, 1 = written by the model, 0 = a tool's result; or None
+    def _generate_and_score_completions(self, inputs, **kwargs):
+        if self.model.training and self.args.dynamic_sampling:
+            batch, generation = self._generate_informative_batch(inputs)
+        elif self.model.training and self.args.selective_sampling:
+            batch, generation = self._generate_selected_round()
+        else:
+            batch, record = self._score_round(inputs, **kwargs)
+            generation = GenerationRecord.whole(record)
+            self._log_trained_rows(generation)
+        if self.model.training:
+            self._generation = generation
+        return batch
+
+    def _score_round(self, inputs, prompt_indices: list[int] | None = None, **kwargs) -> tuple[dict, RoundRecord]:
+        """One round of TRL's generation and scoring: this process's rows (TRL's batch dict, with our advantages)
+        and the round's record. TRL calls ``_generate`` and ``_calculate_rewards`` from inside, which fill the
+        record; the completions-table entries TRL writes are held in the record until the trained rows are known."""
+        record = self._round = RoundRecord(prompt_indices=prompt_indices)
+        try:
+            with _table_held_back(self) as table:
+                output = super()._generate_and_score_completions(inputs, **kwargs)
+        finally:
+            self._round = None
+        record.table = table
+        mode = "train" if self.model.training else "eval"
+        trls_own = self.args.advantage_std == "sample" and self.args.advantage_baseline == "group_mean"
+        if self.multi_objective_aggregation == "sum_then_normalize" and not trls_own:  # else TRL's are kept
+            group_size = self.num_generations if mode == "train" else self.num_generations_eval
+            record.advantages = group_advantages(
+                record.rewards, group_size, self.scale_rewards, baseline=self.args.advantage_baseline,
+                std=self.args.advantage_std,
+            )
+            rows = len(output["advantages"])
+            start = self.accelerator.process_index * rows
+            output["advantages"] = record.advantages[start : start + rows].to(output["advantages"].dtype)
+        else:  # TRL's, exactly as it computed (and logged) them for every process
+            record.advantages = torch.tensor(table["advantages"], dtype=torch.float32)
+        return output, record
+
+    def _generate(self, prompts, **kwargs):
+        output = super()._generate(prompts, **kwargs)
+        if self._round is not None:
+            self._round.tool_mask = output[2]  # per completion, 1 = written by the model, 0 = a tool's result; or None
         return output
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        tool_mask = getattr(self, "_round_tool_mask", None)
-        self._round_tool_mask = None
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list, **kwargs):
+        record = self._round if self._round is not None else RoundRecord()
+        tool_mask = record.tool_mask
         if tool_mask is not None:  # every reward function gets it (TRL passes row fields as keyword arguments):
             inputs = [{**row, "tool_mask": mask} for row, mask in zip(inputs, tool_mask, strict=True)]  # overlong
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list, **kwargs)
         require_finite_rewards(rewards_per_func, self.reward_func_names)  # gathered: every rank raises alike
-        self._batch_rewards = self._total_rewards(rewards_per_func)
-        self._batch_rewards_per_func = rewards_per_func
+        record.rewards_per_func = rewards_per_func
+        record.rewards = self._total_rewards(rewards_per_func)
         model_lengths = [len(ids) for ids in completion_ids_list] if tool_mask is None else [sum(m) for m in tool_mask]
-        self._log_rollout_metrics(rewards_per_func, completion_ids_list, model_lengths)
+        record.lengths, record.truncated = self._gathered_lengths(completion_ids_list, model_lengths)
+        self._log_rollout_metrics(record)
         if self.tools:
             self._log_tool_metrics(completions)
         return rewards_per_func
+
+    def _total_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """Weighted sum over reward functions, NaN where no function scored the answer (as TRL does)."""
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        return rewards
+
+    def _gathered_lengths(self, completion_ids_list, model_lengths) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N,) tokens the model wrote (tool results not counted, as TRL's ``completions/mean_length``) and (N,)
+        truncation flags (no stop token at the end), gathered over processes."""
+        stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        local = torch.tensor(
+            [[n, float(bool(ids) and ids[-1] not in stop_ids)]
+             for ids, n in zip(completion_ids_list, model_lengths, strict=True)],
+            dtype=torch.float32,
+            device=self.accelerator.device,
+        )
+        lengths, truncated = self.accelerator.gather(local).unbind(dim=1)
+        return lengths, truncated.bool()
+
+    def _filter_rewards(self, record: RoundRecord) -> torch.Tensor:
+        """What a group must vary in to have signal (``dynamic_sampling_metric``): the total reward or the success
+        reward alone."""
+        if self.args.dynamic_sampling_metric == "success":
+            return record.rewards_per_func[:, self._success_index]
+        return record.rewards
+
+    # -- what is logged: the rows trained on --------------------------------------------------------------------
+
+    def _log_rollout_metrics(self, record: RoundRecord) -> None:
+        """The rlvr/ diagnostics of the round's generation (every row generated, before any filtering)."""
+        if self._success_index is None:
+            return
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        metrics = rollout_metrics(
+            record.rewards,
+            record.rewards_per_func[:, self._success_index],
+            record.lengths,
+            record.truncated,
+            group_size,
+            success_threshold=self.args.success_threshold,
+            tolerance=self.args.dynamic_sampling_tolerance,
+        )
+        for key, value in metrics.items():
+            self._metrics[mode][key].append(value)
 
     def _log_tool_metrics(self, completions) -> None:
         """``rlvr/tool_*`` of the gathered batch: tool results per rollout (any tool), and the figures of
@@ -193,65 +334,80 @@ class RLVRTrainer(GRPOTrainer):
         for key, value in tool_metrics(gathered).items():
             self._metrics[mode][key].append(value)
 
-    def _total_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """Weighted sum over reward functions, NaN where no function scored the answer (as TRL does)."""
-        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-        return rewards
+    def _log_trained_rows(self, generation: GenerationRecord) -> None:
+        """The completions table gets the rows trained on, each with the advantage the loss uses (TRL wrote its
+        own advantages, before ours replaced them, and every row of every round)."""
+        logs = self._logs
+        logs["prompt"].extend(generation.table_entries("prompt"))
+        logs["completion"].extend(generation.table_entries("completion"))
+        logs["images"].extend(generation.table_entries("images"))
+        for name in self.reward_func_names:
+            logs["rewards"][name].extend(generation.table_entries("rewards", name))
+        columns = {column for record in generation.rounds for column in record.table["extra"]}
+        for column in sorted(columns):
+            logs["extra"][column].extend(generation.table_entries("extra", column))
+        if generation.advantages is not None:
+            logs["advantages"].extend(generation.advantages.tolist())
 
-    def _generate_and_score_completions(self, inputs):
-        if self.args.dynamic_sampling and self.model.training:
-            return self._generate_informative_batch(inputs)
-        if self.args.selective_sampling and self.model.training:
-            return self._generate_selected_round()
-        return self._generate_and_score_round(inputs)
+    def _trained_figure_marks(self) -> dict[str, int]:
+        """Where TRL's per-round reward and length figures of this generation batch start (train metrics)."""
+        metrics = self._metrics["train"]
+        return {name: len(metrics[name]) for name in trained_figure_names(self.reward_func_names)}
 
-    def _generate_and_score_round(self, inputs):
-        """One round of TRL's generation and scoring, with population-std advantages."""
-        output = super()._generate_and_score_completions(inputs)
-        trls_own = self.args.advantage_std == "sample" and self.args.advantage_baseline == "group_mean"
-        if self.multi_objective_aggregation == "sum_then_normalize" and not trls_own:  # else TRL's are kept
-            mode = "train" if self.model.training else "eval"
-            group_size = self.num_generations if mode == "train" else self.num_generations_eval
-            advantages = group_advantages(
-                self._batch_rewards, group_size, self.scale_rewards, baseline=self.args.advantage_baseline,
-                std=self.args.advantage_std,
-            )
-            rows = len(output["advantages"])
-            start = self.accelerator.process_index * rows
-            output["advantages"] = advantages[start : start + rows].to(output["advantages"].dtype)
-        return output
+    def _log_trained_figures(self, marks: dict[str, int], generation: GenerationRecord | None) -> None:
+        """Replace TRL's reward and length figures of every round since ``marks`` (all rows generated) by one
+        value each over the rows trained on (none for an empty batch)."""
+        metrics = self._metrics["train"]
+        for name, mark in marks.items():
+            del metrics[name][mark:]
+        if generation is None:
+            return
+        figures = trained_figures(
+            generation.column("rewards_per_func"), self.reward_weights, self.reward_func_names,
+            generation.column("lengths"), generation.column("truncated"), self.num_generations, self.scale_rewards,
+        )
+        for name, value in figures.items():
+            metrics[name].append(value)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "train" if self.model.training else "eval"
+        for trl_name, rlvr_name in _TRL_METRIC_ALIASES.items():
+            if trl_name in self._metrics[mode]:
+                self._metrics[mode][rlvr_name] = list(self._metrics[mode][trl_name])
+        super().log(logs, start_time)
 
     # -- dynamic sampling ---------------------------------------------------------------------------------------
 
-    def _generate_informative_batch(self, inputs):
+    def _generate_informative_batch(self, inputs) -> tuple[dict, GenerationRecord]:
         """DAPO dynamic sampling: rounds of generation until the batch is full of groups with signal.
 
-        Every rank runs the same rounds (the decision comes from the gathered rewards), gathers the kept rows,
-        and takes the same number of them, so ranks stay in lockstep and groups may span processes. The
-        dataloader's batch only sets the size: every round, the first included, draws its prompts from one
-        :class:`PromptStream`, so refills consume prompts exactly as the first rounds do.
+        Every rank runs the same rounds (the decision comes from the gathered rewards) and keeps its own rows of
+        the informative groups; the kept rows are then handed to the ranks that train them, in the order an
+        all-gather would give (:mod:`trl_rlvr.sampling.redistribute`), so ranks stay in lockstep, groups may span
+        processes, and each rank holds and moves O(its own rows). The dataloader's batch only sets the size: every
+        round, the first included, draws its prompts from one :class:`PromptStream`.
         """
         target = len(inputs)
-        self._generation_empty = False
         group_size, num_processes = self.num_generations, self.accelerator.num_processes
         max_rounds = self.args.max_sampling_rounds or self._prompt_stream.rounds_per_pass  # 0: one full pass at most
-        pieces, kept_rows, groups_seen, rounds = [], 0, 0, 0
+        marks = self._trained_figure_marks()
+        kept_rounds, pieces, revisits = [], [], [0, 0]
+        kept_rows, groups_seen, rounds = 0, 0, 0
         with _swapped(self, "beta", 0.0):  # reference log-probs are computed below, for kept rows only
             while True:
                 rounds += 1
                 missing_groups = -(-(target * num_processes - kept_rows) // group_size)
                 prompts = prompts_for_round(missing_groups, self._prompt_stream.prompts_per_round,
                                             self.args.dynamic_sampling_oversample, group_size, num_processes)
-                output = self._generate_and_score_round(self._next_prompts(prompts))
-                self._record_round()
-                keep = informative_rows(self._filter_rewards(), group_size, self.args.dynamic_sampling_tolerance)
-                groups_seen += len(keep) // group_size
-                if keep.any():
-                    piece = {k: v[keep.to(v.device)] for k, v in self._gather_rows(output).items()}
-                    piece["rewards"] = self._batch_rewards[keep.to(self._batch_rewards.device)]
-                    pieces.append(piece)
-                    kept_rows += int(keep.sum())
+                output, record = self._score_round(*self._next_prompts(prompts))
+                revisits = [a + b for a, b in zip(revisits, self._record_round(record), strict=True)]
+                record.keep = informative_rows(self._filter_rewards(record), group_size,
+                                               self.args.dynamic_sampling_tolerance)
+                groups_seen += len(record.keep) // group_size
+                if record.keep.any():
+                    pieces.append(self._own_kept_rows(output, record))
+                    kept_rounds.append(record)
+                    kept_rows += int(record.keep.sum())
                 if kept_rows >= target * num_processes or rounds >= max_rounds:
                     break
         rows = rows_per_process(kept_rows, num_processes, self.args.steps_per_generation, target)
@@ -259,101 +415,80 @@ class RLVRTrainer(GRPOTrainer):
         mode_metrics["rlvr/sampling_rounds"].append(rounds)
         mode_metrics["rlvr/prompts_sampled"].append(groups_seen)
         mode_metrics["rlvr/kept_groups_frac"].append(kept_rows / group_size / groups_seen)
-        self._log_selection_metrics(groups_seen * group_size, rows * num_processes)
+        self._log_selection_metrics(groups_seen * group_size, rows * num_processes, revisits)
         if rows < target:
             logger.warning(
                 "dynamic sampling: %d rounds found %d informative groups of the %d wanted; training on %d rows "
                 "per process", rounds, kept_rows // group_size, target * num_processes // group_size, rows,
             )
         if rows == 0:
-            return self._empty_update(output)
-        kept = concat_rows(pieces, self._pad_values())
-        rewards = kept.pop("rewards")
-        if self.scale_rewards == "batch":  # the batch std of the groups trained on, not of those dropped (as verl)
-            kept["advantages"] = group_advantages(
-                rewards, group_size, "batch", baseline=self.args.advantage_baseline, std=self.args.advantage_std
-            ).to(kept["advantages"].dtype)
+            self._log_trained_figures(marks, None)
+            return self._empty_update(output), GenerationRecord([], [], None, has_signal=False)
+        batch = self._hand_over_kept_rows(pieces, kept_rounds, rows)
+        kept = [record.keep.nonzero().flatten() for record in kept_rounds]
+        advantages = torch.cat([record.advantages[rows_t] for record, rows_t in zip(kept_rounds, kept, strict=True)])
         start = self.accelerator.process_index * rows
-        batch = {k: v[start : start + rows] for k, v in kept.items()}
-        batch["num_items_in_batch"] = self.accelerator.reduce(_loss_mask(batch).sum(), reduction="sum")
+        if self.scale_rewards == "batch":  # the batch std of the groups trained on, not of those dropped (as verl)
+            kept_rewards = torch.cat([r.rewards[rows_t] for r, rows_t in zip(kept_rounds, kept, strict=True)])
+            advantages = group_advantages(
+                kept_rewards, group_size, "batch", baseline=self.args.advantage_baseline, std=self.args.advantage_std
+            )
+            batch["advantages"] = advantages[start : start + rows].to(batch["advantages"])
+        generation = GenerationRecord(kept_rounds, _first_rows(kept, rows * num_processes),
+                                      advantages[: rows * num_processes])
+        # the loss tokens of every process's trained rows, from the gathered lengths (no reduction of the rows)
+        loss_tokens = generation.column("lengths")
+        if self.mask_truncated_completions:  # TRL zeroes a truncated answer's completion mask
+            loss_tokens = loss_tokens * ~generation.column("truncated")
+        batch["num_items_in_batch"] = torch.tensor(int(loss_tokens.sum().item()), device=self.accelerator.device)
         if self.beta != 0.0:
             batch["ref_per_token_logps"] = self._reference_logps(batch)
-        return batch
+        self._log_trained_rows(generation)
+        self._log_trained_figures(marks, generation)
+        return batch, generation
 
-    def _gather_rows(self, output: dict) -> dict:
-        """Every process's rows of a round, in global order (padded to a common width first)."""
+    def _own_kept_rows(self, output: dict, record: RoundRecord) -> dict:
+        """This process's rows of the round's informative groups; records the round's widest width of every 2-D
+        row tensor over the processes (one small gather), to which the kept rows are later padded."""
         unsupported = [k for k, v in output.items() if k not in ROW_KEYS and k != "num_items_in_batch"]
         if unsupported:
             raise ValueError(f"dynamic_sampling does not support batches with {unsupported} (e.g. multimodal inputs)")
-        gathered = {}
-        for key in ROW_KEYS:
-            if output.get(key) is None:
-                continue
-            tensor = output[key]
-            if tensor.dim() >= 2:
-                tensor = self.accelerator.pad_across_processes(
-                    tensor, dim=1, pad_index=self._pad_values().get(key, 0), pad_first=key.startswith("prompt")
-                )
-            gathered[key] = self.accelerator.gather(tensor)
-        return gathered
+        present = [key for key in ROW_KEYS if output.get(key) is not None]
+        wide = [key for key in present if output[key].dim() >= 2]
+        local_widths = torch.tensor([output[key].size(1) for key in wide], device=self.accelerator.device)
+        widest = self.accelerator.gather(local_widths).view(-1, len(wide)).amax(dim=0).tolist()
+        record.widths = dict(zip(wide, widest, strict=True))
+        rows = len(output["advantages"])
+        start = self.accelerator.process_index * rows
+        keep = record.keep[start : start + rows]
+        return {key: output[key][keep.to(output[key].device)] for key in present}
+
+    def _hand_over_kept_rows(self, pieces: list[dict], kept_rounds: list[RoundRecord], rows: int) -> dict:
+        """Every process's ``rows`` rows to train on: the kept rows in round order, process r taking positions
+        ``[r*rows, (r+1)*rows)``; only rows that change process are sent (point to point)."""
+        widths = {key: max(record.widths[key] for record in kept_rounds) for key in kept_rounds[0].widths}
+        local = pad_pieces(pieces, widths, self._pad_values())
+        num_processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        if num_processes == 1:
+            return {key: value[:rows] for key, value in local.items()}
+        per_round = []
+        for record in kept_rounds:
+            per_process = record.keep.view(num_processes, -1).sum(dim=1)
+            per_round.append(per_process.tolist())
+        plan = destinations(per_round, rows, num_processes)
+        return exchange_rows(local, plan, rows, rank, num_processes)
 
     def _pad_values(self) -> dict:
         pad = self._tokenizer.pad_token_id
         return {"prompt_ids": pad, "completion_ids": pad, "tool_mask": 1}
 
-    def _next_prompts(self, prompts: int | None = None) -> list[dict]:
+    def _next_prompts(self, prompts: int | None = None) -> tuple[list[dict], list[int]]:
         """This process's share of the next round of prompts from the stream (``prompts`` of them in all; default
-        a full generation batch)."""
+        a full generation batch), and the dataset row of each group of the round (all processes)."""
         indices = self._prompt_stream.next_indices(prompts)
-        self._round_prompts = indices[:: self.num_generations]
         per_process = len(indices) // self.accelerator.num_processes
         start = self.accelerator.process_index * per_process
-        return [self.train_dataset[i] for i in indices[start : start + per_process]]
-
-    def _filter_rewards(self) -> torch.Tensor:
-        """What a group must vary in to have signal (``dynamic_sampling_metric``): the total reward or the success
-        reward alone."""
-        if self.args.dynamic_sampling_metric == "success":
-            return self._batch_rewards_per_func[:, self._success_index]
-        return self._batch_rewards
-
-    # -- selective sampling -------------------------------------------------------------------------------------
-
-    def _generate_selected_round(self):
-        """Selective sampling without dynamic sampling: one round from the stream (skipping predicted zero-signal
-        prompts), trained on whole."""
-        output = self._generate_and_score_round(self._next_prompts())
-        self._record_round()
-        rows = informative_rows(self._filter_rewards(), self.num_generations, self.args.dynamic_sampling_tolerance)
-        self._log_selection_metrics(len(rows), int(rows.sum()))
-        return output
-
-    def _record_round(self) -> None:
-        """Every group of the round just scored into the prompt history, from the gathered rewards, so that every
-        rank holds the same history and takes the same skip decisions."""
-        history = self._prompt_stream.history
-        if history is None:
-            return
-        group_size = self.num_generations
-        zero = zero_signal_groups(self._filter_rewards(), group_size, self.args.dynamic_sampling_tolerance)
-        success = self._batch_rewards_per_func[:, self._success_index] >= self.args.success_threshold
-        rates = success.float().view(-1, group_size).mean(dim=1)
-        revisits, held = record_groups(history, self._round_prompts, rates.tolist(), zero.tolist())
-        self._revisits[0] += revisits
-        self._revisits[1] += held
-
-    def _log_selection_metrics(self, answers: int, informative_rows_trained: int) -> None:
-        metrics = self._metrics["train"]
-        if informative_rows_trained:
-            metrics["rlvr/answers_per_informative_row"].append(answers / informative_rows_trained)
-        if self._prompt_stream.history is None:
-            return
-        metrics["rlvr/prompts_skipped"].append(self._prompt_stream.skipped)
-        self._prompt_stream.skipped = 0
-        revisits, held = self._revisits
-        if revisits:
-            metrics["rlvr/skipped_would_have_been_zero_signal"].append(held / revisits)
-        self._revisits = [0, 0]
+        return [self.train_dataset[i] for i in indices[start : start + per_process]], indices[:: self.num_generations]
 
     def _empty_update(self, output: dict) -> dict:
         """No informative group at all: a batch that carries no gradient, and the optimizer steps it alone feeds
@@ -366,7 +501,6 @@ class RLVRTrainer(GRPOTrainer):
         batch["num_items_in_batch"] = torch.zeros((), device=batch["advantages"].device)
         if self.beta != 0.0:
             batch["ref_per_token_logps"] = torch.zeros_like(batch["completion_ids"], dtype=torch.float32)
-        self._generation_empty = True
         return batch
 
     def _reference_logps(self, batch: dict) -> torch.Tensor:
@@ -382,6 +516,46 @@ class RLVRTrainer(GRPOTrainer):
             model = self.accelerator.unwrap_model(self.model)
             with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
                 return self._get_per_token_logps_and_entropies(self.model, input_ids, attention_mask, **kwargs)[0]
+
+    # -- selective sampling -------------------------------------------------------------------------------------
+
+    def _generate_selected_round(self) -> tuple[dict, GenerationRecord]:
+        """Selective sampling without dynamic sampling: one round from the stream (skipping predicted zero-signal
+        prompts), trained on whole."""
+        output, record = self._score_round(*self._next_prompts())
+        revisits = self._record_round(record)
+        rows = informative_rows(self._filter_rewards(record), self.num_generations,
+                                self.args.dynamic_sampling_tolerance)
+        self._log_selection_metrics(len(rows), int(rows.sum()), revisits)
+        generation = GenerationRecord.whole(record)
+        self._log_trained_rows(generation)
+        return output, generation
+
+    def _record_round(self, record: RoundRecord) -> tuple[int, int]:
+        """Every group of the round into the prompt history, from the gathered rewards, so that every rank holds the
+        same history and takes the same skip decisions; returns (revisited prompts, revisits with no signal)."""
+        history = self._prompt_stream.history
+        if history is None:
+            return 0, 0
+        group_size = self.num_generations
+        zero = zero_signal_groups(self._filter_rewards(record), group_size, self.args.dynamic_sampling_tolerance)
+        success = record.rewards_per_func[:, self._success_index] >= self.args.success_threshold
+        rates = success.float().view(-1, group_size).mean(dim=1)
+        return record_groups(history, record.prompt_indices, rates.tolist(), zero.tolist())
+
+    def _log_selection_metrics(self, answers: int, informative_rows_trained: int, revisits) -> None:
+        metrics = self._metrics["train"]
+        if informative_rows_trained:
+            metrics["rlvr/answers_per_informative_row"].append(answers / informative_rows_trained)
+        if self._prompt_stream.history is None:
+            return
+        metrics["rlvr/prompts_skipped"].append(self._prompt_stream.skipped)
+        self._prompt_stream.skipped = 0
+        revisited, held = revisits
+        if revisited:
+            metrics["rlvr/skipped_would_have_been_zero_signal"].append(held / revisited)
+
+    # -- checkpoints --------------------------------------------------------------------------------------------
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         # resume_from_checkpoint=True takes the newest *complete* checkpoint (a crash while one was written leaves a
@@ -421,58 +595,26 @@ class RLVRTrainer(GRPOTrainer):
                 "trained on are drawn again", checkpoint, PROMPT_STREAM_STATE_FILE,
             )
 
-    def _log_rollout_metrics(self, rewards_per_func: torch.Tensor, completion_ids_list, model_lengths) -> None:
-        """Gather lengths (tokens the model wrote: tool results are not counted, as in TRL's
-        ``completions/mean_length``) and truncation flags (the rewards are already global) and log the rlvr/
-        diagnostics."""
-        if self._success_index is None:
-            return
-        device = rewards_per_func.device
-        mode = "train" if self.model.training else "eval"
-        stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
-        local = torch.tensor(
-            [[n, float(bool(ids) and ids[-1] not in stop_ids)]
-             for ids, n in zip(completion_ids_list, model_lengths, strict=True)],
-            dtype=torch.float32,
-            device=device,
-        )
-        lengths, truncated = self.accelerator.gather(local).unbind(dim=1)
-        group_size = self.num_generations if mode == "train" else self.num_generations_eval
-        metrics = rollout_metrics(
-            self._batch_rewards,
-            rewards_per_func[:, self._success_index],
-            lengths,
-            truncated.bool(),
-            group_size,
-            success_threshold=self.args.success_threshold,
-            tolerance=self.args.dynamic_sampling_tolerance,
-        )
-        for key, value in metrics.items():
-            self._metrics[mode][key].append(value)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        mode = "train" if self.model.training else "eval"
-        for trl_name, rlvr_name in _TRL_METRIC_ALIASES.items():
-            if trl_name in self._metrics[mode]:
-                self._metrics[mode][rlvr_name] = list(self._metrics[mode][trl_name])
-        super().log(logs, start_time)
-
     # -- loss normalisation -------------------------------------------------------------------------------------
 
-    def _prepare_inputs(self, generation_batch):
+    def _prepare_inputs(self, generation_batch, **kwargs):
         buffered_before = self._buffered_inputs
-        inputs = super()._prepare_inputs(generation_batch)
-        if self.model.training and not self._generation_empty:
-            self._step_has_signal = True  # this micro-step's batch can carry a gradient
-        if (
-            self.model.training
-            and self._buffered_inputs is not buffered_before
-            and self.args.loss_normalization == "per_batch_token"
-            and self.args.token_count_scope == "optimizer_step"
-            and self.args.steps_per_generation % self.args.gradient_accumulation_steps == 0
-        ):
+        inputs = super()._prepare_inputs(generation_batch, **kwargs)
+        if not self.model.training:
+            return inputs
+        if self._skip_empty_updates is not None and (self._generation is None or self._generation.has_signal):
+            self._skip_empty_updates.step_has_signal = True  # this micro-step's batch can carry a gradient
+        if self._buffered_inputs is not buffered_before and self._sets_exact_token_counts():
             self._set_exact_token_counts(self._buffered_inputs)
         return inputs
+
+    def _sets_exact_token_counts(self) -> bool:
+        """Whether every micro-batch gets its optimizer step's exact token count (in ``_prepare_inputs``)."""
+        return (
+            self.args.loss_normalization == "per_batch_token"
+            and self.args.token_count_scope == "optimizer_step"
+            and self.args.steps_per_generation % self.args.gradient_accumulation_steps == 0
+        )
 
     def _set_exact_token_counts(self, micro_batches: list[dict]) -> None:
         """Give each buffered micro-batch the token count of its optimizer step's global batch (DAPO, exact)."""
@@ -483,12 +625,12 @@ class RLVRTrainer(GRPOTrainer):
         ):
             batch["num_items_in_batch"] = num_items
 
-    def _compute_loss(self, model, inputs):
+    def _compute_loss(self, model, inputs, **kwargs):
         if self.args.loss_normalization != "constant" or self.args.loss_constant is None:
-            return super()._compute_loss(model, inputs)
+            return super()._compute_loss(model, inputs, **kwargs)
         # TRL's dr_grpo divides by (rows x max_completion_length); Dr. GRPO's constant may be set apart from it.
         with _swapped(self, "max_completion_length", self.args.loss_constant):
-            return super()._compute_loss(model, inputs)
+            return super()._compute_loss(model, inputs, **kwargs)
 
     # -- generation engines -------------------------------------------------------------------------------------
 
@@ -498,8 +640,7 @@ class RLVRTrainer(GRPOTrainer):
             from trl_rlvr._compat.vllm_cpu import adapt_weight_sync
 
             adapt_weight_sync(self.vllm_generation)
-        with trl_generation_notices_silenced():
-            return super()._generate_single_turn(*args, **kwargs)
+        return super()._generate_single_turn(*args, **kwargs)
 
 
 class _SkipEmptyUpdates(TrainerCallback):
@@ -515,12 +656,12 @@ class _SkipEmptyUpdates(TrainerCallback):
 
     def __init__(self, trainer: RLVRTrainer):
         self.trainer, self.restore = trainer, []
+        self.step_has_signal = False  # set by the trainer's _prepare_inputs for a micro-batch that can carry one
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        trainer = self.trainer
-        has_signal, trainer._step_has_signal = trainer._step_has_signal, False
+        has_signal, self.step_has_signal = self.step_has_signal, False
         if not has_signal:
-            self.restore = [_shadow(trainer.optimizer, "step"), _shadow(trainer.lr_scheduler, "step")]
+            self.restore = [_shadow(self.trainer.optimizer, "step"), _shadow(self.trainer.lr_scheduler, "step")]
 
     def on_step_end(self, args, state, control, **kwargs):  # after Trainer's scheduler step
         for restore in self.restore:
@@ -556,3 +697,25 @@ def _swapped(obj, name: str, value):
         yield
     finally:
         setattr(obj, name, old)
+
+
+@contextlib.contextmanager
+def _table_held_back(trainer):
+    """Within the block, TRL's completions-table entries go to a fresh table (yielded), not to ``trainer._logs``."""
+    logs = trainer._logs
+    table = {"images": [], "prompt": [], "completion": [], "rewards": defaultdict(list), "advantages": [],
+             "extra": defaultdict(list)}
+    trainer._logs = table
+    try:
+        yield table
+    finally:
+        trainer._logs = logs
+
+
+def _first_rows(kept: list[torch.Tensor], count: int) -> list[torch.Tensor]:
+    """The first ``count`` of the kept row indices, round after round."""
+    out = []
+    for rows in kept:
+        out.append(rows[:count])
+        count -= len(out[-1])
+    return out

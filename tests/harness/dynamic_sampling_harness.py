@@ -51,7 +51,13 @@ def run(model_dir, reward=mixed_reward, record_prompts=None, callbacks=(), **ove
     trainer.compute_loss = recording
     if record_prompts is not None:
         next_prompts = trainer._next_prompts
-        trainer._next_prompts = lambda *a: record_prompts.append(next_prompts(*a)) or record_prompts[-1]
+
+        def recording_prompts(*args):
+            rows, groups = next_prompts(*args)
+            record_prompts.append(rows)
+            return rows, groups
+
+        trainer._next_prompts = recording_prompts
     trainer.train()
     return trainer, seen
 

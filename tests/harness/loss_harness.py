@@ -174,7 +174,7 @@ def run_trainer(model_dir, normalization: str, steps_per_generation: int = 2, gr
         from trl import GRPOTrainer
 
         def fake_trl_generate(self, inputs):  # what TRL's step leaves behind: the gathered rewards, local rows
-            self._batch_rewards = rewards.clone()
+            self._round.rewards = rewards.clone()
             out = fake_generate(inputs)
             out["advantages"] = torch.full_like(out["advantages"], float("nan"))  # must be recomputed
             return out

@@ -39,9 +39,9 @@ def record_rounds(trainer) -> list[list[int]]:
     next_prompts = trainer._next_prompts
 
     def recording(*args):
-        batch = next_prompts(*args)
-        rounds.append(list(trainer._round_prompts))
-        return batch
+        batch, groups = next_prompts(*args)
+        rounds.append(list(groups))
+        return batch, groups
 
     trainer._next_prompts = recording
     return rounds

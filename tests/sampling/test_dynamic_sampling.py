@@ -164,21 +164,24 @@ def test_batch_scaling_uses_the_kept_groups_only(tiny_model_dir):
     """With scale_rewards="batch" the std is the kept groups' (as verl), not the generated batch's."""
     from tests.harness.loss_harness import make_trainer
     from trl_rlvr.algorithms.advantages import group_advantages
+    from trl_rlvr.sampling.rounds import RoundRecord
 
     trainer = make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], dynamic_sampling=True, scale_rewards="batch",
                            per_device_train_batch_size=8, max_completion_length=8)
     trainer.model.train()
     rewards = torch.tensor([1.0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0])  # groups 0 and 2 carry no signal
 
-    def fake_round(prompts):
-        trainer._batch_rewards = rewards
+    def fake_round(prompts, prompt_indices=None):
         rows = torch.arange(16)
+        record = RoundRecord(prompt_indices, rewards_per_func=rewards[:, None], rewards=rewards,
+                             lengths=torch.full((16,), 3.0), truncated=torch.zeros(16, dtype=torch.bool),
+                             advantages=group_advantages(rewards, 4, "batch"), table=_empty_table(16))
         return {"prompt_ids": rows[:, None].repeat(1, 2), "prompt_mask": torch.ones(16, 2, dtype=torch.long),
                 "completion_ids": rows[:, None].repeat(1, 3), "completion_mask": torch.ones(16, 3, dtype=torch.long),
-                "advantages": group_advantages(rewards, 4, "batch"), "num_items_in_batch": torch.tensor(48)}
+                "advantages": group_advantages(rewards, 4, "batch"), "num_items_in_batch": torch.tensor(48)}, record
 
-    trainer._generate_and_score_round = fake_round
-    batch = trainer._generate_informative_batch([{}] * 8)
+    trainer._score_round = fake_round
+    batch, _ = trainer._generate_informative_batch([{}] * 8)
     assert batch["completion_ids"][:, 0].tolist() == [4, 5, 6, 7, 12, 13, 14, 15]
     kept = torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0])
     torch.testing.assert_close(batch["advantages"], group_advantages(kept, 4, "batch"))
@@ -187,20 +190,27 @@ def test_batch_scaling_uses_the_kept_groups_only(tiny_model_dir):
     assert batch["num_items_in_batch"].item() == 24
 
 
+def _empty_table(rows):
+    from collections import defaultdict
+
+    return {"images": [], "prompt": [None] * rows, "completion": [None] * rows, "rewards": defaultdict(list),
+            "advantages": [], "extra": defaultdict(list)}
+
+
 @pytest.mark.trl_contract
 def test_kl_term_uses_reference_log_probs_of_kept_rows(tiny_model_dir, monkeypatch):
     """Rounds generate with beta swapped to 0, so TRL computes no reference log-probs for rows then dropped
     (TRL's _generate_and_score_completions reads self.beta); the kept rows get theirs afterwards."""
     from trl_rlvr.trainer import RLVRTrainer
 
-    round_keys, generate = [], RLVRTrainer._generate_and_score_round
+    round_keys, generate = [], RLVRTrainer._score_round
 
-    def recording(self, inputs):
-        output = generate(self, inputs)
+    def recording(self, *args, **kwargs):
+        output, record = generate(self, *args, **kwargs)
         round_keys.append(set(output))
-        return output
+        return output, record
 
-    monkeypatch.setattr(RLVRTrainer, "_generate_and_score_round", recording)
+    monkeypatch.setattr(RLVRTrainer, "_score_round", recording)
     trainer, seen = run(tiny_model_dir, beta=0.04, max_steps=2, gradient_accumulation_steps=1)
     assert round_keys and not any("ref_per_token_logps" in keys for keys in round_keys)
     assert all((a != 0).all() for a in seen)

@@ -90,7 +90,7 @@ def test_registry_name_is_the_log_name_and_the_success_reward_name(tiny_model_di
     reward = load_reward("short_answer")
     assert reward.__name__ == "short_answer"
     trainer = make_trainer(tiny_model_dir, reward_funcs=["short_answer"], success_reward="short_answer")
-    assert trainer.reward_func_names == ["short_answer"] and trainer._success_index == 0
+    assert trainer.reward_func_names == ["short_answer"] and trainer.success_reward_index == 0
 
 
 def short_answer_factory():

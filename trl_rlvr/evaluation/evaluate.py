@@ -19,7 +19,7 @@ import math
 import time
 from contextlib import contextmanager, nullcontext
 
-from trl_rlvr._compat.notices import trl_generation_notices_silenced
+from trl_rlvr._compat.notices import silence_trl_generation_notice
 from trl_rlvr.evaluation.generation import generate_completions
 
 
@@ -54,7 +54,8 @@ def _distributed(accelerator):
 @contextmanager
 def _generating(model, unwrap):
     """The model to generate with (unwrapped: DDP, ZeRO-3, FSDP), in eval mode, put back in training mode after."""
-    with trl_generation_notices_silenced(), unwrap(model) as gen_model:
+    silence_trl_generation_notice()
+    with unwrap(model) as gen_model:
         was_training = gen_model.training
         gen_model.eval()
         try:

@@ -2,7 +2,10 @@
 predicted to be zero-signal), and the checkpointed prompt stream both draw from.
 
 - :mod:`.dynamic`: the filter and refill pieces (pure), :class:`PromptStream`;
-- :mod:`.selective`: the per-prompt history and its skip rule (pure).
+- :mod:`.selective`: the per-prompt history and its skip rule (pure);
+- :mod:`.rounds`: the typed records a round and a generation batch carry from generation to the loss and the logs;
+- :mod:`.redistribute`: dynamic sampling's hand-over of kept rows between processes (only kept rows move);
+- :mod:`.figures`: TRL's reward and length figures, of the rows trained on.
 """
 
 from trl_rlvr.sampling.dynamic import (

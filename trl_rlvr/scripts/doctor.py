@@ -79,9 +79,9 @@ def measure(trainer, prompts: int | None = None) -> dict:
     rows = sample_rows(trainer.train_dataset, prompts, group_size, args.seed)
     trainer.model.train()
     start = time.perf_counter()
-    output = trainer._generate_and_score_round(rows)
+    output, record = trainer._score_round(rows)
     seconds = time.perf_counter() - start
-    rewards_per_func = trainer._batch_rewards_per_func.float().cpu()
+    rewards_per_func = record.rewards_per_func.float().cpu()
     names = list(trainer.reward_func_names)
     metrics = {k: v[-1] for k, v in trainer._metrics["train"].items() if v}
     counters = {name: {k.split("/", 1)[1]: float(v) for k, v in metrics.items() if k.startswith(f"{name}/")}
@@ -89,11 +89,11 @@ def measure(trainer, prompts: int | None = None) -> dict:
     mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
     truncated, lengths = completion_flags(output["completion_ids"],
                                           {*trainer.eos_token_ids, trainer.processing_class.pad_token_id})
-    success_index = trainer._success_index
+    success_index = trainer.success_reward_index
     success = rewards_per_func[:, success_index] >= getattr(args, "success_threshold", 1.0)
     from trl_rlvr.algorithms.advantages import zero_signal_groups
 
-    zero = zero_signal_groups(trainer._filter_rewards().float().cpu(), group_size,
+    zero = zero_signal_groups(trainer._filter_rewards(record).float().cpu(), group_size,
                               getattr(args, "dynamic_sampling_tolerance", 0.0))
     success_zero = zero_signal_groups(success.float(), group_size)
     completions = list(trainer._logs["completion"])[-len(rows):]

@@ -1,0 +1,57 @@
+"""TRL's per-batch reward and length figures, of the rows a batch trains on.
+
+``GRPOTrainer`` logs ``reward``, ``reward_std``, ``frac_reward_zero_std``, ``rewards/<name>/mean|std`` (in
+``_generate_and_score_completions``) and ``completions/*`` lengths (in ``_generate``) for every row it generated.
+Under dynamic sampling the rows trained on are a subset (the kept groups of several rounds): these are the same
+definitions (TRL's ``nanstd``, the sample std), evaluated on the trained rows instead.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl.trainer.utils import nanstd
+
+
+def trained_figure_names(reward_func_names: list[str]) -> list[str]:
+    """The metric names :func:`trained_figures` returns (TRL's names)."""
+    names = ["reward", "reward_std", "frac_reward_zero_std"]
+    names += [f"rewards/{name}/{stat}" for name in reward_func_names for stat in ("mean", "std")]
+    names += [f"completions/{stat}_length" for stat in ("mean", "min", "max")]
+    names += ["completions/clipped_ratio"]
+    names += [f"completions/{stat}_terminated_length" for stat in ("mean", "min", "max")]
+    return names
+
+
+def trained_figures(rewards_per_func: torch.Tensor, weights: torch.Tensor, reward_func_names: list[str],
+                    lengths: torch.Tensor, truncated: torch.Tensor, group_size: int, scale_rewards: str
+                    ) -> dict[str, float]:
+    """TRL's figures of K rows: ``rewards_per_func`` (K, F) (NaN: not scored), ``lengths`` (K,) tokens the model
+    wrote, ``truncated`` (K,) bool; rows group after group (a last, partial group counts as a group)."""
+    figures = {}
+    for i, name in enumerate(reward_func_names):
+        figures[f"rewards/{name}/mean"] = torch.nanmean(rewards_per_func[:, i]).item()
+        figures[f"rewards/{name}/std"] = nanstd(rewards_per_func[:, i]).item()
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    figures["reward"] = torch.nanmean(rewards).item()
+    figures["reward_std"] = nanstd(rewards).item()
+    if scale_rewards == "batch":
+        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    else:
+        std = torch.cat([
+            nanstd(group).expand_as(group) if group.numel() > 1 else torch.zeros_like(group)
+            for group in rewards.split(group_size)
+        ])
+    figures["frac_reward_zero_std"] = torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+    lengths = lengths.float()
+    figures["completions/mean_length"] = lengths.mean().item()
+    figures["completions/min_length"] = lengths.min().item()
+    figures["completions/max_length"] = lengths.max().item()
+    figures["completions/clipped_ratio"] = truncated.float().mean().item()
+    terminated = lengths[~truncated.bool()]
+    if terminated.numel() == 0:  # as TRL: no terminated answer -> 0
+        terminated = torch.zeros(1)
+    figures["completions/mean_terminated_length"] = terminated.mean().item()
+    figures["completions/min_terminated_length"] = terminated.min().item()
+    figures["completions/max_terminated_length"] = terminated.max().item()
+    return figures
