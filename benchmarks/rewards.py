@@ -126,8 +126,8 @@ def _time_one(data: Path, impl: str, repeats: int, groups: int = 64) -> None:
         def run():
             reward(None, completions, answer=golds)
     elif impl == "boxed_math_nodedupe":
-        from reward_plugins._math_check import check, warm
-        from reward_plugins._pool import get_pool
+        from reward_plugins.boxed_math.math_check import check, warm
+        from reward_plugins.boxed_math.pool import get_pool
 
         reward = boxed_math()
         t = time.perf_counter()

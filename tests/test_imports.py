@@ -81,7 +81,7 @@ def test_every_module_imports_without_side_effects(tmp_path):
     assert not report["problems"], "\n".join(report["problems"])
     assert report["output"] == ""
     # the walk really covers both packages, the sandbox worker and the reward pool included
-    for name in ("trl_rlvr.trainer", "reward_plugins.code_sandbox.worker", "reward_plugins._pool", "reward_plugins.overlong"):
+    for name in ("trl_rlvr.trainer", "reward_plugins.code_sandbox.worker", "reward_plugins.boxed_math.pool", "reward_plugins.overlong"):
         assert name in report["modules"]
 
 
@@ -105,7 +105,7 @@ def test_sandbox_worker_program_resolves(tmp_path):
 def test_reward_zygote_program_resolves():
     """The zygote's ``python -c`` program finds its module by name and answers a missing command
     line with its usage (exit 2)."""
-    from reward_plugins import _pool
+    from reward_plugins.boxed_math import pool as _pool
 
     out = _run_without_arguments([sys.executable, "-c", _pool.ZYGOTE_PROGRAM])
     assert out.returncode == 2 and out.stderr.startswith("usage:"), (out.returncode, out.stderr)
@@ -114,8 +114,8 @@ def test_reward_zygote_program_resolves():
 def test_pool_functions_must_import_back_by_name():
     """The zygote finds its handler by ``module:qualname``: a function it could not find is refused
     when the pool is made, naming it, not when a worker fails to start."""
-    from reward_plugins._math_check import check
-    from reward_plugins._pool import DeadlinePool
+    from reward_plugins.boxed_math.math_check import check
+    from reward_plugins.boxed_math.pool import DeadlinePool
 
     assert DeadlinePool(check, 1).handler_spec == f"{check.__module__}:check"
 

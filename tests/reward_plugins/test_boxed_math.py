@@ -169,7 +169,7 @@ def test_grpo_shaped_batch_groups(reward):
 
 def test_deadline_counts_cpu_time_not_waiting():
     """A task that waits (no CPU) is not killed at the deadline, only at the wall-clock cap."""
-    from reward_plugins._pool import DeadlinePool
+    from reward_plugins.boxed_math.pool import DeadlinePool
 
     pool = DeadlinePool(time.sleep, 1)
     try:
@@ -220,7 +220,7 @@ def test_workers_exit_when_the_parent_dies(tmp_path):
     code = (
         "import os, sys, time\n"
         "from reward_plugins.boxed_math import boxed_math\n"
-        "from reward_plugins._pool import _POOLS\n"
+        "from reward_plugins.boxed_math.pool import _POOLS\n"
         "boxed_math()(None, [r'\\boxed{1}'], answer=['1'])\n"
         "print(' '.join(str(p) for pool in _POOLS.values() for p in pool.pids()), flush=True)\n"
         "time.sleep(60)\n"
@@ -250,7 +250,7 @@ def test_workers_exit_when_the_parent_dies(tmp_path):
 
 def test_numeric_probe_is_only_a_shortcut(reward):
     """Wrong symbolic answers skip sympy's simplify; equal ones and math-verify's lenient cases still pass."""
-    from reward_plugins import _math_check as mc
+    from reward_plugins.boxed_math import math_check as mc
 
     gold = mc.parse_gold("x^2+33x-33")
     assert mc._surely_different(gold, mc._parse_whole("37"))

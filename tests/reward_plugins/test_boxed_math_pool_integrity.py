@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reward_plugins import _pool
-from reward_plugins._pool import DeadlinePool
 from reward_plugins.boxed_math import boxed_math
+from reward_plugins.boxed_math import pool as _pool
+from reward_plugins.boxed_math.pool import DeadlinePool
 
 
 class Interrupt(BaseException):

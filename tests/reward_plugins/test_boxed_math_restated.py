@@ -171,7 +171,7 @@ def test_property_a_value_gold_as_an_operation_of_values_scores_0(reward, cases)
 
 
 def test_states_values_is_default_deny_on_what_the_grammar_does_not_read():
-    from reward_plugins._value_form import states_values
+    from reward_plugins.boxed_math.value_form import states_values
 
     assert states_values("3", "integer") and states_values(r"\frac{1}{2}", "number")
     assert not states_values(r"0.\overline{3}", "number")  # not parsed: not read as a value

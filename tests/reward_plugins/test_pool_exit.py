@@ -10,10 +10,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_zygote_whose_parent_is_gone_exits_quietly():
     code = (
-        "import socket; from reward_plugins._pool import _zygote\n"
+        "import socket; from reward_plugins.boxed_math.pool import _zygote\n"
         "parent, child = socket.socketpair()\n"
         "parent.close()  # the parent exited during the warm-up\n"
-        "_zygote(child.detach(), 'reward_plugins._math_check:check', [])\n"
+        "_zygote(child.detach(), 'reward_plugins.boxed_math.math_check:check', [])\n"
         "print('zygote returned')\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,

@@ -17,7 +17,7 @@ parser's own syntax tree (latex2sympy's ANTLR grammar, the parse math-verify use
 * the components of a relation are its last side and every side before a relation other than ``=``
   (``2 < x < 5``), except a **name** (``x``, ``a_1``, ``f(x)``: no numeral outside a subscript or an argument):
   ``x = 3`` states the value 3, and so does ``x = 2 + 1 = 3`` (the steps before ``=`` are working, which
-  ``_math_check`` checks to equal the last side), while ``x = 1 + 2`` states none.
+  ``math_check`` checks to equal the last side), while ``x = 1 + 2`` states none.
 
 The rule is an allowlist over node types: a tree it does not know is not a value (default-deny). Where the
 gold is not a value (``\\sqrt{2}``, ``2\\pi``, ``x^2+1``, ``\\text{(B)}``), the rule does not apply: an

@@ -1,4 +1,4 @@
-"""The math-verify side of ``boxed_math``: runs inside the worker processes of :mod:`reward_plugins._pool`.
+"""The math-verify side of ``boxed_math``: runs inside the worker processes of :mod:`reward_plugins.boxed_math.pool`.
 
 Importing this module is cheap; math-verify (and sympy) are imported on first use, which in the workers
 happens once, in the fork server (see ``boxed_math``), before the workers are forked.
@@ -7,12 +7,12 @@ Timeouts are not math-verify's job here (its SIGALRM timeouts are disabled): the
 overruns its deadline, which works whatever thread the reward function is called from.
 
 The gold is parsed by math-verify as it is (a trusted text: a bare answer or a reference solution). An answer
-is read strictly: the rules of :mod:`reward_plugins._answer_form` first, then its whole content parsed as one
+is read strictly: the rules of :mod:`reward_plugins.boxed_math.answer_form` first, then its whole content parsed as one
 expression by math-verify's own normalisation and LaTeX parser, without math-verify's fallbacks (which answer
 from a fragment when the whole does not parse); then every equation in it is checked to assert one value
 (:func:`_asserts_one_value`) and every approximation to approximate it (:func:`_approximates`); where the gold
 is a value, each component of the answer must be written as a value, not as an operation or function of values
-(:mod:`reward_plugins._value_form`, on the parser's syntax tree: ``unevaluated`` otherwise). Only then does
+(:mod:`reward_plugins.boxed_math.value_form`, on the parser's syntax tree: ``unevaluated`` otherwise). Only then does
 math-verify's ``verify`` compare it with the gold.
 """
 
@@ -24,9 +24,9 @@ import logging
 import re
 from collections import OrderedDict
 
-from reward_plugins._answer_form import Form, answer_key, gold_text, read_form
-from reward_plugins._text import find_boxes
-from reward_plugins._value_form import gold_values, is_name, states_values
+from reward_plugins.boxed_math.answer_form import Form, answer_key, gold_text, read_form
+from reward_plugins.boxed_math.boxes import find_boxes
+from reward_plugins.boxed_math.value_form import gold_values, is_name, states_values
 
 _SEPARATOR_RE = re.compile(r"(?:\s|\$|,|;|\\[,;!]|\\q?quad|\\text\{\s*(?:and|,)?\s*\}|\\[()\[\]]|and|&|\\\\)*")
 _GOLD_CACHE: OrderedDict[str, list] = OrderedDict()
@@ -48,7 +48,7 @@ def _math_verify():
         # the gold's config: math-verify's own for LaTeX (a bare NormalizationConfig(units=True), as TRL uses,
         # breaks "\\frac12")
         config = [LatexExtractionConfig(boxed_match_priority=0)]
-        # an answer's: the same normalisation, except that units are not dropped (_answer_form has done it, by
+        # an answer's: the same normalisation, except that units are not dropped (answer_form has done it, by
         # rule; math-verify's rule drops all from the first \\text{ on) and nested boxes are not looked for
         answer = dataclasses.replace(config[0].normalization_config, units=False, boxed="none")
 

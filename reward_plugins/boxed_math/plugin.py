@@ -12,7 +12,7 @@ Against reward hacking:
   ``\\fbox``, ``\\framebox``, ``\\colorbox``, ``\\fcolorbox``), must hold an answer equal to the gold, so
   boxing several different candidates gets nothing, while the same answer boxed twice (in any form) and
   layout boxes (empty, spacing only, ``\\phantom{..}``) do not count against a right answer;
-* a box must state ONE answer, read whole (:mod:`reward_plugins._answer_form`): text that is not part of the
+* a box must state ONE answer, read whole (:mod:`reward_plugins.boxed_math.answer_form`): text that is not part of the
   answer (``\\boxed{3 \\text{ (or 4)}}``), an equation or approximation asserting a second value
   (``\\boxed{3 = 4}``, ``\\boxed{3 \\approx 4}``), numerals side by side (``\\boxed{3 \\; 4}``) or a command
   the parser does not implement score 0, and a box is never scored from a fragment of it;
@@ -56,17 +56,9 @@ from __future__ import annotations
 import inspect
 from collections import Counter
 
-from reward_plugins._answer_form import answer_key
-from reward_plugins._text import (
-    answer_line,
-    answer_part,
-    column,
-    completion_text,
-    find_boxes,
-    is_layout,
-    log_counts,
-    unwrap_boxes,
-)
+from reward_plugins._text import answer_part, column, completion_text, log_counts
+from reward_plugins.boxed_math.answer_form import answer_key
+from reward_plugins.boxed_math.boxes import answer_line, find_boxes, is_layout, unwrap_boxes
 
 _MAX_DISTINCT_BOXES = 8  # more distinct boxes than this is hedging, whatever they hold
 #: The smallest ``memory_limit_mb``: a warmed worker maps about 70 MB and normal checks peak well below this.
@@ -241,8 +233,8 @@ class BoxedMathReward:
         return self.same_answers([(a, b)])[0]
 
     def _pool(self):
-        from reward_plugins._math_check import check, warm
-        from reward_plugins._pool import get_pool
+        from reward_plugins.boxed_math.math_check import check, warm
+        from reward_plugins.boxed_math.pool import get_pool
 
         return get_pool(check, self.num_workers, warmup=warm, memory_limit=self.memory_limit_mb << 20)
 

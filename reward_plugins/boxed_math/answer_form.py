@@ -6,7 +6,7 @@ trailing ``\\text{..}`` (and, with it, everything from the first ``\\text{`` on)
 as a whole it answers from a fragment of it (a ``\\frac{..}{..}`` inside, the last equation). Each of these lets a
 box that asserts two answers score as one of them (``\\boxed{3 \\text{ (or 4)}}``, ``\\boxed{4 = 3}``,
 ``\\boxed{3 \\approx 4}``, ``\\boxed{7 \\\\ \\frac12}``). So a box's content is first read by default-deny rules
-(:func:`read_form`), and what they accept is then parsed as a whole, with no fallback (``_math_check``):
+(:func:`read_form`), and what they accept is then parsed as a whole, with no fallback (``math_check``):
 
 * **text** (``\\text``, ``\\mbox``, ``\\textbf``, ..., and ``\\mathrm``-like fonts around more than one letter) is
   allowed only as: a connective (``and``, ``or``, ``,``: the answer is then a list, compared as a whole with the
@@ -21,7 +21,7 @@ box that asserts two answers score as one of them (``\\boxed{3 \\text{ (or 4)}}`
   (``x \\approx 11``) makes the first decimal the answer.
 * a **numeral with a subscript** (a base, ``101_2``) only where the gold has a numeral with the same subscript.
 * whether a box **restates the question** (``72468 * 55`` where the gold is 3985740) is not decided here, on
-  text, but on the parse trees, by :mod:`reward_plugins._value_form` (in ``_math_check``).
+  text, but on the parse trees, by :mod:`reward_plugins.boxed_math.value_form` (in ``math_check``).
 
 Equal answers up to ``\\text{}`` wrapping, spacing and case of text are recognised by :func:`answer_key`
 without any parsing (``4:30\\text{ p.m.}``, ``\\text{4:30 P.M.}`` and ``4:30 \\text{pm}`` have one key).
@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from reward_plugins._text import _scan_group
+from reward_plugins.boxed_math.boxes import _scan_group
 
 #: Commands whose argument is text, not mathematics.
 TEXT_COMMANDS = frozenset(
