@@ -1,10 +1,12 @@
 """Whether an answer states values or restates the question, decided on parse trees (runs in the workers).
 
 Where the gold is a **value** (:func:`gold_values`: every component of math-verify's parse of the gold is a
-number: an integer, a fraction, a decimal, a percentage, an infinity; the components of a tuple, a set, an
-interval or a matrix, or the sides of a relation that are not a name, as in ``x = 3`` or ``y < 2``), an answer
-scores only if each of its components is written as a value too (:func:`states_values`), read on the LaTeX
-parser's own syntax tree (latex2sympy's ANTLR grammar, the parse math-verify uses), before any evaluation:
+number: an integer, a fraction, a decimal of at most :data:`MAX_VALUE_DIGITS` significant digits (a longer one
+reads as the rounding of a number that may have no short form, 4.1231056 for ``\\sqrt{17}``), a percentage, an
+infinity; the components of a tuple, a set, an interval or a matrix, or the sides of a relation that are not a
+name, as in ``x = 3`` or ``y < 2``), an answer scores only if each of its components is written as a value too
+(:func:`states_values`), read on the LaTeX parser's own syntax tree (latex2sympy's ANTLR grammar, the parse
+math-verify uses), before any evaluation:
 
 * a **value** is a numeral (``3``, ``3.5``, ``1,000``, ``101_2``), optionally signed (``-3``), in redundant
   brackets (``(3)``, ``{3}``), as a percentage (``10\\%``) or in degrees (``30^\\circ``), or ``\\infty``;
@@ -37,15 +39,18 @@ _PERCENT_ATOM_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*\\%\Z")
 #: Rules of the grammar that only pass their one child on (no meaning of their own in this reading).
 _PASS_THROUGH = frozenset(
     "math set_elements semicolon_elements comma_elements element relation expr additive mp unary postfix "
-    "exp comp atom element_no_relation semicolon_elements_no_relation comma_elements_no_relation set_atom".split()
+    "exp comp atom element_no_relation semicolon_elements_no_relation comma_elements_no_relation set_atom "
+    "set_relation minus_expr union_expr intersection_expr set_group".split()
 )
 #: Container rules: each child that is a tree of its own is a component (the tokens between are punctuation).
 _CONTAINERS = frozenset(
     "math set_elements semicolon_elements comma_elements element_no_relation semicolon_elements_no_relation "
-    "comma_elements_no_relation set_atom interval ordered_tuple finite_set matrix matrix_row".split()
+    "comma_elements_no_relation set_atom interval ordered_tuple finite_set matrix matrix_row minus_expr union_expr "
+    "intersection_expr set_group".split()
 )
 _RELATION_TOKENS = frozenset(
-    "= < > \\le \\leq \\ge \\geq \\lt \\gt \\ne \\neq \\leqslant \\geqslant \\approx \\equiv \\in \\notin".split()
+    "= < > \\le \\leq \\ge \\geq \\lt \\gt \\ne \\neq \\leqslant \\geqslant \\approx \\equiv \\in \\notin "
+    "\\subset \\subseteq \\supset \\supseteq".split()
     + ["≤", "≥", "≠"]
 )
 
@@ -85,7 +90,7 @@ def gold_values(gold_expr) -> str | None:
                 kinds.add("number")
             elif isinstance(value, sympy.Integer):
                 kinds.add("integer")
-            elif isinstance(value, (sympy.Rational, sympy.Float)):
+            elif isinstance(value, sympy.Rational) or isinstance(value, sympy.Float) and _short_decimal(value):
                 kinds.add("number")
             else:
                 return None
@@ -94,6 +99,16 @@ def gold_values(gold_expr) -> str | None:
     if not kinds:
         return None
     return "integer" if kinds == {"integer"} else "number"
+
+
+#: A decimal gold with more significant digits than this reads as a rounding of a number that may have no short
+#: form (4.123105625617661 for sqrt(17)): an exact expression of it is then an answer, not a restatement.
+MAX_VALUE_DIGITS = 6
+
+
+def _short_decimal(value) -> bool:
+    digits = str(value).lstrip("-").replace(".", "").strip("0")
+    return len(digits) <= MAX_VALUE_DIGITS
 
 
 def _rule(node) -> str | None:
@@ -233,22 +248,17 @@ def _value(node, integer: bool, signed_ok: bool = True) -> bool:
 
 
 def _is_name(node) -> bool:
-    """A side of a relation that names what the value is of: no numeral outside a subscript or an argument
-    list (``x``, ``a_1``, ``f(x)``, ``\\text{e}``)."""
-    node = _unwrap(node)
-    rule = _rule(node)
-    if rule in ("atom_expr", "atom_expr_list"):
-        return True
-    if rule == "func":  # f(x): a name applied to names
-        subs = _subtrees(node)
-        return bool(subs) and _rule(subs[0]) in ("atom_expr_no_supexpr", "atom_expr") and all(
-            _no_numeral(s) for s in subs[1:])
-    return False
+    """A side of a relation that names what the value is of: no numeral outside a subscript or an argument list
+    (``x``, ``-x``, ``a_1``, ``|z|``, ``f(x)``, ``\\text{e}``)."""
+    return _no_numeral(_unwrap(node))
 
 
 def _no_numeral(node) -> bool:
-    if _rule(node) == "number_subexpr":
+    rule = _rule(node)
+    if rule == "number_subexpr":
         return False
+    if rule in ("subexpr", "func_common_args", "args"):  # a_1, f(x): the index or argument names, not a value
+        return True
     return all(_no_numeral(c) for c in _subtrees(node))
 
 
@@ -258,7 +268,7 @@ def _relation_sides(node) -> list | None:
     node = _unwrap(node)
     rule = _rule(node)
     subs, tokens = _subtrees(node), _tokens(node)
-    if rule == "relation" and len(subs) == 2 and len(tokens) == 1 and tokens[0] in _RELATION_TOKENS:
+    if rule in ("relation", "set_relation") and len(subs) == 2 and len(tokens) == 1 and tokens[0] in _RELATION_TOKENS:
         left = _relation_sides(subs[0]) or [(subs[0], "")]
         right = _relation_sides(subs[1]) or [(subs[1], "")]
         return [*left[:-1], (left[-1][0], tokens[0]), *right]
