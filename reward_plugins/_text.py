@@ -3,7 +3,7 @@
 * :func:`completion_text`: the text of a TRL completion, plain (``str``) or conversational (a list of
   ``{"role", "content"}`` messages, ``content`` a string or a list of ``{"type": "text", "text"}`` parts).
 * :func:`answer_part`: what comes after the reasoning (after the last ``</think>``).
-* :func:`has_visible`: whether a text holds a visible character (by Unicode general category).
+* :func:`has_visible`: whether a text holds a letter or a digit (by Unicode general category, an allowlist).
 """
 
 from __future__ import annotations
@@ -41,25 +41,28 @@ def completion_text(completion: Any) -> str:
     return "" if completion is None else str(completion)
 
 
-#: General categories whose characters are seen on their own: letters, numbers, punctuation, symbols. Marks
-#: (M*) only modify a neighbour; separators (Z*), controls, format characters (Cf: zero-width space and
-#: joiners, direction marks, ...), surrogates, private-use and unassigned code points (C*) show nothing.
-_VISIBLE_CATEGORIES = frozenset(("L", "N", "P", "S"))
-#: Characters of those categories that render as blank: the Default_Ignorable_Code_Point characters of
-#: category Lo (the Hangul fillers; Unicode's DerivedCoreProperties.txt) and U+2800 BRAILLE PATTERN BLANK.
-_BLANK_GRAPHICS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+#: What counts as visible is an allowlist: a letter (general category L*) or a number (N*). Punctuation and
+#: symbols are left out on purpose: some render blank (U+2800 BRAILLE PATTERN BLANK, So; the musical null
+#: notehead U+1D159, So; fonts without the glyph), and no list of the blank ones can be complete, while a
+#: reasoning or an answer without a single letter or digit is neither (a lone ``?`` or ``∑`` says nothing).
+_VISIBLE_CATEGORIES = frozenset(("L", "N"))
+#: The letters that render as nothing: the Default_Ignorable_Code_Point characters of categories L*/N* (the
+#: Hangul fillers, all of category Lo; Unicode's DerivedCoreProperties.txt, checked against ``regex``'s
+#: ``\p{Default_Ignorable_Code_Point}`` over every code point by tests/reward_plugins/test_think_format_visible.py).
+_IGNORABLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
 
 
-def is_visible_char(c: str) -> bool:
-    """``c`` is drawn as something seen: its Unicode general category is a letter, number, punctuation or
-    symbol (``unicodedata.category``), and it is not one of the blank-rendering exceptions above."""
-    return unicodedata.category(c)[0] in _VISIBLE_CATEGORIES and c not in _BLANK_GRAPHICS
+def is_letter_or_digit(c: str) -> bool:
+    """``c`` is a letter or a number that is drawn: Unicode general category L* or N*
+    (``unicodedata.category``), and not default-ignorable (the Hangul fillers)."""
+    return unicodedata.category(c)[0] in _VISIBLE_CATEGORIES and c not in _IGNORABLE_LETTERS
 
 
 def has_visible(text: str) -> bool:
-    """``text`` holds at least one visible character (:func:`is_visible_char`); whitespace, zero-width and
-    other invisible characters alone do not count."""
-    return any(is_visible_char(c) for c in text)
+    """``text`` holds at least one letter or digit (:func:`is_letter_or_digit`): an allowlist, so that
+    whitespace, zero-width, format, private-use characters and symbols or punctuation alone (some of which
+    render blank) never count."""
+    return any(is_letter_or_digit(c) for c in text)
 
 
 def column(kwargs: dict, names: Sequence[str], n: int) -> list | None:

@@ -1,11 +1,13 @@
 """``think_format``: the DeepSeek-R1-Zero output format, 1.0 or 0.0.
 
 The completion must start (after leading whitespace) with exactly one ``<think>...</think>`` block holding
-visible reasoning, followed by a visible answer. "Visible" is decided by Unicode general category
-(:func:`reward_plugins._text.has_visible`): at least one letter, number, punctuation mark or symbol; spaces,
-zero-width and other format characters, lone combining marks, private-use and unassigned code points show
-nothing and do not count. Any other think tag, whole or dangling (``<think>``, ``</think>``, ``<think``,
-``</think``, ``< think >``, in any letter case), anywhere in the reasoning or the answer, an unclosed block,
+visible reasoning, followed by a visible answer. "Visible" is an allowlist
+(:func:`reward_plugins._text.has_visible`): at least one letter or digit (Unicode general category L* or N*,
+the default-ignorable Hangul fillers excepted). Spaces, zero-width and other format characters, combining
+marks, private-use and unassigned code points, and punctuation or symbols alone do not count: some symbols
+render blank (U+2800 BRAILLE PATTERN BLANK, category So), a list of the blank ones cannot be complete, and a
+reasoning or an answer with no letter and no digit says nothing. Any other think tag, whole or
+dangling (``<think>``, ``</think>``, ``<think``, ``</think``, ``< think >``, in any letter case), anywhere in the reasoning or the answer, an unclosed block,
 empty or invisible reasoning, or an empty or invisible answer scores 0. With ``answer_tag`` (e.g.
 ``"answer"``, as in open-r1), the answer must be exactly one ``<answer>...</answer>`` block with visible
 content, no other answer tag (whole or dangling) in it, and nothing but whitespace around it. When the assistant

@@ -20,9 +20,8 @@ box that asserts two answers score as one of them (``\\boxed{3 \\text{ (or 4)}}`
   answer's value rounds or truncates to (``\\frac13 \\approx 0.33`` yes, ``3 \\approx 4`` no). A name before it
   (``x \\approx 11``) makes the first decimal the answer.
 * a **numeral with a subscript** (a base, ``101_2``) only where the gold has a numeral with the same subscript.
-* an **integer gold needs an integer**: an operation between numbers in the answer's last side (``72468 * 55``,
-  ``2 \\cdot 21``, ``2^{10}``, ``\\frac{84}{2}``, ``4!``) restates the question rather than answering it, and is
-  refused as ``unevaluated`` (math-verify would find it equal).
+* whether a box **restates the question** (``72468 * 55`` where the gold is 3985740) is not decided here, on
+  text, but on the parse trees, by :mod:`reward_plugins.boxed_math.value_form` (in ``math_check``).
 
 Equal answers up to ``\\text{}`` wrapping, spacing and case of text are recognised by :func:`answer_key`
 without any parsing (``4:30\\text{ p.m.}``, ``\\text{4:30 P.M.}`` and ``4:30 \\text{pm}`` have one key).
@@ -188,7 +187,6 @@ class GoldText:
 
     texts: frozenset[str]  # canonical texts of the gold (its units, or a text answer), connectives left out
     bases: frozenset[str]  # subscripts written on the gold's numerals
-    integer: bool = False  # the gold is a plain integer (digit groups allowed): the answer must be one too
 
 
 def _subscripts(math: str) -> set[str] | None:
@@ -216,16 +214,7 @@ def gold_text(gold: str) -> GoldText:
             if text and text not in _CONNECTIVES and text not in _PERCENT_WORDS:
                 texts.add(text)
     math = "".join(p.value for p in pieces if p.kind == "math")
-    integer = not texts and bool(_PLAIN_INTEGER_RE.match(re.sub(r"\s+|\\[,;:! ]|\$|\{,\}|,", "", math)))
-    return GoldText(frozenset(texts), frozenset(_subscripts(math) or ()), integer)
-
-
-#: A plain integer, once spacing, thousands separators and math delimiters are removed.
-_PLAIN_INTEGER_RE = re.compile(r"[+-]?\d+\Z")
-#: An operation between two numbers (``72468 * 55``, ``2+3``, ``6 \times 7``, ``2^{10}``, ``\frac{84}{2}``).
-_ARITHMETIC_RE = re.compile(
-    r"\d\s*(?:[-+*/^:]|\\times|\\cdot|\\div|\\ast)\s*\{?\s*[-+]?\s*\d|\\[dt]?frac|\\sqrt|\\binom|!"
-)
+    return GoldText(frozenset(texts), frozenset(_subscripts(math) or ()))
 
 
 @dataclass(frozen=True)
@@ -387,8 +376,4 @@ def read_form(content: str, gold: GoldText) -> Form:
     approx = [re.sub(r"\s+|\\[,;:! ]", "", a) for a in approx]
     if not exact.strip() or not all(_DECIMAL_RE.match(a) for a in approx):
         return Form(refused="unparsed")
-    if gold.integer and _ARITHMETIC_RE.search(exact.rsplit("=", 1)[-1]):
-        # ``\boxed{72468 * 55}`` for 3985740 restates the question: an integer gold needs the integer (the last
-        # side of ``x = 2 + 1 = 3`` is the answer, as math-verify reads it)
-        return Form(refused="unevaluated")
     return Form(exact=exact.strip(), approx=tuple(approx))

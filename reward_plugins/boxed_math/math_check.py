@@ -10,7 +10,9 @@ The gold is parsed by math-verify as it is (a trusted text: a bare answer or a r
 is read strictly: the rules of :mod:`reward_plugins.boxed_math.answer_form` first, then its whole content parsed as one
 expression by math-verify's own normalisation and LaTeX parser, without math-verify's fallbacks (which answer
 from a fragment when the whole does not parse); then every equation in it is checked to assert one value
-(:func:`_asserts_one_value`) and every approximation to approximate it (:func:`_approximates`). Only then does
+(:func:`_asserts_one_value`) and every approximation to approximate it (:func:`_approximates`); where the gold
+is a value, each component of the answer must be written as a value, not as an operation or function of values
+(:mod:`reward_plugins.boxed_math.value_form`, on the parser's syntax tree: ``unevaluated`` otherwise). Only then does
 math-verify's ``verify`` compare it with the gold.
 """
 
@@ -24,6 +26,7 @@ from collections import OrderedDict
 
 from reward_plugins.boxed_math.answer_form import Form, answer_key, gold_text, read_form
 from reward_plugins.boxed_math.boxes import find_boxes
+from reward_plugins.boxed_math.value_form import gold_values, is_name, states_values
 
 _SEPARATOR_RE = re.compile(r"(?:\s|\$|,|;|\\[,;!]|\\q?quad|\\text\{\s*(?:and|,)?\s*\}|\\[()\[\]]|and|&|\\\\)*")
 _GOLD_CACHE: OrderedDict[str, list] = OrderedDict()
@@ -93,6 +96,11 @@ def parse_gold(gold: str) -> list:
     if len(_GOLD_CACHE) > _GOLD_CACHE_SIZE:
         _GOLD_CACHE.popitem(last=False)
     return parsed
+
+
+@functools.lru_cache(maxsize=4096)
+def _states_values_cached(normalized: str, gold_kind: str) -> bool:
+    return states_values(normalized, gold_kind)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -247,7 +255,8 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
     """Grade one answer. ``task = (gold, candidates)``: ``candidates[-1]`` is the final answer, the others are
     the answer's other distinct boxes. Returns ``"correct"``, ``"wrong"``, ``"hedged"`` (the final answer is
     right but another box holds a different answer, or a box asserts two values), ``"unparsed"`` (a box the
-    rules do not read) or ``"bad_gold"``."""
+    rules do not read), ``"unevaluated"`` (an operation or function of values where the gold is a value) or
+    ``"bad_gold"``."""
     gold, candidates = task
     gold_parsed = parse_gold(gold)
     if not gold_parsed:
@@ -257,6 +266,7 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
     from math_verify.grader import is_relation
 
     gold_is_relation = is_relation(gold_parsed[0])
+    gold_kind = gold_values(gold_parsed[0])  # "integer" | "number" | None: not a value
 
     def verdict(candidate: str) -> tuple[str, Form | None]:
         if answer_key(candidate) == gold_key:  # the gold's own text: no parsing needed (fast path)
@@ -264,6 +274,11 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
         form = read_form(candidate, gold_texts)
         if form.refused:
             return form.refused, None
+        if gold_kind is not None:  # a value is asked for: an operation or function of values restates the question
+            parsed = _parse_whole(form.exact)
+            named = form.approx and parsed and is_name(str(parsed[1]))  # x \approx 11: the value is the decimal
+            if parsed and not named and not _states_values_cached(str(parsed[1]), gold_kind):
+                return "unevaluated", None
         status, parsed = read_answer(form, gold_is_relation)
         if status != "ok":
             return status, None
@@ -319,3 +334,4 @@ def warm() -> None:
             pass
     _GOLD_CACHE.clear()
     _parse_whole_cached.cache_clear()
+    _states_values_cached.cache_clear()

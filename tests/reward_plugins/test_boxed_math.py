@@ -115,7 +115,20 @@ def test_hostile_answers_score_zero_within_deadline(reward):
     # the deadline is 2 CPU seconds per answer, capped at 5 x 2 wall seconds on a loaded machine: never a hang
     assert elapsed < 2 * 5 * 2.0 + 5
     assert metrics["boxed_math/rejected"] >= 2
-    assert metrics["boxed_math/timeouts"] + metrics["boxed_math/errors"] + metrics["boxed_math/unparsed"] >= 1
+    # 10^{10^{10^{10}}} for a value gold is refused on its syntax tree before anything evaluates it
+    # (the tower of powers against an expression gold, which reaches math-verify's deadline: the test below)
+    assert metrics["boxed_math/unevaluated"] >= 1
+
+
+def test_a_costly_expression_checked_against_an_expression_gold_times_out(reward):
+    """Where the gold is an expression (not a value), a tower of powers reaches math-verify: the deadline holds."""
+    metrics = {}
+    t = time.monotonic()
+    out = reward(None, [r"\boxed{10^{10^{10^{10}}}}", r"\boxed{\sqrt{2}}"], answer=[r"\sqrt{2}"] * 2,
+                 log_metric=lambda k, v: metrics.__setitem__(k, v))
+    assert out == [0.0, 1.0]
+    assert time.monotonic() - t < 2 * 5 * 2.0 + 5
+    assert metrics["boxed_math/timeouts"] + metrics["boxed_math/errors"] == 1
 
 
 def test_deadline_in_a_thread():
@@ -125,7 +138,8 @@ def test_deadline_in_a_thread():
 
     def run():
         out.append(
-            reward(None, [r"\boxed{10^{10^{10^{10}}}}", r"\boxed{2}"], answer=[HALF, "2"],  # a fraction: checked
+            # an expression gold (not a value): the tower of powers reaches math-verify and its deadline
+            reward(None, [r"\boxed{10^{10^{10^{10}}}}", r"\boxed{2}"], answer=[r"\sqrt{2}", "2"],
                    log_metric=lambda k, v: metrics.__setitem__(k, v))
         )
 
@@ -173,7 +187,7 @@ def test_batch_timeout_bounds_a_whole_call():
     reward(None, [r"\boxed{1}"], answer=["1"])  # workers up
     metrics = {}
     t = time.monotonic()
-    out = reward(None, [r"\boxed{10^{10^{10^{10}}}}"] * 2 + [r"\boxed{9^{9^{9^{9}}}}"] * 2, answer=[HALF, r"\frac{1}{3}", r"\frac{1}{4}", r"\frac{1}{5}"],
+    out = reward(None, [r"\boxed{10^{10^{10^{10}}}}"] * 2 + [r"\boxed{9^{9^{9^{9}}}}"] * 2, answer=[r"\sqrt{2}", r"\sqrt{3}", r"\sqrt{5}", r"\sqrt{6}"],
                  log_metric=lambda k, v: metrics.__setitem__(k, v))
     assert out == [0.0] * 4
     assert time.monotonic() - t < 6

@@ -1,6 +1,8 @@
-"""think_format: the think block must hold visible reasoning and the answer visible characters (by Unicode
-general category); any other think tag, whole or dangling, is malformed. Each hostile case has a correct one
-beside it that still scores 1.0."""
+"""think_format: the think block must hold visible reasoning and the answer visible characters (an allowlist:
+a letter or a digit, Unicode general category L*/N*); any other think tag, whole or dangling, is malformed. Each
+hostile case has a correct one beside it that still scores 1.0."""
+
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
@@ -36,13 +38,43 @@ def test_dangling_answer_tags_and_longer_tag_names():
     g = think_format(answer_tag="answer")
     assert g(None, ["<think>r</think><answer>5<answer</answer>", "<think>r</think><answer>5</answer"]) == [0.0, 0.0]
     assert g(None, ["<think>r</think><answer>5</answer>"]) == [1.0]
-    # a longer tag name is not a think tag; visible text in other scripts counts
-    assert F(None, ["<think>see <thinking> notes</think> 5", "<think>理由</think> 答案", "<think>∑</think> ٣"]) == [1.0] * 3
+    # a longer tag name is not a think tag; letters and digits of other scripts count
+    assert F(None, ["<think>see <thinking> notes</think> 5", "<think>理由</think> 答案", "<think>∑ x</think> ٣",
+                    "<think>Ⅻ</think> ½"]) == [1.0] * 4
 
 
-_visible = st.characters(categories=["L", "N", "P", "S"], exclude_characters="<>\u115f\u1160\u3164\uffa0\u2800")
-_invisible = st.characters(categories=["Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Me", "Co", "Cn"])
-_blank_letters = st.sampled_from("\u115f\u1160\u3164\uffa0\u2800")
+#: Symbols and punctuation that render blank or nearly so; none is a letter or a digit. U+2800 and U+1D159 are
+#: of category So (a blocklist of blank characters missed U+1D159).
+BLANK_SYMBOLS = ["\u2800", "\U0001d159", "\u3000\u2800", "\U0001d159\U0001d159", "\u2003\U0001d159", ".", "?", "∑",
+                 "\u2062", "\U0001f600", "$$", "{}", "---"]
+
+
+@pytest.mark.parametrize("blank", BLANK_SYMBOLS, ids=[ascii(s) for s in BLANK_SYMBOLS])
+def test_symbols_or_punctuation_alone_are_not_visible(blank):
+    assert F(None, [f"<think>{blank}</think> 5", f"<think>r</think> {blank}", OK]) == [0.0, 0.0, 1.0]
+    g = think_format(answer_tag="answer")
+    assert g(None, [f"<think>r</think><answer>{blank}</answer>", "<think>r</think><answer>5</answer>"]) == [0.0, 1.0]
+    # beside a letter or a digit they are fine
+    assert F(None, [f"<think>{blank} r</think> {blank} 5"]) == [1.0]
+
+
+def test_the_ignorable_letters_are_exactly_the_default_ignorable_letters_and_digits():
+    """The exceptions to L*/N* are Unicode's Default_Ignorable_Code_Point characters of those categories, for
+    every code point of the interpreter's Unicode version (``regex`` reads DerivedCoreProperties.txt)."""
+    regex = pytest.importorskip("regex")
+    from reward_plugins._text import _IGNORABLE_LETTERS
+
+    ignorable = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+    found = {chr(c) for c in range(0x110000)
+             if unicodedata.category(chr(c))[0] in "LN" and ignorable.match(chr(c))}
+    assert found == set(_IGNORABLE_LETTERS)
+
+
+_visible = st.characters(categories=["L", "N"], exclude_characters="\u115f\u1160\u3164\uffa0")
+#: every character that is not a letter or a digit (angle brackets left out: they would make think tags)
+_invisible = st.characters(categories=["Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Mc", "Me", "Co", "Cn", "P", "S"],
+                           exclude_characters="<>")
+_blank_letters = st.sampled_from("\u115f\u1160\u3164\uffa0\u2800\U0001d159")
 invisible_text = st.text(st.one_of(_invisible, _blank_letters), max_size=20)
 visible_text = st.builds(lambda a, v, b: a + v + b, invisible_text, st.text(_visible, min_size=1, max_size=20),
                          invisible_text)

@@ -2,19 +2,32 @@
 
 A policy under optimisation pressure finds whatever its verifier gets wrong. :func:`audit_reward` runs a
 versioned corpus of cases suited to the reward's kind (``math_answer``, ``code``, ``format``; the reward declares
-it as its ``reward_kind`` attribute) through the reward, one case per call, each under a deadline, in a child
-process the reward cannot take down with it, and reports per class the wrong answers it accepted (false
-positives), the right answers it rejected (false negatives), crashes and hangs, and the cost. The rule for
-passing is in :mod:`trl_rlvr.audit.verdict`; the corpora's schema in :mod:`trl_rlvr.audit.cases`.
+it as its ``reward_kind`` attribute) through the reward, each case also as a few metamorphic variants drawn
+per run (:mod:`trl_rlvr.audit.variants`), in calls shaped like training's (GRPO groups, token ids, a trainer
+state: :mod:`trl_rlvr.audit.batches`), each under a deadline, in a child process the reward cannot take down
+with it, and reports per class the wrong answers it accepted (false positives), the right answers it rejected
+(false negatives), crashes and hangs, and the cost. The rule for passing is in :mod:`trl_rlvr.audit.verdict`;
+the corpora's schema in :mod:`trl_rlvr.audit.cases`.
 """
 
 from __future__ import annotations
 
+import os
+import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trl_rlvr.audit.batches import (
+    DEFAULT_GROUP_SIZE,
+    DEFAULT_GROUPS_PER_CALL,
+    Call,
+    Item,
+    Tokenizer,
+    plan,
+    trainer_state,
+)
 from trl_rlvr.audit.cases import (
     KINDS,
     Case,
@@ -25,6 +38,7 @@ from trl_rlvr.audit.cases import (
 )
 from trl_rlvr.audit.runner import Outcome, RewardStartError, Runner
 from trl_rlvr.audit.verdict import MIN_RIGHT_RATE, AuditReport
+from trl_rlvr.audit.variants import variants as make_variants
 
 __all__ = ["KINDS", "AuditReport", "Case", "Corpus", "CorpusError", "Outcome", "RewardStartError", "audit_reward",
            "builtin_corpus", "load_corpus"]
@@ -69,6 +83,11 @@ def audit_reward(
     columns: Mapping[str, str] | None = None,
     progress: bool = False,
     on_case: Callable[[Outcome], None] | None = None,
+    seed: int | None = None,
+    variants: int = 3,
+    group_size: int = DEFAULT_GROUP_SIZE,
+    groups_per_call: int = DEFAULT_GROUPS_PER_CALL,
+    tokenizer: str | Path | None = None,
 ) -> AuditReport:
     """Run the corpus of the reward's kind (and the JSONL files ``cases``) through ``reward`` and report.
 
@@ -87,6 +106,13 @@ def audit_reward(
             as TRL does for a conversational dataset (TRL's own rewards read them so).
         columns: rename corpus columns for a reward that reads another name (``{"solution": "answer"}``).
         progress: show a progress bar on stderr.
+        seed: draws the variants, the groups, their order and the trainer states (default: a fresh random seed,
+            reported in the report, so that a run can be repeated and no two runs look alike).
+        variants: metamorphic variants per case (0: none); a variant has the case's label.
+        group_size: completions per group (a case, its variants and repeats of them), as ``num_generations``.
+        groups_per_call: groups per reward call.
+        tokenizer: a ``tokenizer.json`` (or a model directory holding one) for ``completion_ids``; default: the
+            character tokenizer of ``trl_rlvr.testing``.
 
     Raises ``ValueError`` (a bad argument, an unknown kind, no corpus to run), :class:`CorpusError` (a corpus
     line against the schema, naming file and line) and :class:`RewardStartError` (the reward cannot be built),
@@ -94,6 +120,12 @@ def audit_reward(
     """
     if kind is not None and kind not in KINDS:
         raise ValueError(f"unknown reward kind {kind!r}: one of {', '.join(KINDS)}")
+    for name, value, least in (("variants", variants, 0), ("group_size", group_size, 1),
+                               ("groups_per_call", groups_per_call, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    seed = int.from_bytes(os.urandom(4), "big") if seed is None else int(seed)
+    tok = Tokenizer(tokenizer)
     extra = [load_corpus(p) for p in cases]
     options = dict(options or {})
     with Runner(reward, options=options, messages=messages, deadline=deadline,
@@ -109,7 +141,14 @@ def audit_reward(
         if not corpora:
             raise ValueError("no corpus to run: builtin=False and no cases")
         todo = _renamed([c for corpus in corpora for c in corpus.cases], columns or {})
-        advance, stop = _progress(len(todo), f"auditing {runner.info.get('name') or reward}") if progress else (None, None)
+        rng = random.Random(seed)
+        groups = [[c, *make_variants(c, used, rng, variants)] for c in todo]
+        calls = plan(groups, tok, rng, group_size=group_size, groups_per_call=groups_per_call)
+        right = next((c for c in todo if c.expected == 1), None)
+        warmup = None if right is None else Call((Item(right, tok.ids(right.completion)),) * group_size,
+                                                 trainer_state(0, len(calls) + 1, rng))
+        total = sum(len(g) for g in groups)
+        advance, stop = _progress(total, f"auditing {runner.info.get('name') or reward}") if progress else (None, None)
         try:
             def each(o):
                 if advance:
@@ -117,7 +156,7 @@ def audit_reward(
                 if on_case:
                     on_case(o)
 
-            outcomes = runner.run(todo, on_case=each)
+            outcomes = runner.run(calls, warmup=warmup, on_case=each)
         finally:
             if stop:
                 stop()
@@ -126,4 +165,6 @@ def audit_reward(
             reward=name, kind=used, corpora=[{"name": c.name, "version": c.version, "path": c.path,
                                               "cases": len(c.cases)} for c in corpora],
             outcomes=outcomes, threshold=threshold, min_right_rate=min_right_rate, deadline=deadline,
-            options=options, startup_seconds=list(runner.startup_seconds))
+            options=options, startup_seconds=list(runner.startup_seconds),
+            calls={"seed": seed, "variants": variants, "group_size": group_size, "groups_per_call": groups_per_call,
+                   "calls": len(calls), "tokenizer": tok.name})

@@ -2,15 +2,17 @@
 
 Run by :mod:`trl_rlvr.audit.runner` as ``python -m trl_rlvr.audit._child``. Requests and replies are JSON lines
 on private copies of stdin/stdout; fd 0 is then /dev/null and fd 1 the child's stderr, so a reward (or code it
-runs) that reads stdin or prints does not touch the channel. The reward is called as TRL's GRPOTrainer calls it:
-``reward(prompts=[p], completions=[c], completion_ids=[...], trainer_state=None, log_extra=..., log_metric=...,
-**columns)``, each column a one-element list.
+runs) that reads stdin or prints does not touch the channel. The reward is called as TRL's GRPOTrainer calls it,
+one call per request of several completions (:mod:`trl_rlvr.audit.batches`): ``reward(prompts=[...],
+completions=[...], completion_ids=[...], trainer_state=<a transformers.TrainerState>, log_extra=...,
+log_metric=..., **columns)``, each column a list with one value per completion.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import inspect
 import json
 import math
@@ -50,20 +52,49 @@ def _build(setup: dict):
     return reward
 
 
-def score(reward, case: dict, messages: bool) -> float | None:
-    """One case through the reward; the one score it returned (``None`` for not applicable, NaN too)."""
-    completion, prompt = case["completion"], case.get("prompt") or ""
-    if messages:
-        completion = [{"role": "assistant", "content": completion}]
-        prompt = [{"role": "user", "content": prompt}]
-    columns = {k: [v] for k, v in case.get("columns", {}).items()}
-    out = reward(prompts=[prompt], completions=[completion], completion_ids=[list(case["completion"].encode())],
-                 trainer_state=None, log_extra=lambda *a, **k: None, log_metric=lambda *a, **k: None, **columns)
-    if inspect.isawaitable(out):
-        out = asyncio.run(out)
-    if not isinstance(out, (list, tuple)) or len(out) != 1:
-        raise TypeError(f"the reward returned {type(out).__name__} {str(out)[:60]}, not a list of one score")
-    value = out[0]
+@dataclasses.dataclass
+class TrainerState:
+    """The fields of ``transformers.TrainerState`` (TRL passes the trainer's), for a reward whose process has not
+    imported transformers: importing it here would add seconds to every start of the audit's child."""
+
+    epoch: float | None = None
+    global_step: int = 0
+    max_steps: int = 0
+    logging_steps: int = 500
+    eval_steps: int | None = 500
+    save_steps: int = 500
+    train_batch_size: int | None = None
+    num_train_epochs: int = 0
+    num_input_tokens_seen: int = 0
+    total_flos: float = 0.0
+    log_history: list = dataclasses.field(default_factory=list)
+    best_metric: float | None = None
+    best_global_step: int | None = None
+    best_model_checkpoint: str | None = None
+    is_local_process_zero: bool = True
+    is_world_process_zero: bool = True
+    is_hyper_param_search: bool = False
+    trial_name: str | None = None
+    trial_params: dict | None = None
+    stateful_callbacks: list | None = None
+
+
+def _trainer_state(fields: dict | None):
+    """A trainer state with ``fields``: ``transformers.TrainerState`` itself when the reward's process has imported
+    transformers (as TRL's rewards do), else the dataclass above with the same fields."""
+    if fields is None:
+        return None
+    if "transformers" in sys.modules:
+        try:
+            from transformers.trainer_callback import TrainerState as state_class
+        except ImportError:
+            state_class = TrainerState
+    else:
+        state_class = TrainerState
+    return state_class(**fields)
+
+
+def _one_score(value) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -74,6 +105,27 @@ def score(reward, case: dict, messages: bool) -> float | None:
     if math.isinf(value):
         raise ValueError(f"the reward returned an infinite score ({value})")
     return value
+
+
+def score(reward, request: dict, messages: bool) -> list[float | None]:
+    """One call of the reward over the request's completions; their scores (``None``: not applicable, NaN too)."""
+    items = request["items"]
+    completions = [it["completion"] for it in items]
+    prompts = [it.get("prompt") or "" for it in items]
+    if messages:
+        completions = [[{"role": "assistant", "content": c}] for c in completions]
+        prompts = [[{"role": "user", "content": p}] for p in prompts]
+    keys = sorted({k for it in items for k in it.get("columns", {})})
+    columns = {k: [it.get("columns", {}).get(k) for it in items] for k in keys}
+    out = reward(prompts=prompts, completions=completions, completion_ids=[list(it["ids"]) for it in items],
+                 trainer_state=_trainer_state(request.get("state")), log_extra=lambda *a, **k: None,
+                 log_metric=lambda *a, **k: None, **columns)
+    if inspect.isawaitable(out):
+        out = asyncio.run(out)
+    if not isinstance(out, (list, tuple)) or len(out) != len(items):
+        raise TypeError(f"the reward returned {type(out).__name__} {str(out)[:60]}, not a list of {len(items)} "
+                        "scores (one per completion)")
+    return [_one_score(v) for v in out]
 
 
 def main() -> None:
@@ -94,7 +146,7 @@ def main() -> None:
     for line in iter(requests.readline, b""):
         case = json.loads(line)
         try:
-            reply = {"i": case["i"], "score": score(reward, case, setup.get("messages", False))}
+            reply = {"i": case["i"], "scores": score(reward, case, setup.get("messages", False))}
         except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: the reward raised it
             reply = {"i": case["i"], "error": _error(e)}
         replies.write(json.dumps(reply) + "\n")

@@ -1,11 +1,15 @@
-"""Run cases through a reward in a child process, each under a deadline.
+"""Run cases through a reward in a child process, in calls shaped like training's, each under a deadline.
 
-The reward is built and called in a child process (:mod:`trl_rlvr.audit._child`) in its own process group:
-a case that runs past its deadline (a hang) gets the whole group killed and a fresh child for the next case;
-a child that dies (``os._exit``, a segfault, a killed interpreter) is reported as a crash and replaced; an
-exception the reward raises (``SystemExit`` included) is an error. Nothing the reward does can stop the audit.
-Every fresh child first scores a warm-up case (a right answer of the corpus) under the startup deadline, so
-that imports and worker pools are not charged to the first case.
+The reward is built and called in a child process (:mod:`trl_rlvr.audit._child`) in its own process group. The
+cases go in calls planned by :mod:`trl_rlvr.audit.batches` (GRPO-shaped groups, several per call, token ids, a
+trainer state); a call has ``deadline`` seconds per completion. A call that fails (the reward raised, its
+process died, or it ran past the deadline: then the whole group is killed and a fresh child started) is run
+again one completion at a time, so that each case gets its own status: ``error`` (an exception, ``SystemExit``
+included), ``crash`` (the process died: ``os._exit``, a segfault) or ``timeout``. A call that fails while every
+one of its completions alone scores is reported as an error of its own (class ``batching``): a reward must score
+the calls training makes. Nothing the reward does can stop the audit. Every fresh child first scores a warm-up
+call (a right answer of the corpus) under the startup deadline, so that imports and worker pools are not charged
+to the first call.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from trl_rlvr.audit.batches import Call
 from trl_rlvr.audit.cases import Case
 
 _MAX_REPLY = 1 << 20
@@ -131,10 +136,12 @@ class RewardProcess:
             return "protocol", {}
         return ("ok", reply) if isinstance(reply, dict) else ("protocol", {})
 
-    def call(self, case: Case, deadline: float) -> tuple[str, float | None, str]:
-        """(status, score, detail) for one case; after any status but ``scored``/``error`` the process is gone."""
+    def call(self, call: Call, deadline: float) -> tuple[str, list | None, str]:
+        """(status, scores, detail) for one call; after any status but ``scored``/``error`` the process is gone."""
         self._next += 1
-        request = {"i": self._next, "completion": case.completion, "prompt": case.prompt, "columns": case.columns}
+        request = {"i": self._next, "state": call.state,
+                   "items": [{"completion": it.case.completion, "prompt": it.case.prompt, "columns": it.case.columns,
+                              "ids": it.ids} for it in call.items]}
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
@@ -142,12 +149,13 @@ class RewardProcess:
             self.close()
             return "crash", None, self._death()
         status, reply = self._reply(time.monotonic() + deadline)
-        if status == "ok" and reply.get("i") == self._next and ("score" in reply or "error" in reply):
+        if status == "ok" and reply.get("i") == self._next and ("scores" in reply or "error" in reply):
             if "error" in reply:
                 return "error", None, str(reply["error"])
-            score = reply["score"]
-            if score is None or isinstance(score, (int, float)) and not isinstance(score, bool):
-                return "scored", score, ""
+            scores = reply["scores"]
+            if isinstance(scores, list) and len(scores) == len(call.items) and all(
+                    s is None or isinstance(s, (int, float)) and not isinstance(s, bool) for s in scores):
+                return "scored", scores, ""
         self.close()
         if status == "timeout":
             return "timeout", None, f"no score within {deadline:g} s"
@@ -190,6 +198,25 @@ class RewardProcess:
                 pass
 
 
+def _worst(found: list[Outcome]) -> list[Outcome]:
+    """One outcome per case: a failure if any, else the highest score of a case that must be rejected and the
+    lowest of one that must be accepted (``None`` lowest): a reward must score a repeated completion alike."""
+    by_id: dict[str, list[Outcome]] = {}
+    for o in found:
+        by_id.setdefault(o.case.id, []).append(o)
+    out = []
+    for group in by_id.values():
+        failed = [o for o in group if o.status != "scored"]
+        if failed:
+            out.append(failed[0])
+            continue
+        def key(o: Outcome) -> float:
+            return -1.0 if o.score is None else o.score
+
+        out.append(max(group, key=key) if group[0].case.expected == 0 else min(group, key=key))
+    return out
+
+
 class Runner:
     """The reward in a child process, and the cases through it: ``with Runner(...) as r: r.run(cases)``.
 
@@ -220,7 +247,7 @@ class Runner:
     def __exit__(self, exc_type, *exc):
         self.close(graceful=exc_type is None)  # interrupted (Ctrl-C) or failed: no waiting for the case to end
 
-    def _ready(self, warmup: Case | None) -> RewardProcess:
+    def _ready(self, warmup: Call | None) -> RewardProcess:
         if self._proc is None or self._proc.proc.poll() is not None:
             self._t0 = time.monotonic()
             self._proc = RewardProcess(self._setup, self.startup_deadline)
@@ -235,19 +262,38 @@ class Runner:
                 self._proc = RewardProcess(self._setup, self.startup_deadline)
         return self._proc
 
-    def run(self, cases: Iterable[Case], on_case: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-        """Every case, one per call, in order, each under the deadline (wall seconds from request to reply)."""
-        cases = list(cases)
-        warmup = next((c for c in cases if c.expected == 1), None)
-        outcomes = []
-        for case in cases:
-            proc = self._ready(warmup)
-            t = time.monotonic()
-            status, score, detail = proc.call(case, self.deadline)
-            outcome = Outcome(case, status, score, time.monotonic() - t, detail)
-            outcomes.append(outcome)
-            if on_case is not None:
-                on_case(outcome)
+    def _call(self, call: Call, warmup: Call | None) -> tuple[str, list | None, str, float]:
+        proc = self._ready(warmup)
+        t = time.monotonic()
+        status, scores, detail = proc.call(call, self.deadline * len(call.items))
+        return status, scores, detail, time.monotonic() - t
+
+    def run(self, calls: Iterable[Call], warmup: Call | None = None,
+            on_case: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+        """Every call, in order, each under ``deadline`` seconds per completion (wall clock, request to reply);
+        one :class:`Outcome` per distinct case (a case repeated in a group: its worst score, see :func:`_worst`)."""
+        outcomes: list[Outcome] = []
+        for n, call in enumerate(calls):
+            status, scores, detail, seconds = self._call(call, warmup)
+            if status == "scored":
+                found = [(it.case, "scored", score, "") for it, score in zip(call.items, scores)]
+                per = seconds / len(call.items)
+            else:  # each completion alone, for its own status
+                found, alone_seconds = [], 0.0
+                for it in {it.case.id: it for it in call.items}.values():
+                    s, sc, d, secs = self._call(Call((it,), call.state), warmup)
+                    found.append((it.case, s, sc[0] if sc else None, d))
+                    alone_seconds += secs
+                per = alone_seconds / max(1, len(found))
+                if all(f[1] == "scored" for f in found):
+                    batch = Case(id=f"call-{n + 1}", cls="batching", completion="", expected=0,
+                                 note=f"a call of {len(call.items)} completions ({', '.join(dict.fromkeys(it.case.id for it in call.items))})")
+                    outcomes.append(Outcome(batch, "error" if status != "timeout" else "timeout", None, seconds,
+                                            f"the call failed ({status}: {detail}) while each completion alone scored"))
+            for outcome in _worst([Outcome(case, s, score, per, d) for case, s, score, d in found]):
+                outcomes.append(outcome)
+                if on_case is not None:
+                    on_case(outcome)
         return outcomes
 
     def close(self, graceful: bool = True):

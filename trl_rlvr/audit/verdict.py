@@ -60,6 +60,7 @@ class AuditReport:
     deadline: float
     options: dict = field(default_factory=dict)
     startup_seconds: list[float] = field(default_factory=list)
+    calls: dict = field(default_factory=dict)  # how the cases were sent: seed, variants, group size, tokenizer
 
     def accepted(self, o: Outcome) -> bool:
         return o.status == "scored" and o.score is not None and o.score >= self.threshold
@@ -160,6 +161,8 @@ class AuditReport:
             "deadline_seconds": self.deadline,
             "options": self.options,
             "corpora": self.corpora,
+            "calls": self.calls,
+            "variant_cases": sum("~v" in o.case.id for o in self.outcomes),
             "classes": [vars(r) for r in self.classes()],
             "worst_examples": self.worst_examples(),
             "false_negative_cases": [self._example(o) for o in self.false_negatives],
@@ -189,7 +192,9 @@ class AuditReport:
             if not console.is_terminal:
                 console = Console(width=120)  # a file or pipe: wide enough for the table, never wrapped
         corpora = ", ".join(f"{c['name']} v{c['version']}" if c.get("version") else c["name"] for c in self.corpora)
-        table = Table(title=f"Audit of {self.reward} (kind: {self.kind or '-'}; corpus: {corpora})")
+        how = (f"; seed {self.calls['seed']}, {self.calls['variants']} variants per case, groups of "
+               f"{self.calls['group_size']}" if self.calls else "")
+        table = Table(title=f"Audit of {self.reward} (kind: {self.kind or '-'}; corpus: {corpora}{how})")
         for col in ("class", "cases", "right answers", "false +", "false -", "errors", "timeouts", "slowest s"):
             table.add_column(col, justify="left" if col == "class" else "right", no_wrap=True)
         for r in self.classes():

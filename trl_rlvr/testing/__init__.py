@@ -53,9 +53,10 @@ def tool_call_text(name: str, **arguments) -> str:
     return f"<call>{json.dumps({'name': name, 'arguments': arguments})}</call>"
 
 
-def build_tokenizer():
+def char_tokenizer():
+    """The character-level ``tokenizers.Tokenizer`` under :func:`build_tokenizer` (no transformers import): one id
+    per printable ASCII character, ``<unk>`` for any other."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<eos>", "<unk>", "<user>", "<assistant>", "<system>"]
     chars = list(dict.fromkeys(string.printable))
@@ -63,6 +64,13 @@ def build_tokenizer():
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
+    return tok
+
+
+def build_tokenizer():
+    from transformers import PreTrainedTokenizerFast
+
+    tok = char_tokenizer()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
         additional_special_tokens=["<user>", "<assistant>", "<system>"],

@@ -1,0 +1,326 @@
+"""Whether an answer states values or restates the question, decided on parse trees (runs in the workers).
+
+Where the gold is a **value** (:func:`gold_values`: every component of math-verify's parse of the gold is a
+number: an integer, a fraction, a decimal of at most :data:`MAX_VALUE_DIGITS` significant digits (a longer one
+reads as the rounding of a number that may have no short form, 4.1231056 for ``\\sqrt{17}``), a percentage, an
+infinity; the components of a tuple, a set, an interval or a matrix, or the sides of a relation that are not a
+name, as in ``x = 3`` or ``y < 2``), an answer scores only if each of its components is written as a value too
+(:func:`states_values`), read on the LaTeX parser's own syntax tree (latex2sympy's ANTLR grammar, the parse
+math-verify uses), before any evaluation:
+
+* a **value** is a numeral (``3``, ``3.5``, ``1,000``, ``101_2``), optionally signed (``-3``), in redundant
+  brackets (``(3)``, ``{3}``), as a percentage (``10\\%``) or in degrees (``30^\\circ``), or ``\\infty``;
+  unless every component of the gold is an integer, also a fraction of two numerals (``\\frac{1}{2}``, ``1/2``,
+  ``\\frac{-1}{2}``), a mixed number (``2\\frac{1}{2}``) or scientific notation with a mantissa in [1, 10)
+  (``3.2 \\times 10^{-4}``);
+* anything else is an **operation or function of values** and restates the question rather than answering
+  it: ``60494 \\times (63)``, ``(2)^{10}``, ``{60494}\\cdot{63}``, ``\\gcd(84,126)``, ``\\sum_{i=1}^{100} i``,
+  ``\\log_2(1024)``, ``\\sqrt{4}``, ``4!``, ``(1+2, 2+2)`` for the gold ``(3, 4)``, ``x = 1+2`` for ``x = 3``;
+* the components of a relation are its last side and every side before a relation other than ``=``
+  (``2 < x < 5``), except a **name** (``x``, ``a_1``, ``f(x)``: no numeral outside a subscript or an argument):
+  ``x = 3`` states the value 3, and so does ``x = 2 + 1 = 3`` (the steps before ``=`` are working, which
+  ``math_check`` checks to equal the last side), while ``x = 1 + 2`` states none.
+
+The rule is an allowlist over node types: a tree it does not know is not a value (default-deny). Where the
+gold is not a value (``\\sqrt{2}``, ``2\\pi``, ``x^2+1``, ``\\text{(B)}``), the rule does not apply: an
+expression is then what is asked for, and math-verify's equivalence decides.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: A numeral with thousands separators: latex2sympy reads it as one number before its grammar does (which
+#: would see a list).
+_COMMA_NUMERAL_RE = re.compile(r"\s*[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*\Z")
+_DIGITS_RE = re.compile(r"\d+\Z")
+_DECIMAL_RE = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)\Z")
+_PERCENT_ATOM_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*\\%\Z")
+#: Rules of the grammar that only pass their one child on (no meaning of their own in this reading).
+_PASS_THROUGH = frozenset(
+    "math set_elements semicolon_elements comma_elements element relation expr additive mp unary postfix "
+    "exp comp atom element_no_relation semicolon_elements_no_relation comma_elements_no_relation set_atom "
+    "set_relation minus_expr union_expr intersection_expr set_group".split()
+)
+#: Container rules: each child that is a tree of its own is a component (the tokens between are punctuation).
+_CONTAINERS = frozenset(
+    "math set_elements semicolon_elements comma_elements element_no_relation semicolon_elements_no_relation "
+    "comma_elements_no_relation set_atom interval ordered_tuple finite_set matrix matrix_row minus_expr union_expr "
+    "intersection_expr set_group".split()
+)
+_RELATION_TOKENS = frozenset(
+    "= < > \\le \\leq \\ge \\geq \\lt \\gt \\ne \\neq \\leqslant \\geqslant \\approx \\equiv \\in \\notin "
+    "\\subset \\subseteq \\supset \\supseteq".split()
+    + ["≤", "≥", "≠"]
+)
+
+
+def gold_values(gold_expr) -> str | None:
+    """``"integer"`` when every component of the gold (a sympy expression, math-verify's parse) is an integer,
+    ``"number"`` when every one is a number (rational, decimal, percentage, infinity), else ``None``: the gold
+    is not a value, and :func:`states_values` is not asked."""
+    import sympy
+
+    def components(e):
+        if isinstance(e, (sympy.Tuple, sympy.FiniteSet, list, tuple)):
+            for a in e:
+                yield from components(a)
+        elif isinstance(e, sympy.Interval):
+            yield from components(e.start)
+            yield from components(e.end)
+        elif isinstance(e, sympy.MatrixBase):
+            for a in e:
+                yield from components(a)
+        elif isinstance(e, (sympy.And, sympy.Or)):
+            for a in e._unsorted_args if hasattr(e, "_unsorted_args") else e.args:
+                yield from components(a)
+        elif isinstance(e, sympy.core.relational.Relational) or isinstance(e, sympy.Contains):
+            for side in e.args:
+                if not (isinstance(side, sympy.Symbol) or isinstance(side, sympy.Function)
+                        or isinstance(side, sympy.Indexed)):
+                    yield from components(side)
+        else:
+            yield e
+
+    kinds = set()
+    try:
+        for c in components(gold_expr):
+            value = c.doit() if isinstance(c, sympy.Basic) else c
+            if value in (sympy.oo, -sympy.oo):
+                kinds.add("number")
+            elif isinstance(value, sympy.Integer):
+                kinds.add("integer")
+            elif isinstance(value, sympy.Rational) or isinstance(value, sympy.Float) and _short_decimal(value):
+                kinds.add("number")
+            else:
+                return None
+    except Exception:  # noqa: BLE001 - a gold sympy cannot take apart is not read as a value
+        return None
+    if not kinds:
+        return None
+    return "integer" if kinds == {"integer"} else "number"
+
+
+#: A decimal gold with more significant digits than this reads as a rounding of a number that may have no short
+#: form (4.123105625617661 for sqrt(17)): an exact expression of it is then an answer, not a restatement.
+MAX_VALUE_DIGITS = 6
+
+
+def _short_decimal(value) -> bool:
+    digits = str(value).lstrip("-").replace(".", "").strip("0")
+    return len(digits) <= MAX_VALUE_DIGITS
+
+
+def _rule(node) -> str | None:
+    """The grammar rule of a parse-tree node (``None`` for a token)."""
+    name = type(node).__name__
+    return name[: -len("Context")].lower() if name.endswith("Context") else None
+
+
+def _children(node) -> list:
+    return list(getattr(node, "children", None) or [])
+
+
+def _subtrees(node) -> list:
+    return [c for c in _children(node) if _rule(c) is not None]
+
+
+def _tokens(node) -> list[str]:
+    return [c.getText() for c in _children(node) if _rule(c) is None]
+
+
+def _unwrap(node):
+    """Down the chain of single-child pass-through rules (``expr -> additive -> mp -> ...``)."""
+    while _rule(node) in _PASS_THROUGH:
+        kids = _children(node)
+        if len(kids) != 1 or _rule(kids[0]) is None:
+            break
+        node = kids[0]
+    return node
+
+
+def _numeral(node, integer: bool = False) -> bool:
+    """A bare numeral: ``number_subexpr`` (a subscript, as in ``101_2``, is a base: the form rules check it);
+    ``integer``: digits only."""
+    node = _unwrap(node)
+    if _rule(node) != "number_subexpr":
+        return False
+    text = _children(node)[0].getText()
+    return bool((_DIGITS_RE if integer else _DECIMAL_RE).match(text))
+
+
+def _signed(node):
+    """``(sign, inner)`` of a unary minus or plus, else ``("", node)``."""
+    node = _unwrap(node)
+    kids = _children(node)
+    if _rule(node) == "unary" and len(kids) == 2 and _rule(kids[0]) is None and kids[0].getText() in "+-":
+        return kids[0].getText(), kids[1]
+    return "", node
+
+
+def _group_inner(node):
+    """The content of a redundant bracket, ``(3)`` or ``{3}``, else ``None``."""
+    node = _unwrap(node)
+    if _rule(node) == "group":
+        subs = _subtrees(node)
+        if len(subs) == 1 and "".join(_tokens(node)) in ("()", "{}", "[]"):
+            return subs[0]
+    return None
+
+
+def _fraction(node, *, signed_numerator: bool = True) -> bool:
+    """``\\frac{a}{b}`` of two numerals (the numerator may carry a sign)."""
+    node = _unwrap(node)
+    if _rule(node) != "frac":
+        return False
+    subs = _subtrees(node)
+    if len(subs) != 2:
+        return False
+    sign, numerator = _signed(subs[0])
+    if sign and not signed_numerator:
+        return False
+    return _numeral(numerator, False) and _numeral(subs[1], False)
+
+
+def _power_of_ten(node) -> bool:
+    """``10^{k}`` with ``k`` a signed integer numeral."""
+    node = _unwrap(node)
+    subs = _subtrees(node)
+    if _rule(node) != "exp" or len(subs) != 2 or "^" not in _tokens(node):
+        return False
+    base = _unwrap(subs[0])
+    if _rule(base) != "number_subexpr" or _children(base)[0].getText() != "10":
+        return False
+    _, exponent = _signed(subs[1])
+    return _numeral(exponent, True)
+
+
+def _scientific(node) -> bool:
+    """``m \\times 10^{k}`` (or ``\\cdot``) with ``1 <= m < 10`` a decimal numeral."""
+    node = _unwrap(node)
+    subs = _subtrees(node)
+    if _rule(node) != "mp" or len(subs) != 2 or _tokens(node) not in (["\\times"], ["\\cdot"]):
+        return False
+    mantissa = _unwrap(subs[0])
+    if not _numeral(mantissa, False):
+        return False
+    text = _children(mantissa)[0].getText()
+    try:
+        m = float(text)
+    except ValueError:
+        return False
+    return 1 <= m < 10 and _power_of_ten(subs[1])
+
+
+def _mixed_number(node) -> bool:
+    """``2\\frac{1}{2}``: an integer numeral beside a fraction of numerals (latex2sympy reads 2 + 1/2)."""
+    node = _unwrap(node)
+    subs = _subtrees(node)
+    if _rule(node) not in ("unary", "mp") or len(subs) != 2 or _tokens(node):
+        return False
+    return _numeral(subs[0], True) and _fraction(subs[1], signed_numerator=False)
+
+
+def _value(node, integer: bool, signed_ok: bool = True) -> bool:
+    """One component written as a value (see the module docstring)."""
+    sign, inner = _signed(node)
+    if sign:
+        return signed_ok and _value(inner, integer, signed_ok=False)
+    node = _unwrap(inner)
+    group = _group_inner(node)
+    if group is not None:
+        return _value(group, integer, signed_ok)
+    rule = _rule(node)
+    if rule == "number_subexpr":  # a decimal numeral is a value for an integer gold too (42.0)
+        return _numeral(node)
+    if rule == "atom":  # an atom that is one token: 10\%, \infty
+        text = node.getText()
+        if text == "\\infty":
+            return True
+        return bool(_PERCENT_ATOM_RE.match(text))
+    if rule == "postfix":  # 30^\circ: a numeral and the degree sign
+        subs = _subtrees(node)
+        return (len(subs) == 2 and _rule(subs[1]) == "postfix_op"
+                and [_rule(s) for s in _subtrees(subs[1])] == ["degree"] and _numeral(subs[0]))
+    if integer:
+        return False
+    return _fraction(node) or _mixed_number(node) or _scientific(node)
+
+
+def _is_name(node) -> bool:
+    """A side of a relation that names what the value is of: no numeral outside a subscript or an argument list
+    (``x``, ``-x``, ``a_1``, ``|z|``, ``f(x)``, ``\\text{e}``)."""
+    return _no_numeral(_unwrap(node))
+
+
+def _no_numeral(node) -> bool:
+    rule = _rule(node)
+    if rule == "number_subexpr":
+        return False
+    if rule in ("subexpr", "func_common_args", "args"):  # a_1, f(x): the index or argument names, not a value
+        return True
+    return all(_no_numeral(c) for c in _subtrees(node))
+
+
+def _relation_sides(node) -> list | None:
+    """The sides of a relation chain and the relation after each (``a = b < c``: ``[(a, "="), (b, "<"),
+    (c, "")]``), or ``None`` if ``node`` is not a relation."""
+    node = _unwrap(node)
+    rule = _rule(node)
+    subs, tokens = _subtrees(node), _tokens(node)
+    if rule in ("relation", "set_relation") and len(subs) == 2 and len(tokens) == 1 and tokens[0] in _RELATION_TOKENS:
+        left = _relation_sides(subs[0]) or [(subs[0], "")]
+        right = _relation_sides(subs[1]) or [(subs[1], "")]
+        return [*left[:-1], (left[-1][0], tokens[0]), *right]
+    if rule == "set_elements_relation" and len(subs) == 2:
+        return [(subs[0], tokens[0] if tokens else ""), (subs[1], "")]
+    return None
+
+
+def _components_are_values(node, integer: bool) -> bool:
+    sides = _relation_sides(node)
+    if sides is not None:
+        # the value a chain states: its last side, and every side before a relation other than "=" (2 < x < 5);
+        # a side before "=" is a name or a step of the working (x = 2 + 1 = 3 states 3: math-verify checks that
+        # the steps equal it), and a name (x, a_1, f(x)) is never a value
+        values = [side for i, (side, relation) in enumerate(sides)
+                  if (i == len(sides) - 1 or relation != "=") and not _is_name(side)]
+        return bool(values) and all(_components_are_values(s, integer) for s in values)
+    node_u = _unwrap(node)
+    rule = _rule(node_u)
+    if rule in _CONTAINERS and rule not in ("math", "set_atom") or rule == "math" and len(_subtrees(node_u)) > 1:
+        subs = _subtrees(node_u)
+        return bool(subs) and all(_components_are_values(s, integer) for s in subs)
+    return _value(node_u, integer)
+
+
+def _parse_tree(normalized: str):
+    """The grammar's tree of the whole answer (its one top-level subtree), or ``None`` if it does not parse."""
+    try:
+        from latex2sympy2_extended.latex2sympy2 import _Latex2Sympy
+
+        tree = _Latex2Sympy().create_parser(normalized).math()
+    except Exception:  # noqa: BLE001 - the parser's errors are untyped (RecursionError included): not read
+        return None
+    subs = _subtrees(tree)
+    return subs[0] if len(subs) == 1 else None
+
+
+def is_name(normalized: str) -> bool:
+    """The answer is only a name (``x``, ``a_1``): with ``x \\approx 11``, the value is the decimal."""
+    tree = _parse_tree(normalized)
+    return tree is not None and _is_name(tree)
+
+
+def states_values(normalized: str, gold_kind: str) -> bool:
+    """Every component of the answer (its LaTeX as math-verify normalises it) is written as a value, where the
+    gold's components are all of kind ``gold_kind`` (``"integer"`` or ``"number"``, :func:`gold_values`).
+    ``False`` when the grammar does not parse it (default-deny)."""
+    integer = gold_kind == "integer"
+    if _COMMA_NUMERAL_RE.match(normalized):
+        return True
+    tree = _parse_tree(normalized)
+    try:
+        return tree is not None and _components_are_values(tree, integer)
+    except RecursionError:  # a tree deeper than the interpreter's stack: not read as a value
+        return False
