@@ -427,3 +427,15 @@ def test_rows_whose_check_cannot_fail_are_refused_before_training():
                               {"prompt": "p", "test": "def check(candidate):\n    pass\n", "entry_point": "f"}])
     with pytest.raises(ValueError, match="row 1: its 'test' code has no assert"):
         check_dataset_columns(rows, [code_sandbox(num_workers=1)])
+
+
+def test_the_program_is_read_after_the_configured_think_tag():
+    """``think_tag`` means what it means in boxed_math and think_format: the answer follows ``</think_tag>``."""
+    text = "<reason>```python\nno = 1\n```</reason>\n```python\nyes = 1\n```\n"
+    assert extract_program(text, "reason") == "yes = 1\n"
+    assert extract_program(text) == "yes = 1\n"  # the last block either way
+    reasoned = "<reason>\nreasoning</reason>\nx = 1"
+    assert extract_program(reasoned, "reason") == "\nx = 1"
+    assert extract_program(reasoned) == reasoned  # no </think>: the whole completion
+    f = code_sandbox(isolation="rlimits", think_tag="reason")
+    assert f.job(reasoned, 0, {"tests": [["assert x == 1"]]}).code == "\nx = 1"
