@@ -113,7 +113,7 @@ Job = ValuesJob | CallJob | IoJob
 class Outcome:
     passed: list
     timeout: bool = False
-    error: str | None = None  # "program" (did not load / crashed), "internal", "void"
+    error: str | None = None  # "program" (did not load / crashed), "internal", "void", "verifies nothing" (no test)
 
 
 def failed(job: Job, timeout: bool = False, error: str | None = None) -> Outcome:
