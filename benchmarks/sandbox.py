@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from benchmarks._status import finish  # noqa: E402
 from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
-from reward_plugins.code_sandbox.host.pool import Job  # noqa: E402
+from reward_plugins.code_sandbox.verdict import Asserts, CallJob, Check, ValuesJob  # noqa: E402
 
 TRIVIAL = "def add(a, b):\n    return a + b\n"
 TRIVIAL_TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]
@@ -70,7 +70,7 @@ def _timed_pool(pool, jobs, threads):
 
     def one(job):
         t = time.perf_counter()
-        out = pool._one(job)
+        out = pool.run_one(job)
         lat.append(time.perf_counter() - t)
         return out
 
@@ -105,11 +105,10 @@ def _row(name, runs, ok):
     }
 
 
-def _check_spec(f, p) -> dict:
-    """The tester path's spec for HumanEval problem ``p``, with the trusted prelude the reward function takes
+def tester_job(f, program, p) -> CallJob:
+    """The tester path's job for HumanEval problem ``p``, with the trusted prelude the reward function takes
     from its raw prompt."""
-    prelude = f.prelude(p["test"], p["entry_point"], None, p["prompt"], 0)
-    return {"kind": "check", "test": p["test"], "entry_point": p["entry_point"], "prelude": prelude}
+    return CallJob(program, Check(p["test"], p["entry_point"], f.prelude(p["test"], p["entry_point"], None, p["prompt"], 0)))
 
 
 def bench_sandbox(workers, trivial_n, he, mbpp, repeat):
@@ -119,23 +118,23 @@ def bench_sandbox(workers, trivial_n, he, mbpp, repeat):
     t = time.perf_counter()
     pool.start()
     start_s = time.perf_counter() - t
-    values_job = f._job(TRIVIAL, 0, {"tests": [TRIVIAL_TESTS]})  # the path the plugin picks: values
-    tester_job = Job("call", TRIVIAL, 3, spec={"kind": "asserts", "setup": "", "asserts": TRIVIAL_TESTS})
-    assert values_job.mode == "values"
+    values_job = f.job(TRIVIAL, 0, {"tests": [TRIVIAL_TESTS]})  # the path the plugin picks: values
+    trivial_tester = CallJob(TRIVIAL, Asserts(tuple(TRIVIAL_TESTS)))
+    assert isinstance(values_job, ValuesJob)
     progs = [p["prompt"] + p["canonical_solution"] for p in he]
-    routed = [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}, p["prompt"]) for c, p in zip(progs, he)]
-    forced = [Job("call", c, 1, spec=_check_spec(f, p)) for c, p in zip(progs, he)]
-    n_values = sum(j.mode == "values" for j in routed)
+    routed = [f.job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}, p["prompt"]) for c, p in zip(progs, he)]
+    forced = [tester_job(f, c, p) for c, p in zip(progs, he)]
+    n_values = sum(isinstance(j, ValuesJob) for j in routed)
     cases = [
         ("trivial, value path (1 process)", [values_job] * trivial_n),
-        ("trivial, tester path", [tester_job] * trivial_n),
+        ("trivial, tester path", [trivial_tester] * trivial_n),
         (f"HumanEval canonical ({n_values} value path)", routed),
         ("HumanEval canonical, all via tester", forced),
     ]
     if mbpp:
-        jobs = [f._job(m["code"], 0, {"tests": [m["test_list"]], "test_setup_code": [m.get("test_setup_code")]}) for m in mbpp]
+        jobs = [f.job(m["code"], 0, {"tests": [m["test_list"]], "test_setup_code": [m.get("test_setup_code")]}) for m in mbpp]
         cases.append(("MBPP reference", jobs))
-    _timed_pool(pool, [values_job, tester_job] * (2 * threads), threads)  # warm-up
+    _timed_pool(pool, [values_job, trivial_tester] * (2 * threads), threads)  # warm-up
     runs, ok = {name: [] for name, _ in cases}, {}
     for _ in range(repeat):  # interleaved, so that a slow spell of the machine hits every case alike
         for name, jobs in cases:

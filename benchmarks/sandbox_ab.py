@@ -24,13 +24,18 @@ import sys
 CASES = ("he_routed", "he_tester", "trivial_values")
 
 
-def _check_spec(f, p) -> dict:
-    """The tester path's spec for HumanEval problem ``p``, with the trusted prelude when the version has one (this
-    function runs in either tree)."""
-    spec = {"kind": "check", "test": p["test"], "entry_point": p["entry_point"]}
-    if hasattr(f, "prelude"):
-        spec["prelude"] = f.prelude(p["test"], p["entry_point"], None, p["prompt"], 0)
-    return spec
+def _tester_job(f, program, p):
+    """The tester path's job for HumanEval problem ``p``, with the trusted prelude when the version has one (this
+    function runs in either tree: typed jobs in ``verdict``, or the older ``Job`` with a mode string)."""
+    prelude = f.prelude(p["test"], p["entry_point"], None, p["prompt"], 0) if hasattr(f, "prelude") else ""
+    try:
+        from reward_plugins.code_sandbox.verdict import CallJob, Check
+    except ImportError:
+        from reward_plugins.code_sandbox.host.pool import Job
+
+        spec = {"kind": "check", "test": p["test"], "entry_point": p["entry_point"], "prelude": prelude}
+        return Job("call", program, 1, spec=spec)
+    return CallJob(program, Check(p["test"], p["entry_point"], prelude))
 
 
 def child(tree: str, smoke: bool = False):
@@ -38,17 +43,17 @@ def child(tree: str, smoke: bool = False):
 
     from benchmarks import sandbox as bench  # that tree's benchmarks/sandbox.py (PYTHONPATH=tree)
     from reward_plugins.code_sandbox import code_sandbox
-    from reward_plugins.code_sandbox.host.pool import Job
 
     he = list(read_problems().values())[: 10 if smoke else None]
     f = code_sandbox(num_workers=3, timeout=10.0)
     pool = f.pool
     pool.start()
     progs = [p["prompt"] + p["canonical_solution"] for p in he]
+    job = getattr(f, "job", None) or f._job  # the job the reward builds (older trees: ``_job``)
     cases = {
-        "he_routed": [f._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}, p["prompt"]) for c, p in zip(progs, he)],
-        "he_tester": [Job("call", c, 1, spec=_check_spec(f, p)) for c, p in zip(progs, he)],
-        "trivial_values": [f._job(bench.TRIVIAL, 0, {"tests": [bench.TRIVIAL_TESTS]})] * (20 if smoke else 300),
+        "he_routed": [job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}, p["prompt"]) for c, p in zip(progs, he)],
+        "he_tester": [_tester_job(f, c, p) for c, p in zip(progs, he)],
+        "trivial_values": [job(bench.TRIVIAL, 0, {"tests": [bench.TRIVIAL_TESTS]})] * (20 if smoke else 300),
     }
     bench._timed_pool(pool, cases["he_routed"], pool.n)  # warm-up
     print("ready", flush=True)

@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def _content_text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """The text of a message's ``content``: a string as is, a text part's text, the parts of a list joined; other
+    parts (images) give ``""``."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -21,7 +23,7 @@ def _content_text(content: Any) -> str:
     if isinstance(content, dict):  # a single content part
         return str(content.get("text") or "") if content.get("type", "text") == "text" else ""
     if isinstance(content, (list, tuple)):
-        return "".join(_content_text(part) for part in content)
+        return "".join(content_text(part) for part in content)
     return str(content)
 
 
@@ -31,13 +33,13 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, str):
         return completion
     if isinstance(completion, dict):
-        return _content_text(completion.get("content"))
+        return content_text(completion.get("content"))
     if isinstance(completion, (list, tuple)):
         messages = [m for m in completion if isinstance(m, dict) and "role" in m]
         if not messages:  # not a conversation: a list of content parts (or strings)
-            return _content_text(list(completion))
+            return content_text(list(completion))
         assistant = [m for m in messages if m.get("role") == "assistant"]
-        return _content_text((assistant or messages)[-1].get("content"))
+        return content_text((assistant or messages)[-1].get("content"))
     return "" if completion is None else str(completion)
 
 
@@ -98,3 +100,10 @@ def answer_part(text: str, close_tag: str = "</think>", open_tag: str = "<think>
     if open_tag in text:
         return None
     return text
+
+
+def check_tag_name(plugin: str, option: str, tag) -> None:
+    """Raise ValueError naming ``plugin`` and ``option`` unless ``tag`` is a bare tag name (``"think"``, not
+    ``"<think>"``): what every plugin's ``think_tag`` (and ``answer_tag``) means."""
+    if not isinstance(tag, str) or not tag or any(c in tag for c in "<>/ "):
+        raise ValueError(f"{plugin}: {option} must be a bare tag name like 'think', got {tag!r}")

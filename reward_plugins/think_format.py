@@ -22,10 +22,9 @@ the right box scores 1 + 0. Keep the same tag name in both (``think_tag``).
 
 from __future__ import annotations
 
-import inspect
 import re
 
-from reward_plugins._text import completion_text, has_visible
+from reward_plugins._text import check_tag_name, completion_text, has_visible
 
 
 def _tag_pattern(tag: str) -> re.Pattern:
@@ -35,20 +34,25 @@ def _tag_pattern(tag: str) -> re.Pattern:
 
 
 class ThinkFormatReward:
-    """The reward function built by :func:`think_format` (picklable: holds only its options)."""
+    """The reward function built by :func:`think_format`.
+
+    A callable class rather than a closure, as TRL's ``get_soft_overlong_punishment``: it must pickle (TRL's async
+    rollout worker and ``datasets.map`` ship reward functions to other processes), and its options stay readable
+    (``think_tag``, ``prefilled``). The options and their defaults are the factory's.
+    """
 
     reward_kind = "format"  # the corpus `trl-rlvr rewards audit` runs (docs/auditing_rewards.md)
+    __name__ = "think_format"  # TRL logs rewards/think_format/mean
 
-    def __init__(self, think_tag: str = "think", answer_tag: str | None = None, prefilled: bool = False):
-        for label, tag in (("think_tag", think_tag), ("answer_tag", answer_tag)):
-            if tag is not None and (not isinstance(tag, str) or not tag or any(c in tag for c in "<>/ ")):
-                raise ValueError(f"think_format: {label} must be a bare tag name like 'think', got {tag!r}")
+    def __init__(self, *, think_tag: str, answer_tag: str | None, prefilled: bool):
+        check_tag_name("think_format", "think_tag", think_tag)
+        if answer_tag is not None:
+            check_tag_name("think_format", "answer_tag", answer_tag)
         self.think_tag = think_tag
         self.answer_tag = answer_tag
         self.prefilled = bool(prefilled)
         self._think_re = _tag_pattern(think_tag)
         self._answer_re = _tag_pattern(answer_tag) if answer_tag else None
-        self.__name__ = "think_format"
 
     def __repr__(self) -> str:
         return f"think_format(think_tag={self.think_tag!r}, answer_tag={self.answer_tag!r}, prefilled={self.prefilled})"
@@ -88,21 +92,16 @@ class ThinkFormatReward:
         return out
 
 
-def think_format(**options) -> ThinkFormatReward:
+def think_format(*, think_tag: str = "think", answer_tag: str | None = None, prefilled: bool = False) -> ThinkFormatReward:
     """R1-Zero format: exactly one <think>...</think> block of visible reasoning first, then a visible answer (1.0 or 0.0).
 
     Args:
-        think_tag: name of the reasoning tag (``<think>``).
+        think_tag: name of the reasoning tag (``<think>``); the answer is what follows ``</think_tag>``.
         answer_tag: if set (e.g. ``"answer"``), the answer must be one ``<answer>...</answer>`` block.
         prefilled: the prompt already ends with ``<think>``, so the completion starts inside the reasoning.
     """
-    return ThinkFormatReward(**options)
-
-
-# The registry (``trl-rlvr rewards show``, option checking in ``load_reward``) reads the options from the factory's
-# signature: it is the class's, so that it is written once (the style of every built-in with options).
-think_format.__signature__ = inspect.signature(ThinkFormatReward).replace(return_annotation=ThinkFormatReward)
+    return ThinkFormatReward(think_tag=think_tag, answer_tag=answer_tag, prefilled=prefilled)
 
 
 #: Ready-made, with the default options, for TRL's own CLI: ``trl grpo --reward_funcs reward_plugins.think_format.reward``.
-reward = ThinkFormatReward()
+reward = think_format()

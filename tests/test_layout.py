@@ -248,3 +248,54 @@ def test_no_plugin_imports_the_trainer_or_the_config():
         for p in PLUGINS.rglob("*.py")
     }
     assert not {k: v for k, v in wrong.items() if v}
+
+
+def _module_aliases(path: Path) -> dict[str, Path]:
+    """Local name -> file, for every module of ``reward_plugins`` that ``path`` imports as a module."""
+    aliases = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = path.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            if node.level == 0:
+                base = ROOT
+            for part in (node.module or "").split(".") if node.module else ():
+                base = base / part
+            for a in node.names:
+                target = base / f"{a.name}.py"
+                if target.is_file() and PLUGINS in target.parents:
+                    aliases[a.asname or a.name] = target
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                target = ROOT.joinpath(*a.name.split(".")).with_suffix(".py")
+                if a.asname and target.is_file() and PLUGINS in target.parents:
+                    aliases[a.asname] = target
+    return aliases
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_plugin_module_reaches_another_modules_private_names():
+    """A name with a leading underscore is its module's own: no other module of ``reward_plugins`` imports it
+    (``from .boxes import _scan_group``) or reaches it through the module (``protocol._write_all``)."""
+    wrong = {}
+    for path in PLUGINS.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        aliases = _module_aliases(path)
+        bad = [
+            f"from {'.' * node.level}{node.module or ''} import {a.name}"
+            for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            and (node.level > 0 or (node.module or "").startswith("reward_plugins"))
+            for a in node.names if _private(a.name)
+        ] + [
+            f"{node.value.id}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+            and aliases[node.value.id] != path and _private(node.attr)
+        ]  # fmt: skip
+        if bad:
+            wrong[str(path.relative_to(ROOT))] = sorted(set(bad))
+    assert not wrong

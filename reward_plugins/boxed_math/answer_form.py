@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from reward_plugins.boxed_math.boxes import _scan_group
+from reward_plugins.boxed_math.boxes import scan_group
 
 #: Commands whose argument is text, not mathematics.
 TEXT_COMMANDS = frozenset(
@@ -131,7 +131,7 @@ def _pieces(content: str) -> list[_Piece] | None:
             continue
         if m.end() >= len(content) or content[m.end()] != "{":
             return None  # \text 3: an argument without braces
-        text, end, _ = _scan_group(content, m.end(), len(content))
+        text, end, _ = scan_group(content, m.end(), len(content))
         if text is None:
             return None
         pieces.append(_Piece("math", content[pos : m.start()]))
@@ -176,7 +176,7 @@ def answer_key(content: str) -> str:
     s = re.sub(r"\s+|(?<!\\)\$", "", "".join(out))
     s = re.sub(r"\\[dtc]frac", r"\\frac", s).replace("\\left", "").replace("\\right", "")
     s = s.rstrip(".,;")
-    if s.startswith("{") and s.endswith("}") and _scan_group(s, 0, len(s))[1] == len(s):
+    if s.startswith("{") and s.endswith("}") and scan_group(s, 0, len(s))[1] == len(s):
         s = s[1:-1]
     return s
 
@@ -195,7 +195,7 @@ def _subscripts(math: str) -> set[str] | None:
     for m in _NUMERAL_SUBSCRIPT_RE.finditer(math):
         i = m.end()
         if i < len(math) and math[i] == "{":
-            group, end, _ = _scan_group(math, i, len(math))
+            group, end, _ = scan_group(math, i, len(math))
             if group is None:
                 return None
         else:

@@ -25,7 +25,7 @@ class Box:
     end: int = 0
 
 
-def _scan_group(text: str, start: int, max_chars: int) -> tuple[str | None, int, str]:
+def scan_group(text: str, start: int, max_chars: int) -> tuple[str | None, int, str]:
     """``text[start] == "{"``: the group's content and the index after its closing brace."""
     depth = 0
     i = start
@@ -68,7 +68,7 @@ def _content_start(text: str, i: int, command: str, max_chars: int) -> int | Non
     for _ in range(_BOX_LEADING_GROUPS.get(command, 0)):
         if i >= len(text) or text[i] != "{":
             return None
-        _, i, reason = _scan_group(text, i, max_chars)
+        _, i, reason = scan_group(text, i, max_chars)
         if reason:
             return None
         i = _skip_spaces(text, i)
@@ -94,7 +94,7 @@ def find_boxes(text: str, max_chars: int = 2000) -> list[Box]:
             boxes.append(Box(None, "unbalanced", m.start(), len(text)))
             return boxes
         if i < len(text) and text[i] == "{":
-            content, pos, reason = _scan_group(text, i, max_chars)
+            content, pos, reason = scan_group(text, i, max_chars)
             boxes.append(Box(content, reason, m.start(), pos))
             if content is None:
                 return boxes

@@ -53,10 +53,9 @@ counts as the answer (use the same ``think_tag`` for both).
 
 from __future__ import annotations
 
-import inspect
 from collections import Counter
 
-from reward_plugins._text import answer_part, column, completion_text, log_counts
+from reward_plugins._text import answer_part, check_tag_name, column, completion_text, log_counts
 from reward_plugins.boxed_math.answer_form import answer_key
 from reward_plugins.boxed_math.boxes import answer_line, find_boxes, is_layout, unwrap_boxes
 
@@ -66,25 +65,22 @@ MIN_MEMORY_LIMIT_MB = 256
 
 
 class BoxedMathReward:
-    """The reward function built by :func:`boxed_math` (picklable: holds only its options)."""
+    """The reward function built by :func:`boxed_math`.
+
+    A callable class rather than a closure, as TRL's ``get_soft_overlong_punishment``: it must pickle (TRL's async
+    rollout worker and ``datasets.map`` ship reward functions to other processes) and a pickle carries only its
+    options (the worker pool is per process, created on first use); voting (``extract_answer``, ``same_answers``)
+    reads the answer as the reward does. The options and their defaults are the factory's.
+    """
 
     #: Scores correctness, not form: RLVRTrainer's default ``success_reward`` (rlvr/accuracy).
     verifies_correctness = True
     reward_kind = "math_answer"  # the corpus `trl-rlvr rewards audit` runs (docs/auditing_rewards.md)
+    __name__ = "boxed_math"  # TRL logs rewards/boxed_math/mean
 
-    def __init__(
-        self,
-        gold_column: str | None = None,
-        timeout: float = 5.0,
-        batch_timeout: float | None = None,
-        answer_line: bool = False,
-        think_tag: str = "think",
-        max_answer_chars: int = 2000,
-        num_workers: int | None = None,
-        prestart: bool = True,
-        prefilled: bool = False,
-        memory_limit_mb: int = 1024,
-    ):
+    def __init__(self, *, gold_column: str | None, timeout: float, batch_timeout: float | None, answer_line: bool,
+                 think_tag: str, max_answer_chars: int, num_workers: int | None, prestart: bool, prefilled: bool,
+                 memory_limit_mb: int):  # fmt: skip
         if not timeout > 0:
             raise ValueError(f"boxed_math: timeout must be > 0 seconds, got {timeout!r}")
         if batch_timeout is not None and not batch_timeout > 0:
@@ -93,8 +89,7 @@ class BoxedMathReward:
             raise ValueError(f"boxed_math: max_answer_chars must be a positive integer, got {max_answer_chars!r}")
         if num_workers is not None and (not isinstance(num_workers, int) or num_workers <= 0):
             raise ValueError(f"boxed_math: num_workers must be a positive integer or None, got {num_workers!r}")
-        if not think_tag or not isinstance(think_tag, str):
-            raise ValueError(f"boxed_math: think_tag must be a non-empty tag name, got {think_tag!r}")
+        check_tag_name("boxed_math", "think_tag", think_tag)
         if (not isinstance(memory_limit_mb, int) or isinstance(memory_limit_mb, bool)
                 or memory_limit_mb < MIN_MEMORY_LIMIT_MB):
             raise ValueError(
@@ -110,7 +105,6 @@ class BoxedMathReward:
         self.max_answer_chars = max_answer_chars
         self.num_workers = num_workers
         self.memory_limit_mb = memory_limit_mb
-        self.__name__ = "boxed_math"
         if prestart:  # workers import and warm up math-verify while the trainer loads the model
             self._pool().start()
 
@@ -249,7 +243,19 @@ class BoxedMathReward:
         self.__dict__.update({"memory_limit_mb": 1024, **state})  # pickles made before the option existed
 
 
-def boxed_math(**options) -> BoxedMathReward:
+def boxed_math(
+    *,
+    gold_column: str | None = None,
+    timeout: float = 5.0,
+    batch_timeout: float | None = None,
+    answer_line: bool = False,
+    think_tag: str = "think",
+    max_answer_chars: int = 2000,
+    num_workers: int | None = None,
+    prestart: bool = True,
+    prefilled: bool = False,
+    memory_limit_mb: int = 1024,
+) -> BoxedMathReward:
     """Math answer correctness: the last \\boxed{} after the reasoning, checked against the gold by math-verify.
 
     Args:
@@ -259,7 +265,7 @@ def boxed_math(**options) -> BoxedMathReward:
             past it the worker is killed and replaced and the answer scores 0.
         batch_timeout: optional deadline in seconds for a whole call; answers not checked by then score 0.
         answer_line: also accept a final ``The answer is: X`` line when the answer part has no box.
-        think_tag: name of the reasoning tag; the answer is read after ``</think_tag>``.
+        think_tag: name of the reasoning tag (``<think>``); the answer is read after ``</think_tag>``.
         max_answer_chars: a box longer than this scores 0 without a check.
         num_workers: worker processes (default: usable cores, at most 8).
         prestart: start the workers now (they import and warm up math-verify, a few seconds, in the
@@ -269,13 +275,13 @@ def boxed_math(**options) -> BoxedMathReward:
         memory_limit_mb: address-space bound of each worker process in MiB (default 1024, at least 256); a
             check that runs out of it scores 0 (metric ``boxed_math/oom``) and its worker is replaced.
     """
-    return BoxedMathReward(**options)
+    return BoxedMathReward(
+        gold_column=gold_column, timeout=timeout, batch_timeout=batch_timeout, answer_line=answer_line,
+        think_tag=think_tag, max_answer_chars=max_answer_chars, num_workers=num_workers, prestart=prestart,
+        prefilled=prefilled, memory_limit_mb=memory_limit_mb,
+    )  # fmt: skip
 
-
-# The registry (``trl-rlvr rewards show``, option checking in ``load_reward``) reads the options from
-# the factory's signature: it is the class's, so that it is written once.
-boxed_math.__signature__ = inspect.signature(BoxedMathReward).replace(return_annotation=BoxedMathReward)
 
 #: Ready-made, with the default options, for TRL's own CLI: ``trl grpo --reward_funcs reward_plugins.boxed_math.reward``
 #: (its workers start at the first call).
-reward = BoxedMathReward(prestart=False)
+reward = boxed_math(prestart=False)

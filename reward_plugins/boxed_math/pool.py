@@ -1,4 +1,11 @@
-"""A small pool of long-lived worker processes with a hard per-task deadline that works from any thread.
+"""Trusted checks with hard deadlines: a pool of long-lived worker processes, one task at a time each, a task killed
+when it overruns its deadline, from any thread.
+
+The contract: the handler is trusted code of this package (boxed_math's math-verify check); what is untrusted is its
+input (a model's answer), which may make it hang or eat memory, never escape. So a worker is an ordinary
+subprocess of this user, bounded in time (CPU seconds) and address space, not a sandbox. Untrusted *code* runs in
+``code_sandbox``'s ``SandboxPool`` instead (bubblewrap, an unprivileged uid, Landlock, seccomp; its limits applied
+inside the sandbox), whose workers are sandboxed fork servers.
 
 Why not ``concurrent.futures``/``multiprocessing.Pool``: neither can stop one task that hangs (a sympy
 evaluation of ``10^{10^{10^{10}}}`` never returns), and math-verify's own timeouts use SIGALRM, which
@@ -288,7 +295,7 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
-class _Worker:
+class _DeadlineWorker:
     def __init__(self, pid: int, conn: Connection):
         self.pid = pid
         self.conn = self.tx = conn
@@ -349,7 +356,7 @@ class DeadlinePool:
         self.warmup_spec = _spec(warmup) if warmup is not None else ""
         self.num_workers = max(1, int(num_workers))
         self.memory_limit = int(memory_limit or 0)
-        self._workers: list[_Worker] = []
+        self._workers: list[_DeadlineWorker] = []
         self._zygote: _Zygote | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -371,12 +378,12 @@ class DeadlinePool:
         if self._pid != os.getpid():  # a forked copy of the parent's pool: never touch the parent's processes
             self._workers, self._zygote, self._pid = [], None, os.getpid()
 
-    def _new_worker(self) -> _Worker:
+    def _new_worker(self) -> _DeadlineWorker:
         if self._zygote is None or not self._zygote.alive():
             if self._zygote is not None:
                 self._zygote.close()
             self._zygote = _Zygote(self.handler_spec, self.warmup_spec)
-        return _Worker(*self._zygote.fork_worker(self.memory_limit, self.start_timeout))
+        return _DeadlineWorker(*self._zygote.fork_worker(self.memory_limit, self.start_timeout))
 
     def _ensure_workers(self) -> None:
         self._check_pid()
@@ -443,7 +450,7 @@ class DeadlinePool:
         wall_cap = self.wall_factor * deadline
         remaining = len(tasks)
 
-        def next_task(w: _Worker) -> int | None:
+        def next_task(w: _DeadlineWorker) -> int | None:
             q = groups.get(w.key)
             if q:
                 return q.popleft()
@@ -459,7 +466,7 @@ class DeadlinePool:
                 return groups[key].popleft()
             return None
 
-        def dispatch(w: _Worker) -> None:
+        def dispatch(w: _DeadlineWorker) -> None:
             nonlocal remaining
             if not w.ready or w.task is not None:
                 return
@@ -526,7 +533,7 @@ class DeadlinePool:
                     self._replace(w)
         return [r if r is not None else ("skipped", None) for r in results]
 
-    def _replace(self, w: _Worker) -> _Worker | None:
+    def _replace(self, w: _DeadlineWorker) -> _DeadlineWorker | None:
         w.kill()
         self.respawns += 1
         i = self._workers.index(w)

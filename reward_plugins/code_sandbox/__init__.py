@@ -2,8 +2,9 @@
 
 Split by where the code runs. The faces: ``plugin`` (the reward function), ``environment`` (``PythonEnvironment``,
 the sandboxed Python tool for TRL's ``environment_factory``), with ``routing`` (which tests can be decided on the
-host as values) and ``prelude`` (the trusted names the tests may use). ``host/``: what runs in the trainer's process
-(the reward's pool, the launcher: bubblewrap, uids, cgroups; the claim of a pool id). ``sandbox/``: the only code
+host as values), ``prelude`` (the trusted names the tests may use) and ``verdict`` (a sample's verdict: its job typed
+per path, the reading of what comes back, its score). ``host/``: what runs in the trainer's process (the reward's
+pool, transport only; the launcher: bubblewrap, uids, cgroups, ``SandboxedServer``; the claim of a pool id). ``sandbox/``: the only code
 that runs inside the sandbox, laid into it whole, standard library only (the reward's fork-server worker, the tool's
 interpreter server, the protocol, the inner layers: rlimits, Landlock, seccomp). Imports neither torch nor trl.
 """

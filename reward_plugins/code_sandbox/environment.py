@@ -380,7 +380,7 @@ def _default_reward():
     global _DEFAULT_REWARD
     with _DEFAULT_REWARD_LOCK:
         if _DEFAULT_REWARD is None:
-            from .plugin import CodeSandboxReward
+            from .plugin import code_sandbox
 
-            _DEFAULT_REWARD = CodeSandboxReward()
+            _DEFAULT_REWARD = code_sandbox()
         return _DEFAULT_REWARD

@@ -1,7 +1,7 @@
 """Plugin face: ``code_sandbox(**options)`` returns a plain TRL reward function.
 
-The program is the last fenced code block of the completion (```python ... ```), or the whole
-answer part (after the last ``</think>``) when there is none. The test format follows the dataset
+The program is the last fenced code block of the answer part of the completion (after the last ``</think>``;
+``think_tag`` names the tag), or the whole answer part when it has none. The test format follows the dataset
 columns, one entry per completion:
 
 * ``tests`` (list of assert statements, MBPP style) with optional ``test_setup_code``;
@@ -26,17 +26,20 @@ NaN and ignores it). Broken programs, timeouts and internal errors score 0 and a
 from __future__ import annotations
 
 import atexit
-import inspect
+import json
 import logging
 import os
 import re
 import threading
 import weakref
 
-from .._text import completion_text
-from .host.pool import Job, Limits, SandboxPool
+from .._text import check_tag_name, completion_text
+from . import verdict
+from .host.launcher import find_bwrap, sandbox_python
+from .host.pool import Limits, SandboxPool
 from .prelude import build_prelude, prompt_texts
 from .routing import check_value_tests, value_tests, verifies_something
+from .verdict import Asserts, CallJob, Check, IoJob, ValuesJob
 
 log = logging.getLogger(__package__)  # one logger for the whole package
 
@@ -51,10 +54,13 @@ def _close_all():
         pool.close()
 
 
-def extract_program(completion) -> str:
+def extract_program(completion, think_tag: str = "think") -> str:
+    """The program of a completion: the last fenced code block after the last ``</think_tag>`` (the whole
+    completion when it has none), or that whole answer part when it has no fenced block."""
     text = completion_text(completion)
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
+    close = f"</{think_tag}>"
+    if close in text:
+        text = text.rsplit(close, 1)[1]
     blocks = _FENCE.findall(text)
     if blocks:
         return blocks[-1][1]
@@ -62,8 +68,12 @@ def extract_program(completion) -> str:
 
 
 class CodeSandboxReward:
-    """A picklable reward function; its worker pool starts on first use (and again after
-    unpickling or in a forked child)."""
+    """The reward function built by :func:`code_sandbox`.
+
+    A callable class rather than a closure: it must pickle (TRL's async rollout worker and ``datasets.map`` ship
+    reward functions to other processes), and a pickle carries only its options; the worker pool starts on first
+    use (and again after unpickling or in a forked child). The options and their defaults are the factory's.
+    """
 
     #: Scores correctness, not form: RLVRTrainer's default ``success_reward`` (rlvr/accuracy).
     verifies_correctness = True
@@ -71,21 +81,11 @@ class CodeSandboxReward:
     #: The dataset needs one of the test columns (checked before the model loads, trl_rlvr.checks); a row
     #: whose test cells are all empty still scores None.
     required_columns = (("tests", "test", "io_tests"),)
+    __name__ = "code_sandbox"  # TRL logs rewards/code_sandbox/mean
 
-    def __init__(
-        self,
-        *,
-        partial_credit: bool = False,
-        isolation: str = "bwrap",
-        num_workers: int | None = None,
-        timeout: float = 5.0,
-        memory_mb: int = 1024,
-        max_output_bytes: int = 8 << 20,
-        max_processes: int = 64,
-        max_value_bytes: int = 64 << 10,
-        sample_timeout: float | None = None,
-        prompt_code_column: str = "prompt_code",
-    ):
+    def __init__(self, *, partial_credit: bool, isolation: str, num_workers: int | None, timeout: float,
+                 memory_mb: int, max_output_bytes: int, max_processes: int, max_value_bytes: int,
+                 sample_timeout: float | None, prompt_code_column: str, think_tag: str):  # fmt: skip
         if isolation not in ("bwrap", "rlimits"):
             raise ValueError(f"isolation must be 'bwrap' (default) or 'rlimits', not {isolation!r}")
         if timeout <= 0 or memory_mb < 64 or max_output_bytes < 1 or max_processes < 4 or max_value_bytes < 1024:
@@ -97,8 +97,9 @@ class CodeSandboxReward:
             raise ValueError(f"sample_timeout ({sample_timeout}) must be at least timeout ({timeout})")
         if not (isinstance(prompt_code_column, str) and prompt_code_column):
             raise ValueError(f"prompt_code_column must be a column name, not {prompt_code_column!r}")
+        check_tag_name("code_sandbox", "think_tag", think_tag)
         self.prompt_code_column = prompt_code_column
-        self.__name__ = "code_sandbox"
+        self.think_tag = think_tag
         self.partial_credit = bool(partial_credit)
         self.isolation = isolation
         self.num_workers = num_workers
@@ -107,8 +108,6 @@ class CodeSandboxReward:
         )
         self._pool: SandboxPool | None = None
         if isolation == "bwrap":
-            from .host.launcher import find_bwrap, sandbox_python
-
             find_bwrap()  # refuse early, with the install hint, rather than at the first batch
             sandbox_python()
         else:
@@ -124,7 +123,7 @@ class CodeSandboxReward:
         return state
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        self.__dict__.update({"think_tag": "think", **state})  # pickles made before the option existed
         self._pool = None
 
     @property
@@ -140,41 +139,42 @@ class CodeSandboxReward:
             self._pool.close()
             self._pool = None
 
-    def _job(self, completion, k: int, kwargs: dict, prompt=None) -> Job | None:
+    def job(self, completion, k: int, columns: dict, prompt=None) -> verdict.Job | None:
+        """The job that judges ``completion`` by the tests of row ``k`` of ``columns`` (the reward's keyword
+        arguments), on the path its tests allow (``routing``); None when the row has no test column. Tests that
+        cannot fail give a job of no tests (it scores 0, counted as an error)."""
+
         def col(name):
-            v = kwargs.get(name)
+            v = columns.get(name)
             return None if v is None else v[k]
 
-        code = extract_program(completion)
+        code = extract_program(completion, self.think_tag)
         tests, io_tests, test = col("tests"), col("io_tests"), col("test")
         if tests is not None:
             tests = [tests] if isinstance(tests, str) else list(tests)
             if not any(verifies_something(str(x)) for x in tests):
-                return Job("call", code, 0, spec={})  # tests that cannot fail verify nothing: scores 0, an error
+                return CallJob(code, Asserts(()))
             fast = value_tests(tests, col("test_setup_code"))
             if fast is not None and tests:
-                return Job("values", code, len(tests), spec={"exprs": fast[0]}, expected=fast[1])
-            spec = {"kind": "asserts", "setup": col("test_setup_code") or "", "asserts": [str(t) for t in tests]}
-            return Job("call", code, len(tests), spec=spec)
+                return ValuesJob(code, tuple(fast[0]), tuple(fast[1]))
+            return CallJob(code, Asserts(tuple(str(t) for t in tests), col("test_setup_code") or ""))
         if test is not None:
             entry = col("entry_point")
             if not isinstance(entry, str) or not entry.isidentifier():
-                return Job("call", code, 1, spec={"kind": "asserts", "setup": "", "asserts": ["assert False"]})
+                return CallJob(code, Asserts(("assert False",)))
             if not verifies_something(str(test)):
-                return Job("call", code, 0, spec={})
+                return CallJob(code, Asserts(()))
             fast = check_value_tests(str(test), entry)
             if fast is not None:
-                return Job("values", code, 1, spec={"exprs": fast[0]}, expected=fast[1], one_test=True)
+                return ValuesJob(code, tuple(fast[0]), tuple(fast[1]), one_test=True)
             prelude = self.prelude(str(test), entry, col(self.prompt_code_column), prompt, k)
-            return Job("call", code, 1, spec={"kind": "check", "test": str(test), "entry_point": entry, "prelude": prelude})
+            return CallJob(code, Check(str(test), entry, prelude))
         if io_tests is not None:
             if isinstance(io_tests, str):
-                import json
-
                 io_tests = json.loads(io_tests)
             cases = [c if isinstance(c, dict) else {} for c in io_tests]
-            inputs = [c.get("input") if isinstance(c.get("input"), str) else "" for c in cases]
-            return Job("io", code, len(cases), inputs=inputs, expected=[c.get("output") for c in cases])
+            inputs = tuple(c.get("input") if isinstance(c.get("input"), str) else "" for c in cases)
+            return IoJob(code, inputs, tuple(c.get("output") for c in cases))
         return None
 
     def prelude(self, test: str, entry: str, prompt_code, prompt, row) -> str:
@@ -219,23 +219,20 @@ class CodeSandboxReward:
     def __call__(self, prompts=None, completions=None, **kwargs) -> list:
         completions = list(completions or [])
         prompts = list(prompts) if prompts is not None and len(prompts) == len(completions) else [None] * len(completions)
-        jobs = [self._job(c, k, kwargs, prompts[k]) for k, c in enumerate(completions)]
+        jobs = [self.job(c, k, kwargs, prompts[k]) for k, c in enumerate(completions)]
         todo = [(k, j) for k, j in enumerate(jobs) if j is not None and j.n > 0]
         outcomes = dict(zip((k for k, _ in todo), self.pool.run([j for _, j in todo]))) if todo else {}
         rewards, timeouts, errors = [], 0, 0
         for k, job in enumerate(jobs):
-            if job is None:
+            if job is None:  # no test column: not applicable
                 rewards.append(None)
                 continue
             out = outcomes.get(k)
             if out is None:  # an empty test list, or tests that cannot fail, verify nothing
-                rewards.append(0.0)
-                errors += 1
-                continue
+                out = verdict.Outcome([], error="verifies nothing")
             timeouts += out.timeout
             errors += out.error is not None
-            frac = sum(out.passed) / job.n if out.error != "void" else 0.0
-            rewards.append(frac if self.partial_credit else float(frac == 1.0))
+            rewards.append(verdict.score(job, out, self.partial_credit))
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
             log_metric("code_sandbox/timeouts", float(timeouts))
@@ -243,7 +240,20 @@ class CodeSandboxReward:
         return rewards
 
 
-def code_sandbox(**options) -> CodeSandboxReward:
+def code_sandbox(
+    *,
+    partial_credit: bool = False,
+    isolation: str = "bwrap",
+    num_workers: int | None = None,
+    timeout: float = 5.0,
+    memory_mb: int = 1024,
+    max_output_bytes: int = 8 << 20,
+    max_processes: int = 64,
+    max_value_bytes: int = 64 << 10,
+    sample_timeout: float | None = None,
+    prompt_code_column: str = "prompt_code",
+    think_tag: str = "think",
+) -> CodeSandboxReward:
     """Runs the completion's code against the row's tests in a sandbox: 1.0 when all pass (or the fraction passed).
 
     Args:
@@ -252,26 +262,27 @@ def code_sandbox(**options) -> CodeSandboxReward:
             explicit request, where no user namespaces are available.
         num_workers: sandboxed worker processes (default: cores + 1, at most 16).
         timeout: wall seconds per execution: one run of a completion's asserts or check(), or one io case.
-        sample_timeout: wall seconds for all io cases of one completion together (default: ``timeout``); a case
-            starts only while time is left and is killed when it runs out.
         memory_mb: address-space limit of a run, in MiB.
         max_output_bytes: bytes of output a run may write.
         max_processes: processes a run may have.
         max_value_bytes: bytes of value records one completion may send on the value path (default 64 KiB: the
             largest of MBPP's and HumanEval's is under 5 KiB); more voids the sample, so reading them on the host
             costs a few milliseconds at most.
+        sample_timeout: wall seconds for all io cases of one completion together (default: ``timeout``); a case
+            starts only while time is left and is killed when it runs out.
         prompt_code_column: the column holding the code whose helpers and constants check() uses (HumanEval's
             raw ``prompt``) when the ``prompt`` column is a chat; default ``prompt_code``.
+        think_tag: name of the reasoning tag (``<think>``); the program is read after the last ``</think_tag>``.
 
     Test columns (one per row): ``tests`` (assert statements), ``test`` + ``entry_point`` (HumanEval) or
     ``io_tests`` (stdin/stdout pairs); see docs/code_sandbox.md.
     """
-    return CodeSandboxReward(**options)
-
-
-# The registry (``trl-rlvr rewards show``, option checking in ``load_reward``) reads the options from the
-# factory's signature: it is the class's, so that it is written once.
-code_sandbox.__signature__ = inspect.signature(CodeSandboxReward).replace(return_annotation=CodeSandboxReward)
+    return CodeSandboxReward(
+        partial_credit=partial_credit, isolation=isolation, num_workers=num_workers, timeout=timeout,
+        memory_mb=memory_mb, max_output_bytes=max_output_bytes, max_processes=max_processes,
+        max_value_bytes=max_value_bytes, sample_timeout=sample_timeout, prompt_code_column=prompt_code_column,
+        think_tag=think_tag,
+    )  # fmt: skip
 
 
 _READY_MADE: CodeSandboxReward | None = None
@@ -283,7 +294,7 @@ def reward(prompts=None, completions=None, **kwargs) -> list:
     for bubblewrap, which importing the module must not)."""
     global _READY_MADE
     if _READY_MADE is None:
-        _READY_MADE = CodeSandboxReward()
+        _READY_MADE = code_sandbox()
     return _READY_MADE(prompts=prompts, completions=completions, **kwargs)
 
 

@@ -37,7 +37,7 @@ import symtable
 import sys
 import textwrap
 
-from .._text import _content_text
+from .._text import content_text
 
 _PARSE_ERRORS = (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError)
 _FENCE_OPEN = re.compile(r"[ \t]{0,3}(`{3,}|~{3,})")
@@ -133,9 +133,9 @@ def prompt_texts(prompt) -> list[str]:
     if isinstance(prompt, str):
         return [prompt]
     if isinstance(prompt, dict):
-        return [_content_text(prompt.get("content"))]
+        return [content_text(prompt.get("content"))]
     if isinstance(prompt, (list, tuple)):
-        return [_content_text(m.get("content")) if isinstance(m, dict) else _content_text(m) for m in prompt]
+        return [content_text(m.get("content")) if isinstance(m, dict) else content_text(m) for m in prompt]
     return [str(prompt)]
 
 

@@ -37,8 +37,8 @@ from trl_rlvr.audit.cases import (
     load_corpus,
 )
 from trl_rlvr.audit.runner import Outcome, RewardStartError, Runner
-from trl_rlvr.audit.verdict import MIN_RIGHT_RATE, AuditReport
 from trl_rlvr.audit.variants import variants as make_variants
+from trl_rlvr.audit.verdict import MIN_RIGHT_RATE, AuditReport
 
 __all__ = ["KINDS", "AuditReport", "Case", "Corpus", "CorpusError", "Outcome", "RewardStartError", "audit_reward",
            "builtin_corpus", "load_corpus"]

@@ -1,3 +1,4 @@
-"""The host side of ``code_sandbox``: what runs in the trainer's process. ``pool`` (the reward's sandboxed workers),
-``launcher`` (bubblewrap, uids, cgroups; lays the sandbox side into a code dir and starts a server there),
+"""The host side of ``code_sandbox``: what runs in the trainer's process. ``pool`` (the reward's sandboxed workers; transport
+only, ``verdict`` judges), ``launcher`` (bubblewrap, uids, cgroups; lays the sandbox side into a code dir, and
+``SandboxedServer`` starts a server there and checks it),
 ``claim`` (a pool id, its code dir and cgroups, claimed so two pools on one host never share them)."""

@@ -232,20 +232,7 @@ def cgroup_claim(name: str) -> list[str]:
     """Make ``name`` under our own cgroup in each controller (memory, pids), exclusively: a pool's
     claim, under which its workers' cgroups go. FileExistsError (after undoing the rest) when any
     exists already: another pool that shares this hierarchy holds the name. [] where not root."""
-    if os.geteuid() != 0:
-        return []
-    made = []
-    for ctrl in ("memory", "pids"):
-        d = os.path.join(cgroup_base(ctrl), name)
-        try:
-            os.mkdir(d)
-        except FileExistsError:
-            cgroup_remove(made)
-            raise
-        except OSError:
-            continue
-        made.append(d)
-    return made
+    return _make_cgroups(name, {"memory": {}, "pids": {}}, exclusive=True)
 
 
 def cgroup_subdirs(d: str) -> list[str]:
@@ -260,19 +247,28 @@ def cgroup_subdirs(d: str) -> list[str]:
 def cgroup_create(name: str, mem_bytes: int, pids_max: int) -> list[str]:
     """Child cgroups (memory, pids) under our own, capped; [] where not root or not writable.
     The worker is moved in before it starts (``wrap_in_cgroups``), so everything it forks is capped."""
+    return _make_cgroups(name, {"memory": {"memory.limit_in_bytes": mem_bytes}, "pids": {"pids.max": pids_max}})
+
+
+def _make_cgroups(name: str, knobs: dict, exclusive: bool = False) -> list[str]:
+    """``name`` under our own cgroup in each controller of ``knobs`` (controller -> {knob: value}), its knobs
+    written; a controller where that fails is left out. ``exclusive``: one that exists already raises
+    FileExistsError, after the ones made here are removed. [] where not root."""
     if os.geteuid() != 0:
         return []
     made = []
-    for ctrl, knobs in (("memory", {"memory.limit_in_bytes": mem_bytes}), ("pids", {"pids.max": pids_max})):
+    for ctrl, values in knobs.items():
         d = os.path.join(cgroup_base(ctrl), name)
         try:
             os.mkdir(d)
         except FileExistsError:
-            pass
+            if exclusive:
+                cgroup_remove(made)
+                raise
         except OSError:
             continue
         try:
-            for knob, value in knobs.items():
+            for knob, value in values.items():
                 with open(os.path.join(d, knob), "w") as f:
                     f.write(str(value))
             made.append(d)
@@ -381,3 +377,69 @@ def start_server(argv: list[str], child, uid: int | None, cgroup_name: str, mem_
     finally:
         child.close()
     return proc, err, cgroups, argv
+
+
+class SandboxedServer:
+    """One sandbox server process and the host's end of its channel (a ``SOCK_SEQPACKET`` socket, ``sock``).
+
+    Laid out by :func:`install_sandbox_code` in ``code_dir``, started by :func:`start_server` (``isolation``:
+    bubblewrap or rlimits; ``uid``, cgroups under ``cgroup_name`` capped at ``mem_bytes`` and ``pids_max``), given
+    ``limits`` (JSON) on its command line. It is ready when its first message (``caps``) says that it runs as an
+    ordinary uid and, under bubblewrap, has Landlock and seccomp; else it is killed and
+    :class:`IsolationUnavailable` raised, its message starting with ``what``. The reward's pool workers
+    (``pool._Worker``) and the Python tool's interpreter server are such servers."""
+
+    def __init__(self, what: str, isolation: str, python: str, code_dir: str, limits: dict, uid: int | None,
+                 cgroup_name: str, mem_bytes: int, pids_max: int):  # fmt: skip
+        import select
+        import socket
+
+        from ..sandbox import protocol
+
+        self.pid = os.getpid()  # the process that started it: only it may kill it
+        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = worker_command(isolation, python, code_dir, child.fileno(), protocol.dumps(limits).decode())
+        self.proc, self.err, self.cgroups, argv = start_server(argv, child, uid, cgroup_name, mem_bytes, pids_max)
+        ready, _, _ = select.select([self.sock], [], [], 30)
+        hello = self.sock.recv(4096) if ready else b""
+        caps = protocol.loads(hello) if hello else {}
+        problem = None
+        if not hello:
+            self.err.seek(0)
+            why = self.err.read().decode(errors="replace").strip()[-2000:]
+            problem = (f"did not start ({' '.join(argv[:1])} exited with {self.proc.poll()}): {why or 'no message'}. "
+                       + INSTALL_HINT)  # fmt: skip
+        elif caps.get("uid") == 0:
+            problem = "runs as root; refusing"
+        elif isolation == "bwrap" and not (caps.get("landlock") and caps.get("seccomp")):
+            problem = (
+                f"Landlock (abi={caps.get('landlock')}) or seccomp (x86_64 only: {caps.get('seccomp')}) is not "
+                "available in this kernel; the default isolation needs both. Use isolation='rlimits' to run weaker."
+            )
+        if problem:
+            self.kill()
+            raise IsolationUnavailable(f"{what} {problem}")
+        self.caps = caps
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self, wait_s: float = 2.0) -> list[str]:
+        """Kill the server (its whole session) and remove its cgroups, waiting up to ``wait_s`` for them to empty.
+        -> the cgroups still busy (the caller removes them later). In a process that did not start it (a fork):
+        only closes this process's copies of its channel and log."""
+        import signal
+
+        if os.getpid() == self.pid:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+            self.proc.wait()
+        self.sock.close()
+        self.err.close()
+        return cgroup_remove(self.cgroups, wait_s) if os.getpid() == self.pid else []

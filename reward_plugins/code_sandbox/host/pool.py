@@ -1,9 +1,14 @@
-"""Worker pool (host side): long-lived sandboxed fork servers, one request at a time each.
+"""Untrusted code in a sandbox: the reward's pool of long-lived sandboxed fork servers, one job at a time each.
 
-A request is a header with counts and limits plus file descriptors (memfds with the program, the
-tests or stdin; the result pipe; stdout memfds): the worker never holds sample data itself. A
-worker that dies, hangs past its deadline or answers nonsense is killed and replaced; the sample
-it was running scores 0 and counts as an error.
+The contract: what runs is code a model wrote, so every worker is a sandbox server (``launcher.SandboxedServer``:
+bubblewrap, an unprivileged uid, cgroups; inside, rlimits, Landlock and seccomp per process) and each execution's
+limits are applied inside it. (Trusted checks of untrusted input, with a deadline but no sandbox, are
+``boxed_math``'s ``DeadlinePool``.)
+
+This module is transport only: a job (``verdict``) goes to a worker as a header with counts plus file descriptors
+(memfds with the program, the tests or stdin; the result pipe; stdout memfds), so the worker never holds sample
+data itself, and what comes back is read by ``verdict``. A worker that dies, hangs past its deadline or answers
+nonsense is killed and replaced; the sample it was running scores 0 and counts as an error.
 """
 
 from __future__ import annotations
@@ -13,12 +18,12 @@ import logging
 import os
 import queue
 import select
-import signal
 import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .. import verdict
 from ..sandbox import protocol
 from . import launcher
 from .claim import PoolClaim
@@ -43,25 +48,6 @@ class Limits:
         return self.timeout if self.sample_timeout is None else self.sample_timeout
 
 
-@dataclasses.dataclass
-class Job:
-    mode: str  # "values" (verdicts on literal calls: routing.py), "call" (any asserts / check(candidate)) or "io"
-    code: str
-    n: int  # number of tests
-    spec: dict | None = None  # call: tests for the tester process; values: {"exprs": [...]}
-    inputs: list | None = None  # io: stdin per case
-    expected: list | None = None  # io: expected stdout; values: routing.Expect per expression (never leave the host)
-    one_test: bool = False  # values: the expressions form one test (a check() function) passing when all do
-    budget: float | None = None  # io: wall seconds left for its cases (a part of a split sample gets what is left)
-
-
-@dataclasses.dataclass
-class Outcome:
-    passed: list
-    timeout: bool = False
-    error: str | None = None  # "program" (did not load / crashed), "internal", "void"
-
-
 def _memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     view = memoryview(data)
@@ -83,128 +69,68 @@ def _header(limits: Limits) -> dict:
     }
 
 
-class _Worker:
-    def __init__(self, slot: int, uid: int | None, isolation_mode: str, python: str, code_dir: str, limits: Limits,
+class _Worker(launcher.SandboxedServer):
+    """One sandboxed fork server (``sandbox/worker.py``) of a pool: one job at a time. ``run`` carries the job
+    there and the raw results back; ``verdict`` reads them."""
+
+    def __init__(self, uid: int | None, isolation_mode: str, python: str, code_dir: str, limits: Limits,
                  cgroup_name: str = ""):  # fmt: skip
-        self.slot, self.mode = slot, isolation_mode
-        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock = host
-        argv = launcher.worker_command(isolation_mode, python, code_dir, child.fileno(), protocol.dumps(_header(limits)).decode())
         # cgroups under the pool's claim (claim.py), unique per worker start
         mem = 2 * (limits.memory_mb << 20) + (launcher.SCRATCH_MB << 20) + (256 << 20)
-        self.proc, self.err, self.cgroups, argv = launcher.start_server(
-            argv, child, uid, cgroup_name, mem, 2 * limits.max_processes + 16)
-        ready, _, _ = select.select([self.sock], [], [], 30)
-        hello = self.sock.recv(4096) if ready else b""
-        if not hello:
-            self.err.seek(0)
-            why = self.err.read().decode(errors="replace").strip()[-2000:]
-            self.kill()
-            raise launcher.IsolationUnavailable(
-                f"the sandbox worker did not start ({' '.join(argv[:1])} exited with "
-                f"{self.proc.returncode}): {why or 'no message'}. " + launcher.INSTALL_HINT
-            )
-        caps = protocol.loads(hello)
-        if caps.get("uid") == 0:
-            self.kill()
-            raise launcher.IsolationUnavailable("the sandbox worker runs as root; refusing")
-        if isolation_mode == "bwrap" and not (caps.get("landlock") and caps.get("seccomp")):
-            self.kill()
-            raise launcher.IsolationUnavailable(
-                f"Landlock (abi={caps.get('landlock')}) or seccomp (x86_64 only: {caps.get('seccomp')}) is not "
-                "available in this kernel; the default isolation needs both. Use isolation='rlimits' to run weaker."
-            )
-        self.caps = caps
+        super().__init__("the sandbox worker", isolation_mode, python, code_dir, _header(limits), uid, cgroup_name,
+                         mem, 2 * limits.max_processes + 16)  # fmt: skip
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill(self, wait_s: float = 2.0) -> list[str]:
-        """Kill the worker and remove its cgroups, waiting up to ``wait_s`` for them to empty.
-        -> the cgroups still busy (the pool removes them later)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.kill()
-        except OSError:
-            pass
-        self.proc.wait()
-        self.sock.close()
-        self.err.close()
-        return launcher.cgroup_remove(self.cgroups, wait_s)
-
-    def run(self, job: Job, limits: Limits) -> Outcome:
-        hdr = f"{job.mode} {job.n}"  # the worker has the pool's limits from its command line
-        io_budget = limits.io_budget if job.budget is None else min(job.budget, limits.io_budget)
-        hdr = (hdr + f" {max(1, int(io_budget * 1000))}" if job.mode == "io" else hdr).encode()
+    def run(self, job: verdict.Job, limits: Limits) -> verdict.Outcome:
+        """Send ``job`` (its program and tests as memfds, a result pipe or stdout memfds) and read what comes back
+        by its path's reader. Raises on a worker that breaks the protocol or misses its deadline (the pool replaces
+        it)."""
+        if isinstance(job, verdict.IoJob):
+            return self._run_io(job, limits)
         code = job.code.encode("utf-8", errors="replace")
-        if job.mode == "values":  # the calls only, never the expectations; then the program
-            calls = "\n".join(["one" if job.one_test else "each", *job.spec["exprs"]]).encode()
-            code_fd = _memfd("program", calls + b"\0" + code)
+        if isinstance(job, verdict.ValuesJob):  # the calls only, never the expectations; then the program
+            calls = "\n".join(["one" if job.one_test else "each", *job.calls]).encode()
+            send = [_memfd("program", calls + b"\0" + code)]
+            cap = limits.max_value_bytes
         else:
-            code_fd = _memfd("program", code)
-        if job.mode in ("call", "values"):
-            res_r, res_w = os.pipe2(os.O_CLOEXEC)
-            send, keep = [code_fd, res_w], [res_r]
-            if job.mode == "call":
-                send.insert(1, _memfd("tests", protocol.dumps(job.spec)))
-            budget = limits.timeout + 10
-        else:
-            ins = [_memfd("stdin", (x or "").encode("utf-8", errors="replace")) for x in job.inputs]
-            outs = [os.memfd_create("stdout", os.MFD_CLOEXEC) for _ in job.inputs]
-            send, keep = [code_fd, *ins, *outs], outs
-            budget = io_budget + 10
-        deadline = time.monotonic() + budget
+            send = [_memfd("program", code), _memfd("tests", protocol.dumps(job.tester_input()))]
+            cap = MAX_RESULT_BYTES
+        res_r, res_w = os.pipe2(os.O_CLOEXEC)
+        keep = [res_r]
         try:
-            try:
-                socket.send_fds(self.sock, [hdr], send)
-            finally:
-                for fd in send:
-                    if fd not in keep:
-                        os.close(fd)
-            raw, overflow = b"", False
-            if job.mode != "io":
-                cap = MAX_RESULT_BYTES if job.mode == "call" else limits.max_value_bytes
-                raw, reply, overflow = self._results(res_r, deadline, cap)
-                if overflow:  # closed there: its writer's next write fails at once
-                    keep.remove(res_r)
-            else:  # io: stdout is in the memfds, only the reply to wait for
-                _, reply, _ = self._results(None, deadline, 0)
-            if overflow:  # more than a sample may send: none of it is read
-                return Outcome([False] * job.n, timeout=bool(reply.get("timeout")), error="void")
-            if job.mode != "io":
-                if job.mode == "call":  # reading what a sample sent never takes longer than it may run
-                    passed, status, flags = protocol.parse_records(raw, job.n, seconds=limits.timeout)
-                else:
-                    passed, status, flags = protocol.parse_values(raw, job.expected, seconds=limits.timeout)
-                    if job.one_test:
-                        passed = [all(passed)]
-                err = "void" if status != "ok" else ("program" if "load_error" in flags else None)
-                return Outcome(passed, timeout=bool(reply.get("timeout")), error=err)
-            cases = reply.get("cases")
-            if type(cases) is not list or len(cases) != job.n:
-                raise RuntimeError("bad io reply")
-            passed, crashed = [], False
-            for case, fd, want in zip(cases, outs, job.expected):
-                if case is None:  # not run: an earlier case timed out
-                    passed.append(False)
-                    continue
-                code, timed_out = case
-                crashed |= code != 0 and not timed_out
-                # read only what a matching output can be (the size from the memfd, not its bytes): comparing
-                # costs the host time in the expected output's size, never in what the program chose to print
-                size = os.fstat(fd).st_size
-                if code != 0 or timed_out or size > min(limits.max_output_bytes, protocol.output_bound(want)):
-                    passed.append(False)
-                    continue
-                os.lseek(fd, 0, os.SEEK_SET)
-                passed.append(protocol.same_output(os.read(fd, size), want))
-            return Outcome(passed, timeout=bool(reply.get("timeout")), error="program" if crashed else None)
+            self._send(f"{job.mode} {job.n}", [*send, res_w], keep)
+            raw, reply, overflow = self._results(res_r, time.monotonic() + limits.timeout + 10, cap)
+            if overflow:  # closed there: its writer's next write fails at once; none of it is read
+                keep.remove(res_r)
+                return verdict.failed(job, timeout=bool(reply.get("timeout")), error="void")
         finally:
             for fd in keep:
                 os.close(fd)
+        # reading what a sample sent never takes longer than it may run
+        read = verdict.read_values if isinstance(job, verdict.ValuesJob) else verdict.read_records
+        return read(job, raw, bool(reply.get("timeout")), limits.timeout)
+
+    def _run_io(self, job: verdict.IoJob, limits: Limits) -> verdict.Outcome:
+        budget = limits.io_budget if job.budget is None else min(job.budget, limits.io_budget)
+        ins = [_memfd("stdin", (x or "").encode("utf-8", errors="replace")) for x in job.inputs]
+        outs = [os.memfd_create("stdout", os.MFD_CLOEXEC) for _ in job.inputs]
+        code_fd = _memfd("program", job.code.encode("utf-8", errors="replace"))
+        try:
+            self._send(f"io {job.n} {max(1, int(budget * 1000))}", [code_fd, *ins, *outs], outs)
+            _, reply, _ = self._results(None, time.monotonic() + budget + 10, 0)  # stdout is in the memfds
+            return verdict.read_io(job, reply.get("cases"), outs, bool(reply.get("timeout")), limits.max_output_bytes)
+        finally:
+            for fd in outs:
+                os.close(fd)
+
+    def _send(self, header: str, fds: list[int], keep: list[int]) -> None:
+        """``header`` (the worker has the pool's limits from its command line) and ``fds``; ours of them are closed
+        after, but for ``keep``."""
+        try:
+            socket.send_fds(self.sock, [header.encode()], fds)
+        finally:
+            for fd in fds:
+                if fd not in keep:
+                    os.close(fd)
 
     def _results(self, fd, deadline, cap) -> tuple[bytes, dict, bool]:
         """The result pipe ``fd`` (None: none) to its end and the worker's reply, waited for together: one wakeup
@@ -289,7 +215,7 @@ class SandboxPool:
                 name = f"{self.claim.cgroup_name}/w{slot[0]}.{self._starts}"
                 busy, self._busy_cgroups = self._busy_cgroups, []
             self._retire(None, busy)
-            slot[1] = _Worker(slot[0], self.uids[slot[0]], self.mode, self.python, self._dir, self.limits, name)
+            slot[1] = _Worker(self.uids[slot[0]], self.mode, self.python, self._dir, self.limits, name)
         return slot[1]
 
     def _retire(self, worker, busy=()):
@@ -300,7 +226,9 @@ class SandboxPool:
         with self._lock:
             self._busy_cgroups += left
 
-    def _one(self, job: Job) -> Outcome:
+    def run_one(self, job: verdict.Job) -> verdict.Outcome:
+        """Run one job on the next idle worker. A worker that fails (dies, misses its deadline, breaks the
+        protocol) is replaced; the job fails with an ``internal`` error."""
         slot = self._idle.get()
         try:
             worker = self._ensure(slot)
@@ -313,51 +241,37 @@ class SandboxPool:
                 self._retire(worker)
                 slot[1] = None
                 self.restarts += 1
-                return Outcome([False] * job.n, error="internal")
+                return verdict.failed(job, error="internal")
         finally:
             self._idle.put(slot)
 
-    def run(self, jobs: list[Job]) -> list[Outcome]:
-        out = []
-        for job in jobs:  # split huge io test lists (fd-passing limit), keep order
-            if job.mode == "io" and job.n > MAX_IO_CASES_PER_RUN:
-                parts = []
-                for k in range(0, job.n, MAX_IO_CASES_PER_RUN):
-                    sl = slice(k, k + MAX_IO_CASES_PER_RUN)
-                    parts.append(Job("io", job.code, len(job.inputs[sl]), inputs=job.inputs[sl], expected=job.expected[sl]))
-                out.append(parts)
-            else:
-                out.append([job])
-        flat = [j for parts in out for j in parts]
+    def run(self, jobs: list[verdict.Job]) -> list[verdict.Outcome]:
+        """The outcomes of ``jobs``, in order, spread over the workers. An io job with more cases than one message
+        may carry runs in parts that share its budget (``Limits.io_budget``): none starts after one timed out."""
+        split = [job.parts(MAX_IO_CASES_PER_RUN) if isinstance(job, verdict.IoJob) else [job] for job in jobs]
         shared = {}  # id(part) -> what the parts of one split io sample share: a timeout, and when it began
-        for parts in out:
+        for parts in split:
             if len(parts) > 1:
                 sample = {"stop": threading.Event(), "start": []}
                 shared.update((id(j), sample) for j in parts)
 
-        def one(job: Job) -> Outcome:  # the parts of one io sample share its budget; none starts after a timeout
+        def one(job: verdict.Job) -> verdict.Outcome:
             sample = shared.get(id(job))
             if sample is None:
-                return self._one(job)
+                return self.run_one(job)
             with self._lock:
                 start = sample["start"] or [time.monotonic()]
                 sample["start"] = start
             left = self.limits.io_budget - (time.monotonic() - start[0])
             if sample["stop"].is_set() or left <= 0:
-                return Outcome([False] * job.n, timeout=True)
-            outcome = self._one(dataclasses.replace(job, budget=left))
+                return verdict.failed(job, timeout=True)
+            outcome = self.run_one(dataclasses.replace(job, budget=left))
             if outcome.timeout:
                 sample["stop"].set()
             return outcome
 
-        results = iter(list(self._exec.map(one, flat)))
-        merged = []
-        for parts in out:
-            rs = [next(results) for _ in parts]
-            passed = [p for r in rs for p in r.passed]
-            errs = [r.error for r in rs if r.error]
-            merged.append(Outcome(passed, any(r.timeout for r in rs), errs[0] if errs else None))
-        return merged
+        results = iter(list(self._exec.map(one, [j for parts in split for j in parts])))
+        return [verdict.merge([next(results) for _ in parts]) for parts in split]
 
     def close(self):
         if self.closed:

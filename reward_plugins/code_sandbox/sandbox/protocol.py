@@ -9,10 +9,10 @@ no buffer, per fd or otherwise):
 * candidate -> tester (frames): the untrusted program's names (``manifest``) and the *return
   values* of calls (``reply``), as typed, data-only JSON.
 * candidate -> host (value records, value path): ``{"i": k, "v": value}`` per test call, judged on
-  the host against expectations that never left it (``parse_values``).
+  the host against expectations that never left it (``verdict.parse_values``, host side).
 * tester -> host (verdict records): ``{"i": k, "ok": bool}``; only the tester (trusted test code in
-  its own sandboxed process) holds this pipe (``parse_records``).
-* program stdout -> host (memfd, io path): compared by the host (``same_output``).
+  its own sandboxed process) holds this pipe (written by ``record``; read by ``verdict.parse_records``).
+* program stdout -> host (memfd, io path): compared by the host (``verdict.same_output``).
 
 Every byte a candidate controls goes through three checks before anything uses it:
 
@@ -20,7 +20,7 @@ Every byte a candidate controls goes through three checks before anything uses i
    while parsing, iteratively (no recursion); decimal integers are at most 19 digits and floats
    short, so no number costs more than linear time (big integers travel as hex, ``{"I": ...}``:
    linear both ways and not subject to Python's 4300-digit limit on decimal conversion).
-2. A schema per message (``manifest``, ``reply``, the record readers): known keys only, exact
+2. A schema per message (``manifest``, ``reply``, the host's record readers in ``verdict``): known keys only, exact
    types, names that are ASCII identifiers, not keywords, not private or dunder, bounded counts.
 3. ``decode``: builds builtin containers and scalars only, plus opaque ``Remote`` handles whose
    equality is identity, so a forged ``__eq__``/``__bool__`` cannot cross. Sets, frozensets and
@@ -453,7 +453,7 @@ def reply(msg):
 
 
 # ---------------------------------------------------------------- length-prefixed frames on pipes
-def _write_all(fd, data):
+def write_all(fd, data):
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
@@ -464,7 +464,7 @@ def send_frame(fd, obj):
     raw = dumps(obj)
     if len(raw) > MAX_FRAME:
         raise ValueError("frame too large")
-    _write_all(fd, _LEN.pack(len(raw)) + raw)
+    write_all(fd, _LEN.pack(len(raw)) + raw)
 
 
 def _read_exactly(fd, n: int) -> bytes:
@@ -492,98 +492,3 @@ def recv_frame(fd, budget: Budget | None = None, trusted: bool = False):
 # ---------------------------------------------------------------- verdict records (tester -> host)
 def record(i: int, ok: bool) -> bytes:
     return dumps({"i": i, "ok": bool(ok)}) + b"\n"
-
-
-def _indexed_records(raw: bytes, n: int, fields: dict, flag_names: tuple, budget: Budget):
-    """The records of ``raw`` for tests 0..n-1 and the flags seen: only complete lines count (a
-    record cut off by a kill is dropped). ``fields`` maps each allowed key set to a check of the
-    record. A line that is not such a record or a known flag, an index out of range or seen before,
-    or reading past ``budget``, makes the list None (the sample is void)."""
-    out, seen, flags = [], set(), set()
-    for line in raw.split(b"\n")[:-1]:  # the last element is incomplete (or empty)
-        try:
-            rec = parse(line, budget)
-        except ProtocolError:
-            return None, flags
-        if type(rec) is not dict:
-            return None, flags
-        if len(rec) == 1 and rec.get("flag") in flag_names:
-            flags.add(rec["flag"])
-            continue
-        i = rec.get("i")
-        ok = fields.get(frozenset(rec))
-        if ok is None or not ok(rec) or type(i) is not int or not 0 <= i < n or i in seen:
-            return None, flags
-        seen.add(i)
-        out.append(rec)
-    return out, flags
-
-
-_VERDICT_FIELDS = {frozenset(("i", "ok")): lambda r: type(r["ok"]) is bool}
-
-
-def parse_records(raw: bytes, n_tests: int, seconds: float | None = None):
-    """Verdict records ``{"i": k, "ok": bool}`` -> (passed: list[bool] of length n_tests, status:
-    "ok" | "void", flags: set[str]). A test without a record failed; a malformed record, or a
-    ``void`` flag (the tester saw the candidate break the protocol), voids the sample."""
-    recs, flags = _indexed_records(raw, n_tests, _VERDICT_FIELDS, ("load_error", "end", "void"), Budget(seconds=seconds))
-    if recs is None or "void" in flags:
-        return [False] * n_tests, "void", flags
-    passed = [False] * n_tests
-    for r in recs:
-        passed[r["i"]] = r["ok"]
-    return passed, "ok", flags
-
-
-_VALUE_FIELDS = {frozenset(("i", "v")): lambda r: True, frozenset(("i", "x")): lambda r: r["x"] == 1 and type(r["x"]) is int}
-
-
-def parse_values(raw: bytes, expects: list, seconds: float | None = None):
-    """Return-value records ``{"i": k, "v": value}`` (or ``{"i": k, "x": 1}``: it raised), judged
-    here, on the host, by ``expects[k].matches(value)`` (an ``Expect`` of ``routing``: the
-    expectation never left the host). Reading and judging all of them may take at most MAX_ITEMS
-    items and ``seconds`` (past it, the sample is void). -> (passed, status, flags)."""
-    n = len(expects)
-    budget = Budget(seconds=seconds)
-    recs, flags = _indexed_records(raw, n, _VALUE_FIELDS, ("load_error",), budget)
-    if recs is None:
-        return [False] * n, "void", flags
-    passed = [False] * n
-    for r in recs:
-        if budget.deadline is not None and time.monotonic() > budget.deadline:
-            return [False] * n, "void", flags
-        if "v" in r:
-            try:
-                passed[r["i"]] = expects[r["i"]].matches(decode(r["v"]))
-            except (ProtocolError, RecursionError, MemoryError):
-                passed[r["i"]] = False
-    return passed, "ok", flags
-
-
-# ---------------------------------------------------------------- stdout comparison (host side)
-def _lines(text: str):
-    lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").split("\n")]
-    while lines and lines[-1] == "":
-        lines.pop()
-    return lines
-
-
-#: Bytes of stdout a matching output may have beyond twice the expected one's (trailing spaces, CRLF line ends).
-OUTPUT_SLACK = 4096
-
-
-def output_bound(expected) -> int:
-    """The most bytes of stdout that ``same_output`` can accept for ``expected``: ``2 * len + OUTPUT_SLACK``
-    (each line may carry trailing whitespace and a ``\r``), -1 for a non-string expectation. The host reads and
-    compares no more, so its cost per case follows the expected output, not what the program printed."""
-    if not isinstance(expected, str):
-        return -1
-    return 2 * len(expected.encode("utf-8", errors="replace")) + OUTPUT_SLACK
-
-
-def same_output(actual: bytes, expected) -> bool:
-    """Exact comparison modulo trailing whitespace on each line (and trailing blank lines).
-    Every line counts: a missing or extra line fails. A non-string expectation never passes."""
-    if not isinstance(expected, str):
-        return False
-    return _lines(actual.decode("utf-8", errors="replace")) == _lines(expected)

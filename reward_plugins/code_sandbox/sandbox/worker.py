@@ -228,12 +228,12 @@ def values_main(payload_fd, result_fd):
         except BaseException:  # noqa: BLE001
             rec = {"i": i, "x": 1}
         if mode == "each":
-            protocol._write_all(result_fd, protocol.dumps(rec) + b"\n")
+            protocol.write_all(result_fd, protocol.dumps(rec) + b"\n")
             continue
         out.append(protocol.dumps(rec) + b"\n")
         if "x" in rec:
             break
-    protocol._write_all(result_fd, b"".join(out))
+    protocol.write_all(result_fd, b"".join(out))
     os._exit(0)
 
 

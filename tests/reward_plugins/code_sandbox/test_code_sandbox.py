@@ -284,16 +284,19 @@ def test_codec_is_typed_and_strict():
 
 
 def test_records_complete_lines_only_duplicates_void():
+    from reward_plugins.code_sandbox import verdict
+
     rec = protocol.record
-    assert protocol.parse_records(rec(0, True) + rec(1, True)[:-1], 2)[0] == [True, False]
-    assert protocol.parse_records(rec(0, True) + rec(0, True), 2)[1] == "void"
-    assert protocol.parse_records(rec(5, True), 2)[1] == "void"
-    assert protocol.parse_records(b"garbage\n", 1)[1] == "void"
-    assert protocol.same_output(b"1 \n2\n\n", "1\n2") and not protocol.same_output(b"1\n", "1\n2")
+    assert verdict.parse_records(rec(0, True) + rec(1, True)[:-1], 2)[0] == [True, False]
+    assert verdict.parse_records(rec(0, True) + rec(0, True), 2)[1] == "void"
+    assert verdict.parse_records(rec(5, True), 2)[1] == "void"
+    assert verdict.parse_records(b"garbage\n", 1)[1] == "void"
+    assert verdict.same_output(b"1 \n2\n\n", "1\n2") and not verdict.same_output(b"1\n", "1\n2")
 
 
 def test_value_path_selection_and_host_comparison():
     from reward_plugins.code_sandbox.routing import Expect, value_tests
+    from reward_plugins.code_sandbox.verdict import parse_values
 
     exprs, expects = value_tests(["assert f(1) == (1, 2)", "assert {'a': [1.5]} == (g(x=2))", "assert h('s'), 'msg'"], None)
     assert exprs == ["f(1)", "g(x=2)", "h('s')"]
@@ -317,10 +320,10 @@ def test_value_path_selection_and_host_comparison():
     assert value_tests(["assert f(1) == 2"], "import math") is None
     enc = lambda i, v: protocol.dumps({"i": i, "v": protocol.encode(v)}) + b"\n"  # noqa: E731
     eq = lambda v: Expect("==", v)  # noqa: E731
-    assert protocol.parse_values(enc(0, [1, 2]) + enc(1, 3), [eq((1, 2)), eq(3)])[0] == [False, True]  # list != tuple
-    assert protocol.parse_values(enc(0, 1) + enc(0, 1), [eq(1)])[1] == "void"
-    assert protocol.parse_values(b'{"i":0,"ok":true}\n', [eq(1)])[1] == "void"
-    assert protocol.parse_values(b'{"i":0,"v":{"h":1}}\n', [eq(1)])[0] == [False]  # no handles on this path
+    assert parse_values(enc(0, [1, 2]) + enc(1, 3), [eq((1, 2)), eq(3)])[0] == [False, True]  # list != tuple
+    assert parse_values(enc(0, 1) + enc(0, 1), [eq(1)])[1] == "void"
+    assert parse_values(b'{"i":0,"ok":true}\n', [eq(1)])[1] == "void"
+    assert parse_values(b'{"i":0,"v":{"h":1}}\n', [eq(1)])[0] == [False]  # no handles on this path
     # the host applies the verdict with Python's own semantics on builtin values
     assert Expect("==", 1.0).matches(1) and Expect("==", True).matches(1) and not Expect("==", [1]).matches((1,))
     assert Expect("is", True).matches(True) and not Expect("is", True).matches(1)
@@ -356,14 +359,14 @@ def test_check_functions_take_the_value_path_only_when_plain():
 
 def test_check_routes_give_the_same_scores(reward):
     """A check() on the value path scores exactly as the same check() run by the tester."""
-    from reward_plugins.code_sandbox.host.pool import Job
+    from reward_plugins.code_sandbox.verdict import CallJob, Check, ValuesJob
 
     test = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n    assert not candidate(0, 0)\n"
     progs = [ADD, "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return 3\n", "syntax error(", "def add(a, b):\n    return a + b + 0.0\n",
              "class X:\n    def __eq__(self, o):\n        return True\n    def __bool__(self):\n        return False\n\ndef add(a, b):\n    return X()\n"]  # fmt: skip
-    fast = [reward._job(p, 0, {"test": [test], "entry_point": ["add"]}) for p in progs]
-    assert all(j.mode == "values" and j.one_test and j.n == 1 for j in fast)
-    slow = [Job("call", p, 1, spec={"kind": "check", "test": test, "entry_point": "add"}) for p in progs]
+    fast = [reward.job(p, 0, {"test": [test], "entry_point": ["add"]}) for p in progs]
+    assert all(isinstance(j, ValuesJob) and j.one_test and j.n == 1 for j in fast)
+    slow = [CallJob(p, Check(test, "add")) for p in progs]
     got_fast = [o.passed for o in reward.pool.run(fast)]
     got_slow = [o.passed for o in reward.pool.run(slow)]
     assert got_fast == got_slow == [[True], [False], [False], [False], [True], [False]]
@@ -424,3 +427,15 @@ def test_rows_whose_check_cannot_fail_are_refused_before_training():
                               {"prompt": "p", "test": "def check(candidate):\n    pass\n", "entry_point": "f"}])
     with pytest.raises(ValueError, match="row 1: its 'test' code has no assert"):
         check_dataset_columns(rows, [code_sandbox(num_workers=1)])
+
+
+def test_the_program_is_read_after_the_configured_think_tag():
+    """``think_tag`` means what it means in boxed_math and think_format: the answer follows ``</think_tag>``."""
+    text = "<reason>```python\nno = 1\n```</reason>\n```python\nyes = 1\n```\n"
+    assert extract_program(text, "reason") == "yes = 1\n"
+    assert extract_program(text) == "yes = 1\n"  # the last block either way
+    reasoned = "<reason>\nreasoning</reason>\nx = 1"
+    assert extract_program(reasoned, "reason") == "\nx = 1"
+    assert extract_program(reasoned) == reasoned  # no </think>: the whole completion
+    f = code_sandbox(isolation="rlimits", think_tag="reason")
+    assert f.job(reasoned, 0, {"tests": [["assert x == 1"]]}).code == "\nx = 1"

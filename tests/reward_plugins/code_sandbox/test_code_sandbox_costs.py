@@ -15,7 +15,6 @@ import pytest
 
 pytest.importorskip("reward_plugins.code_sandbox")
 from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
-from reward_plugins.code_sandbox.sandbox import protocol  # noqa: E402
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 
@@ -144,6 +143,8 @@ def test_output_past_what_can_match_fails_without_being_read(reward):
 
 
 def test_output_bound():
-    assert protocol.output_bound("12\n") == 6 + protocol.OUTPUT_SLACK
-    assert protocol.output_bound(None) == -1
-    assert protocol.same_output(b"12  \r\n\n", "12\n")
+    from reward_plugins.code_sandbox import verdict
+
+    assert verdict.output_bound("12\n") == 6 + verdict.OUTPUT_SLACK
+    assert verdict.output_bound(None) == -1
+    assert verdict.same_output(b"12  \r\n\n", "12\n")

@@ -72,7 +72,7 @@ PATHS = {  # the verdict paths: values judged on the host (asserts, check()) or 
 
 
 def test_paths_are_what_they_say(reward):
-    modes = {name: reward._job(CORRECT, 0, {k: v[:1] for k, v in kw.items()}).mode for name, kw in PATHS.items()}
+    modes = {name: reward.job(CORRECT, 0, {k: v[:1] for k, v in kw.items()}).mode for name, kw in PATHS.items()}
     assert modes == {"values": "values", "tester": "call", "check_values": "values", "check": "call"}
 
 

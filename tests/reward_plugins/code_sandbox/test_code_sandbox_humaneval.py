@@ -44,7 +44,7 @@ def test_both_verdict_paths_agree_on_humaneval(reward, problems, body):
     """Most check() functions take the value path; each problem also runs through the tester
     process (any test code) and must score the same there."""
     progs = [p["prompt"] + (p["canonical_solution"] if body == "canonical" else body) for p in problems]
-    routed = [reward._job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}, p["prompt"]) for c, p in zip(progs, problems)]
+    routed = [reward.job(c, 0, {"test": [p["test"]], "entry_point": [p["entry_point"]]}, p["prompt"]) for c, p in zip(progs, problems)]
     assert sum(j.mode == "values" for j in routed) >= 140  # measured: 147 of 164
     tester = [_tester_job(reward, c, p) for c, p in zip(progs, problems)]
     want = [body == "canonical"] * len(problems)
@@ -55,7 +55,7 @@ def test_both_verdict_paths_agree_on_humaneval(reward, problems, body):
 def _tester_job(reward, program, p):
     """The job the reward function builds for ``p`` when its check() must run in the tester process, with the
     trusted prelude taken from the raw prompt as the reward function takes it."""
-    from reward_plugins.code_sandbox.host.pool import Job
+    from reward_plugins.code_sandbox.verdict import CallJob, Check
 
     prelude = reward.prelude(p["test"], p["entry_point"], None, p["prompt"], 0)
-    return Job("call", program, 1, spec={"kind": "check", "test": p["test"], "entry_point": p["entry_point"], "prelude": prelude})
+    return CallJob(program, Check(p["test"], p["entry_point"], prelude))

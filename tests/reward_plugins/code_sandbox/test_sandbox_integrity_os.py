@@ -40,9 +40,9 @@ def one_worker():
 def _probe_jobs(reward):
     prog = stdlib_probe.PROGRAM
     asserts = [f"assert step({s!r})" for s in stdlib_probe.STEPS]
-    values = reward._job(prog, 0, {"tests": [asserts]})
-    tester = reward._job(prog, 0, {"tests": [asserts], "test_setup_code": ["SETUP = 1"]})
-    io = reward._job(prog, 0, {"io_tests": [[{"input": s, "output": f"{s} True"} for s in stdlib_probe.STEPS]]})
+    values = reward.job(prog, 0, {"tests": [asserts]})
+    tester = reward.job(prog, 0, {"tests": [asserts], "test_setup_code": ["SETUP = 1"]})
+    io = reward.job(prog, 0, {"io_tests": [[{"input": s, "output": f"{s} True"} for s in stdlib_probe.STEPS]]})
     assert (values.mode, tester.mode, io.mode) == ("values", "call", "io")
     return {"values": values, "tester": tester, "io": io}
 
