@@ -53,6 +53,7 @@ from trl_rlvr.sampling.dynamic import (
     write_json_atomically,
 )
 from trl_rlvr.sampling.selective import PromptHistory, record_groups
+from trl_rlvr.tool_rounds import dispatch_rounds_ahead
 
 logger = logging.getLogger(__name__)
 PROMPT_STREAM_STATE_FILE = "rlvr_prompt_stream.json"
@@ -158,6 +159,11 @@ class RLVRTrainer(GRPOTrainer):
         output = super()._generate(prompts)
         self._round_tool_mask = output[2]  # per completion, 1 = written by the model, 0 = a tool's result; or None
         return output
+
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, *rest):
+        # the round's calls go to their environments together; TRL's sequential calls then collect (tool_rounds)
+        dispatch_rounds_ahead(self._sync_tool_dicts, completions)
+        return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *rest)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         tool_mask = getattr(self, "_round_tool_mask", None)
