@@ -26,6 +26,7 @@ import time
 from collections import deque
 
 from ..sandbox import protocol
+from ..sandbox.interpreter import READY
 from . import launcher
 from .claim import PoolClaim
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__package__)
 SCRATCH_BYTES = 64 << 20
 SCRATCH_INODES = 16384
 SPAWN_REPLY_S = 30.0  # how long the host waits for the zygote's answer to a spawn before it gives the server up
+FAILED_STARTS = 3  # interpreters in a row that never came up (a refused fork, a lockdown that failed): replace it
 
 
 class InterpreterServer:
@@ -51,7 +53,7 @@ class InterpreterServer:
         launcher.install_sandbox_code(self.claim.code_dir, "interpreter")
         uid = launcher.slot_uid(0, self.claim.id)
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock, self._lock, self.cgroups = host, threading.Lock(), []
+        self.sock, self._lock, self.cgroups, self.failed_starts = host, threading.Lock(), [], 0
         self._waiting: deque[Interpreter] = deque()  # spawned, pidfd not received yet, in request order
         limits = protocol.dumps({"nproc": max_processes, "fsize": max_file_bytes, "scratch_bytes": SCRATCH_BYTES,
                                  "scratch_inodes": SCRATCH_INODES}).decode()  # fmt: skip
@@ -82,7 +84,13 @@ class InterpreterServer:
             raise launcher.IsolationUnavailable(f"PythonEnvironment: {problem}. " + launcher.INSTALL_HINT)
 
     def alive(self) -> bool:
-        return self.proc.poll() is None and os.getpid() == self.pid
+        """Running, ours (not a forked host's), and able to start interpreters: ``FAILED_STARTS`` in a row that
+        never came up mark it broken, and ``shared_server`` replaces it."""
+        return self.proc.poll() is None and os.getpid() == self.pid and self.failed_starts < FAILED_STARTS
+
+    def started(self, ok: bool) -> None:
+        """Count an interpreter that came up (``ok``: it read its first cell) or never did."""
+        self.failed_starts = 0 if ok else self.failed_starts + 1
 
     def spawn(self, timeout: float, cpu_s: int, mem_bytes: int, max_chars: int) -> "Interpreter":
         """A fresh interpreter (the zygote forks it while the host goes on: nothing here waits for it)."""
@@ -133,6 +141,8 @@ class InterpreterServer:
             got = True
             interp = self._waiting.popleft()
             interp.pidfd = fds[0] if msg == b"ok" and fds else -1
+            if interp.pidfd < 0:
+                self.started(False)
             for fd in fds[1:]:
                 os.close(fd)
         return got
@@ -193,6 +203,7 @@ class Interpreter:
         self.buf, self.want, self.max_reply = bytearray(), -1, 0
         self.started = self.deadline = self.done_at = 0.0
         self.in_flight, self.reply = False, None
+        self.fresh = server is not None  # a server's interpreter that has not said it is ready yet
 
     def _signal(self, sig: int) -> None:
         if self.pidfd is None and self.server is not None:
@@ -211,6 +222,8 @@ class Interpreter:
         deadline = self.deadline = self.started + seconds
         self.want, self.max_reply, self.reply, self.in_flight, self.done_at = -1, max_reply_bytes, None, True, 0.0
         self._signal(signal.SIGCONT)
+        if self.fresh and not self._came_up(deadline):
+            return self._finish(None, time.monotonic())
         data = code.encode("utf-8", errors="replace")
         view = memoryview(len(data).to_bytes(4, "big") + data)
         try:
@@ -224,6 +237,26 @@ class Interpreter:
             return self._finish(None, time.monotonic())
         with _INFLIGHT_LOCK:
             _INFLIGHT.add(self)
+
+    def _came_up(self, deadline: float) -> bool:
+        """Read the interpreter's ready frame (it sends one once locked down, before it reads a cell), and tell the
+        server whether it came: an interpreter that dies before it is a failed start, not the rollout's doing."""
+        self.fresh = False
+        poller = select.poll()
+        poller.register(self.reply_fd, select.POLLIN)
+        head = b""
+        try:
+            while len(head) < 4 + len(READY) and poller.poll(1000 * max(0.0, deadline - time.monotonic())):
+                b = os.read(self.reply_fd, 4 + len(READY) - len(head))
+                if not b:
+                    break
+                head += b
+        except OSError:
+            pass
+        ok = head == len(READY).to_bytes(4, "big") + READY
+        if self.server is not None:
+            self.server.started(ok)
+        return ok
 
     def _finish(self, reply: str | None, at: float) -> None:
         """The cell is over (``reply`` None: the interpreter died, broke the framing, or ran past its deadline):

@@ -40,6 +40,7 @@ USAGE = "usage: python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON (PythonEn
 MAX_FRAME = 1 << 24  # a cell (the host bounds it far lower) or a reply
 STATUS_OK, STATUS_ERROR, STATUS_TIMEOUT = "o", "e", "t"  # the first character of a reply frame
 NO_OUTPUT = "(no output)"
+READY = b"r"  # the first frame of an interpreter, once it is locked down and before it reads a cell
 _read, _write = os.read, os.write  # bound here: a cell that rebinds os.read/os.write breaks only itself
 
 
@@ -219,6 +220,7 @@ def _become_interpreter(cell_fd, reply_fd, timeout, cpu_s, mem, max_chars):
     ruleset = layers.landlock_ruleset(RO_PATHS, [scratch])  # here: the rule must name this tmpfs, not the shared /tmp
     rlimits = layers.rlimit_plan(mem, cpu_s, NPROC, NOFILE)
     layers.enter_layers([cell_fd, reply_fd], rlimits, ruleset, scratch, MODE)  # the code_sandbox children's layers
+    write_frame(reply_fd, READY)  # locked down: the host counts it as started (no cell has been read yet)
     repl_loop(cell_fd, reply_fd, timeout, max_chars)
 
 

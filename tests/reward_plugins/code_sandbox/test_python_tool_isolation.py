@@ -322,3 +322,20 @@ def test_tests_environment_rows_are_checked_before_training():
     with pytest.raises(ValueError, match="FACTOR"):
         check_dataset_columns(bad.add_column("environment", ["code"]), [],
                               environment_factory={"code": PythonTestsEnvironment})
+
+
+def test_a_server_that_cannot_start_interpreters_is_replaced(envs, monkeypatch):
+    server = interpreter_server._SERVERS.get("bwrap")
+    if server is not None:
+        server.close()
+        interpreter_server._SERVERS.pop("bwrap")
+    monkeypatch.setattr(interpreter_server, "SCRATCH_INODES", -1)  # every interpreter's own mount now fails
+    broken = envs()
+    first = interpreter_server._SERVERS["bwrap"]
+    replies = [broken.python("1") for _ in range(interpreter_server.FAILED_STARTS - 1)]
+    monkeypatch.setattr(interpreter_server, "SCRATCH_INODES", 16384)  # a server started from now on works
+    replies.append(broken.python("1"))  # the last start it could not make: it is marked broken and replaced
+    assert all("a fresh interpreter was started" in r for r in replies)
+    assert not first.alive() and interpreter_server._SERVERS["bwrap"] is not first
+    assert broken.python("1") == "1\n"  # the rollout goes on on the new server, not left broken for the run
+    expect_honest(envs())
