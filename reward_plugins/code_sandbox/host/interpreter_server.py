@@ -16,6 +16,7 @@ charged its own time, whoever waits for it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import select
@@ -53,7 +54,7 @@ class InterpreterServer:
         launcher.install_sandbox_code(self.claim.code_dir, "interpreter")
         uid = launcher.slot_uid(0, self.claim.id)
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock, self._lock, self.cgroups, self.failed_starts = host, threading.Lock(), [], 0
+        self.sock, self._lock, self.cgroups, self.failed_starts = host, threading.RLock(), [], 0
         self._waiting: deque[Interpreter] = deque()  # spawned, pidfd not received yet, in request order
         limits = protocol.dumps({"nproc": max_processes, "fsize": max_file_bytes, "scratch_bytes": SCRATCH_BYTES,
                                  "scratch_inodes": SCRATCH_INODES}).decode()  # fmt: skip
@@ -143,8 +144,10 @@ class InterpreterServer:
             interp.pidfd = fds[0] if msg == b"ok" and fds else -1
             if interp.pidfd < 0:
                 self.started(False)
-            for fd in fds[1:]:
+            for fd in fds[1:] if not interp.closed else fds:  # a closed one's interpreter ends at EOF on its pipe
                 os.close(fd)
+            if interp.closed:
+                interp.pidfd = -1
         return got
 
     def _fail_waiting(self) -> None:
@@ -152,6 +155,11 @@ class InterpreterServer:
             self._waiting.popleft().pidfd = -1
 
     def close(self) -> None:
+        """Kill the server (and so every interpreter it started); spawns still waiting for their answer get none."""
+        lock = getattr(self, "_lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            if hasattr(self, "_waiting"):
+                self._fail_waiting()
         try:
             self.sock.close()
         except OSError:
@@ -202,7 +210,7 @@ class Interpreter:
         self.server, self.cell_fd, self.reply_fd, self.pidfd = server, cell_fd, reply_fd, pidfd
         self.buf, self.want, self.max_reply = bytearray(), -1, 0
         self.started = self.deadline = self.done_at = 0.0
-        self.in_flight, self.reply = False, None
+        self.in_flight, self.reply, self.closed = False, None, False
         self.fresh = server is not None  # a server's interpreter that has not said it is ready yet
 
     def _signal(self, sig: int) -> None:
@@ -287,21 +295,27 @@ class Interpreter:
         except OSError:
             return self._finish(None, now)
 
-    def kill(self) -> None:
-        self._signal(signal.SIGKILL)
+    def close(self) -> None:
+        """Kill the interpreter and let go of it. One whose pidfd has not come yet never got a cell (nor was it
+        stopped): it reads EOF when its pipes close here and exits, and its pidfd is closed when it comes."""
+        with self.server._lock if self.server is not None else contextlib.nullcontext():  # vs. _receive
+            self.closed = True
+            pidfd, self.pidfd = self.pidfd, (-1 if self.pidfd is not None else None)
+        if pidfd is not None and pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except OSError:
+                pass
         with _INFLIGHT_LOCK:
             _INFLIGHT.discard(self)
         self.in_flight = False
-
-    def close(self) -> None:
-        self.kill()
-        for fd in (self.cell_fd, self.reply_fd, self.pidfd):
-            if fd is not None and fd >= 0:
+        for fd in (self.cell_fd, self.reply_fd, pidfd if pidfd is not None else -1):
+            if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.pidfd = -1
+        self.cell_fd = self.reply_fd = -1
 
 
 _INFLIGHT: set[Interpreter] = set()  # interpreters with a cell sent and its reply not yet whole
