@@ -343,3 +343,11 @@ def test_a_server_that_cannot_start_interpreters_is_replaced(envs, monkeypatch):
     assert not first.alive() and interpreter_server._SERVERS["bwrap"] is not first
     assert broken.python("1") == "1\n"  # the rollout goes on on the new server, not left broken for the run
     expect_honest(envs())
+
+
+def test_tests_environment_offers_only_the_tool():
+    import inspect
+
+    offered = [n for n, _ in inspect.getmembers(PythonTestsEnvironment, predicate=inspect.isfunction)
+               if n not in ("reset", "get_reward") and not n.startswith("_")]  # TRL's rule  # fmt: skip
+    assert offered == ["python"]  # check_rows is a class method, _dispatch_call private: neither is a tool
