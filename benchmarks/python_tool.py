@@ -1,6 +1,7 @@
 """Speed of the sandboxed Python tool (``PythonEnvironment``) beside an unsandboxed persistent Python subprocess.
 
-    python -m benchmarks.python_tool [--calls 2000] [--resets 200] [--repeat 3] [--smoke] [--save out.json]
+    python -m benchmarks.python_tool [--calls 2000] [--resets 200] [--repeat 3] [--rounds 16,64] [--smoke]
+                                     [--save out.json]
 
 Measures, in one run and on the same cores:
 * setup of a rollout batch: 16 environments constructed and reset, each answering its first cell, from a cold
@@ -10,14 +11,19 @@ Measures, in one run and on the same cores:
 * resets/s: ``reset()`` followed by the first cell (the time until the new interpreter answers), sandboxed
   (a fork of the clean server) and baseline (a fresh ``python -I -S`` per rollout: the no-harness limit of a
   process-per-rollout design); and the host's cost of ``reset()`` alone;
-* peak RSS of this process, and the RSS of the sandbox's processes at the end.
+* peak RSS of this process, and the RSS of the sandbox's processes at the end;
+* the host's wall time of one tool round over 16 and 64 rollouts, each with one cell that sleeps 0.2 s or one
+  that computes (~0.05 CPU-s), called one rollout after another as TRL 1.16 calls them ("sequential") and with
+  the round's cells sent ahead together (``trl_rlvr.sampling.tool_rounds``, what ``RLVRTrainer`` does: "dispatched");
+* cleanup of a hostile rollout: one that left a directory chain ten times deeper than PATH_MAX and as many
+  entries as its filesystem takes; the time until its interpreter (and with it its tmpfs) is gone after
+  ``reset()``, and until the next interpreter answers.
 
 The baseline runs the same REPL (``interpreter.repl_loop``) over the same pipes and framing, without bubblewrap,
 Landlock, seccomp or rlimits, so the difference is the price of the isolation. Calls are timed in alternating
 chunks of 50 (sandbox, baseline, sandbox, ...) and the median chunk counts, so both see the same load on a shared
 machine; each case runs ``--repeat`` times, and the median and the range of those are printed.
-``--smoke``: few calls, seconds; exits non-zero if a reply is
-not what the cell prints.
+``--smoke``: few calls, one round size (16), seconds; exits non-zero if a reply is not what the cell prints.
 """
 
 from __future__ import annotations
@@ -32,8 +38,8 @@ import sys
 import tempfile
 import time
 
-from reward_plugins.code_sandbox import PythonEnvironment, environment
-from reward_plugins.code_sandbox.host import launcher
+from reward_plugins.code_sandbox import PythonEnvironment
+from reward_plugins.code_sandbox.host import interpreter_server, launcher
 from reward_plugins.code_sandbox.sandbox import interpreter
 
 CELLS = {
@@ -57,10 +63,11 @@ class Baseline:
         os.close(cell_r)
         os.close(reply_w)
         os.set_blocking(self.cell_w, False)
-        self.channel = environment.Interpreter(None, "baseline", self.cell_w, self.reply_r)
+        self.channel = interpreter_server.Interpreter(None, self.cell_w, self.reply_r, pidfd=-1)
 
     def python(self, code: str) -> str:
-        return self.channel.run(code, time.monotonic() + 30, 1 << 20)[1:]
+        self.channel.start(code, 30.0, 1 << 20)
+        return interpreter_server.collect(self.channel)[0][1:]
 
     def close(self):
         os.close(self.cell_w)
@@ -122,7 +129,7 @@ def baseline_resets_per_s(code_dir: str, n: int) -> float:
 
 def sandbox_rss_mb() -> float | None:
     """RSS of the sandbox's processes (server and interpreters; shared pages counted once per process)."""
-    server = environment._SERVERS.get("bwrap")
+    server = interpreter_server._SERVERS.get("bwrap")
     if server is None:
         return None
     uid = launcher.slot_uid(0, server.claim.id)
@@ -143,6 +150,74 @@ def sandbox_rss_mb() -> float | None:
     return total / 1024
 
 
+ROUND_CELLS = {
+    "sleep": ("import time\ntime.sleep(0.2)\n7", "7\n"),
+    "compute": ("sum(i * i for i in range(300000)) % 7", f"{sum(i * i for i in range(300000)) % 7}\n"),
+}
+
+
+def tool_round(envs: list[PythonEnvironment], cell: str, want: str, dispatched: bool) -> float:
+    """Host wall seconds of one tool round: every rollout's call, in TRL's order, over its sync tool dicts
+    (with ``dispatched``, the round's cells first sent ahead by ``trl_rlvr.sampling.tool_rounds``, as RLVRTrainer does)."""
+    from trl_rlvr.sampling.tool_rounds import dispatch_rounds_ahead
+
+    tools = [{"python": e.python} for e in envs]
+    completions = [[{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "python", "arguments": {"code": cell}}}]}] for _ in envs]  # fmt: skip
+    t = time.perf_counter()
+    if dispatched:
+        dispatch_rounds_ahead(tools, completions)
+    for tool, messages in zip(tools, completions):  # TRL's loop: one rollout after another
+        reply = tool["python"](**messages[-1]["tool_calls"][0]["function"]["arguments"])
+        messages.append({"role": "tool", "name": "python", "content": reply})
+        _check(reply, want)
+    return time.perf_counter() - t
+
+
+def rounds(sizes: list[int], repeat: int) -> dict:
+    out = {}
+    for n in sizes:
+        envs = [PythonEnvironment(rollout_timeout=600.0) for _ in range(n)]
+        for e in envs:
+            e.reset()
+            _check(e.python("1"), "1\n")
+        for name, (cell, want) in ROUND_CELLS.items():
+            for how in ("sequential", "dispatched"):
+                out[f"round{n}_{name}_{how}"] = _med([tool_round(envs, cell, want, how == "dispatched")
+                                                      for _ in range(repeat)])  # fmt: skip
+        for e in envs:
+            e._close()
+    return out
+
+
+HOSTILE_LEFTOVERS = (
+    "import os\nname, fd = 'd' * 250, os.open('.', os.O_RDONLY)\nfor _ in range(160):\n"
+    "    os.mkdir(name, dir_fd=fd); new = os.open(name, os.O_RDONLY, dir_fd=fd); os.close(fd); fd = new\n"
+    "os.close(fd)\nn = 0\ntry:\n    while True:\n        os.mkdir(f'e{n}'); n += 1\nexcept OSError:\n    pass\nn"
+)
+
+
+def hostile_cleanup() -> dict:
+    """Seconds from ``reset()`` of a rollout that left a chain of 160 directories (~40000 path characters) and a
+    full inode table, until its interpreter is gone (its tmpfs with it), and until the next interpreter answers."""
+    import select
+
+    env = PythonEnvironment(timeout=60.0, rollout_timeout=600.0)
+    env.reset()
+    entries = int(env.python(HOSTILE_LEFTOVERS).strip())
+    env._interpreter._signal(0)  # its pidfd is known
+    pidfd = os.dup(env._interpreter.pidfd)
+    t = time.perf_counter()
+    env.reset()
+    select.select([pidfd], [], [], 60)  # readable when the process is gone
+    gone = time.perf_counter() - t
+    os.close(pidfd)
+    _check(env.python("import os\nos.listdir('.')"), "[]\n")
+    answered = time.perf_counter() - t
+    env._close()
+    return {"hostile_entries": entries, "hostile_gone_s": gone, "hostile_next_answer_s": answered}
+
+
 def _med(xs):
     return statistics.median(xs), min(xs), max(xs)
 
@@ -152,11 +227,12 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--resets", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rounds", default="16,64", help="batch sizes of the tool-round measurement ('' to skip)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--save")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.calls, args.resets, args.repeat = 100, 10, 1
+        args.calls, args.resets, args.repeat, args.rounds = 100, 10, 1, "16"
     cold, envs = setup16()
     env = envs[0]
     code_dir = tempfile.mkdtemp(prefix="python_tool_baseline-")
@@ -175,6 +251,9 @@ def main(argv=None) -> int:
         samples.setdefault("baseline_resets", []).append(baseline_resets_per_s(code_dir, max(5, args.resets // 4)))
     base.close()
     results.update({k: _med(v) for k, v in samples.items()})
+    sizes = [int(x) for x in args.rounds.split(",") if x.strip()]
+    results.update(rounds(sizes, args.repeat))
+    results.update(hostile_cleanup())
     results["peak_rss_host_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     results["rss_sandbox_mb_16_envs"] = sandbox_rss_mb()
     for e in envs:
@@ -190,6 +269,14 @@ def main(argv=None) -> int:
     r, h, b = results["sandbox_resets"], results["sandbox_reset_host_ms"], results["baseline_resets"]
     print(f"resets   (reset + first cell)  sandbox {r[0]:6.0f}/s ({r[1]:.0f}-{r[2]:.0f}), host cost of reset() "
           f"{h[0]:.2f} ms   baseline (fresh subprocess) {b[0]:6.0f}/s ({b[1]:.0f}-{b[2]:.0f})")  # fmt: skip
+    for n in sizes:
+        for name in ROUND_CELLS:
+            seq, dis = results[f"round{n}_{name}_sequential"], results[f"round{n}_{name}_dispatched"]
+            print(f"tool round of {n:3d} rollouts, {name:7s} cells: sequential {seq[0]:6.2f} s   "
+                  f"dispatched {dis[0]:6.2f} s ({dis[1]:.2f}-{dis[2]:.2f})")  # fmt: skip
+    print(f"hostile rollout ({results['hostile_entries']} entries and a 160-deep chain of 250-char names): gone "
+          f"{results['hostile_gone_s']:.3f} s after reset(), next interpreter answered at "
+          f"{results['hostile_next_answer_s']:.3f} s")  # fmt: skip
     rss = results["rss_sandbox_mb_16_envs"]
     print(f"peak RSS: host {results['peak_rss_host_mb']:.0f} MB; sandbox processes at the end "
           f"{'n/a (not root)' if rss is None else f'{rss:.0f} MB (sum of RSS, shared pages counted per process)'}")

@@ -308,3 +308,41 @@ if __name__ == "__main__":  # one rank of the 2-process test: python -m tests.te
     rank = trainer.accelerator.process_index
     torch.save({"num_processes": trainer.accelerator.num_processes, "batches": batches, "grads": grads},
                f"{out}.rank{rank}.pt")  # fmt: skip
+
+
+def test_a_tool_round_costs_about_its_slowest_call_in_the_trainer(tiny_model_dir):
+    """TRL runs a round's tool calls one rollout after another; RLVRTrainer sends them ahead together, so 8 cells
+    that each sleep 0.5 s cost the round about 0.5 s, not 4 s, and each reply is still its own rollout's."""
+    import time
+
+    trainer = make_trainer(tiny_model_dir, max_steps=1)
+    tokenizer = trainer.processing_class
+    marks = []
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        marks.append(time.monotonic())
+        out = []
+        for ids in prompt_ids:
+            text = tokenizer.decode(ids)
+            results = re.findall(r"output: (.*?)<eos>", text, flags=re.S)
+            if not results:
+                question = re.findall(r"<user>(.*?)<eos>", text)[-1]
+                reply = tool_call_text("python", code=f"import time\ntime.sleep(0.5)\n{question}")
+            else:
+                reply = f"\\boxed{{{results[-1].strip()}}}"
+            out.append(tokenizer(reply + "<eos>", add_special_tokens=False)["input_ids"])
+        marks.append(time.monotonic())
+        return out, None
+
+    trainer._generate_single_turn = generate
+    _, _, completions = run_recorded(trainer)
+    assert len(marks) == 4  # the first turn, the turn after the tool round
+    round_s = marks[2] - marks[1]
+    assert round_s < 0.5 * 8 / 2, f"a round of 8 cells of 0.5 s took {round_s:.2f} s"
+    assert len(completions) == 8
+    for turns in completions:  # each rollout got its own cell's reply
+        calls = [m for m in turns if m.get("tool_calls")]
+        tools = [m for m in turns if m.get("role") == "tool"]
+        question = calls[0]["tool_calls"][0]["function"]["arguments"]["code"].splitlines()[-1]
+        a, b = map(int, question.split("*"))
+        assert tools[0]["content"].strip() == str(a * b)

@@ -82,6 +82,7 @@ from trl_rlvr.sampling.figures import trained_figure_names, trained_figures
 from trl_rlvr.sampling.redistribute import destinations, exchange_rows, pad_pieces
 from trl_rlvr.sampling.rounds import GenerationRecord, RoundRecord
 from trl_rlvr.sampling.selective import PromptHistory, record_groups
+from trl_rlvr.sampling.tool_rounds import dispatch_rounds_ahead
 
 logger = logging.getLogger(__name__)
 PROMPT_STREAM_STATE_FILE = "rlvr_prompt_stream.json"
@@ -253,6 +254,11 @@ class RLVRTrainer(GRPOTrainer):
         if self._round is not None:
             self._round.tool_mask = output[2]  # per completion, 1 = written by the model, 0 = a tool's result; or None
         return output
+
+    def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, *rest, **kwargs):
+        # the round's calls go to their environments together; TRL's sequential calls then collect (tool_rounds)
+        dispatch_rounds_ahead(self._sync_tool_dicts, completions)
+        return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *rest, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list, **kwargs):
         record = self._round if self._round is not None else RoundRecord()

@@ -13,6 +13,7 @@ may supply the prompt), and with a dict of environments an ``environment`` colum
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 
@@ -59,6 +60,13 @@ def check_dataset_columns(dataset, reward_funcs: Sequence, what: str = "train_da
     for reward in reward_funcs:  # a reward that checks its rows too (code_sandbox: what check() may call)
         if callable(getattr(reward, "check_rows", None)):
             reward.check_rows(dataset)
+    factories = environment_factory.values() if isinstance(environment_factory, dict) else [environment_factory]
+    for factory in factories:  # an environment that scores rows (PythonTestsEnvironment): its rows too
+        options = {}
+        while isinstance(factory, functools.partial):  # the options the environment will get
+            options, factory = {**factory.keywords, **options}, factory.func
+        if callable(getattr(factory, "check_rows", None)):
+            factory.check_rows(dataset, **options)
 
 
 # ------------------------------------------------------------------------------------------------ settings

@@ -346,6 +346,22 @@ def worker_command(isolation: str, python: str, code_dir: str, ctrl_fd: int, lim
     return argv + [python, *worker, "/sbx", str(ctrl_fd), isolation, limits]
 
 
+def tool_server_command(python: str, code_dir: str, ctrl_fd: int, limits: str) -> list[str]:
+    """argv that starts the Python tool's interpreter server under bubblewrap: as ``worker_command``, except that
+    nothing shared is writable (``/``, ``/dev`` and the code are read-only; ``/tmp`` is an empty mount point with no
+    filesystem of its own) and the server keeps CAP_SYS_ADMIN inside its user namespace, for one purpose: each
+    interpreter it forks mounts a tmpfs of its own in a mount namespace of its own, then drops every capability
+    (``sandbox.layers.private_tmpfs``). The namespace is the sandbox's (no other uid is mapped, nested user
+    namespaces are disabled): the capability reaches nothing outside it. The server dies with bubblewrap's outer
+    process (``--die-with-parent``), and its interpreters with it (it is their pid namespace's init): a server
+    killed from outside leaves nothing running."""
+    argv = worker_command("bwrap", python, code_dir, ctrl_fd, limits)
+    at = argv.index("--size")
+    argv[at : at + 6] = ["--dir", "/tmp", "--chdir", "/", "--remount-ro", "/dev", "--remount-ro", "/",
+                         "--cap-add", "CAP_SYS_ADMIN", "--die-with-parent"]  # fmt: skip
+    return argv
+
+
 def start_server(argv: list[str], child, uid: int | None, cgroup_name: str, mem_bytes: int, pids_max: int):
     """Start a sandbox server (a pool's worker, a tool's interpreter server) on ``child``, its end of the socket
     pair (closed here once the server has it): with an empty environment, no stdin/stdout, stderr to a temporary

@@ -1,17 +1,19 @@
 """The Python tool's sandbox side: a fork server of persistent interpreters, one per rollout.
 
-Started by the host (``environment.InterpreterServer``) like the reward's worker, through
-``isolation.worker_command`` (bubblewrap with every namespace, no network, a cleared environment,
+Started by the host (``host.interpreter_server.InterpreterServer``) like the reward's worker, through
+``launcher.worker_command`` (bubblewrap with every namespace, no network, a cleared environment,
 read-only /usr, a size-capped tmpfs, an ordinary uid, cgroups where the host is root)::
 
     python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON
 
-The server never reads a cell: the host sends ``spawn <id> <timeout_s> <cpu_s> <mem_bytes> <max_chars>``
-with two pipe ends (cells in, replies out), and the server forks an interpreter that locks itself down
-(own session, Landlock on its own fresh scratch dir, rlimits, the seccomp allowlist) before it reads
-anything. The host then talks to that interpreter directly. ``kill <id>`` ends one; one that exits by
-itself is reaped. Each interpreter is a fresh fork of this clean process, so nothing one rollout
-leaves (names, modules, files, threads, freed memory) reaches another.
+The server is a zygote: it never reads a cell and holds nothing of any rollout. The host sends
+``spawn <timeout_s> <cpu_s> <mem_bytes> <max_chars>`` with two pipe ends (cells in, replies out); the zygote forks
+an interpreter that takes a mount namespace with a tmpfs of its own, drops its capabilities and locks itself down
+(own session, Landlock on that tmpfs, rlimits, the seccomp allowlist) before it reads anything, and answers
+``ok`` with a pidfd of it (``fail`` and none when the fork failed), one answer per request, in order. The host then
+talks to that interpreter directly and stops, resumes and kills it through the pidfd; one that exits is reaped.
+Each interpreter is a fresh fork of this clean loop, so nothing one rollout leaves (names, modules, files,
+threads, freed memory) reaches another; every mount they share is read-only.
 
 Frames both ways: a 4-byte big-endian length, then UTF-8 text: a cell; a status character and its rendered result.
 """
@@ -38,6 +40,7 @@ USAGE = "usage: python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON (PythonEn
 MAX_FRAME = 1 << 24  # a cell (the host bounds it far lower) or a reply
 STATUS_OK, STATUS_ERROR, STATUS_TIMEOUT = "o", "e", "t"  # the first character of a reply frame
 NO_OUTPUT = "(no output)"
+READY = b"r"  # the first frame of an interpreter, once it is locked down and before it reads a cell
 _read, _write = os.read, os.write  # bound here: a cell that rebinds os.read/os.write breaks only itself
 
 
@@ -184,80 +187,129 @@ def repl_loop(cell_fd: int, reply_fd: int, timeout: float, max_chars: int) -> No
         write_frame(reply_fd, (status + text).encode("utf-8", errors="replace"))
 
 
-# ---------------------------------------------------------------- the fork server (trusted, never reads a cell)
+# ---------------------------------------------------------------- the zygote (trusted, never reads a cell)
+# Set once in ``main`` before any request, the same for every interpreter: nothing here is of a rollout.
 RO_PATHS: list = []
 MODE = ""
 NPROC = 256
 NOFILE = 64
+SCRATCH = "/tmp"  # under bwrap: each interpreter's own tmpfs, mounted here in its own mount namespace
+SCRATCH_BYTES = 64 << 20
+SCRATCH_INODES = 16384
+SHARED_ROOT = "/tmp"  # "rlimits" mode (no namespaces): one dir per interpreter under it, named by its pid
+REMOVE_BUDGET_S = 0.5  # "rlimits" mode: time to remove a dead interpreter's dir, once (what is left stays)
 
 
-def _spawn(fds, timeout, cpu_s, mem, max_chars):
-    """Fork one interpreter on the pipe ends ``fds`` -> (pid, its scratch dir)."""
-    cell_fd, reply_fd = fds
-    scratch = os.path.join("/tmp", f"py-{os.urandom(8).hex()}")
-    os.mkdir(scratch, 0o700)
-    ruleset = layers.landlock_ruleset(RO_PATHS, [scratch])
+def _scratch_dir_of(pid: int) -> str:
+    return os.path.join(SHARED_ROOT, f"code_sandbox-py-{pid}")
+
+
+def _become_interpreter(cell_fd, reply_fd, timeout, cpu_s, mem, max_chars):
+    """In the fork: a filesystem of its own, then the code_sandbox children's layers, then the REPL (never
+    returns). Under bwrap the scratch is a fresh tmpfs in a mount namespace of its own (``layers.private_tmpfs``):
+    no other rollout's files exist there, and every shared mount (/, /dev, /usr, the code) is read-only, so no
+    chmod, utime or write of a cell reaches anything another rollout or a later interpreter uses."""
+    if MODE == "bwrap":
+        layers.private_tmpfs(SCRATCH, SCRATCH_BYTES, SCRATCH_INODES)
+        scratch = SCRATCH
+    else:
+        scratch = _scratch_dir_of(os.getpid())
+        if os.path.lexists(scratch) and not layers.remove_tree(scratch, deadline=time.monotonic() + REMOVE_BUDGET_S):
+            os._exit(70)  # a leftover of an earlier interpreter with this pid that cannot be removed: fail closed
+        os.mkdir(scratch, 0o700)
+    ruleset = layers.landlock_ruleset(RO_PATHS, [scratch])  # here: the rule must name this tmpfs, not the shared /tmp
     rlimits = layers.rlimit_plan(mem, cpu_s, NPROC, NOFILE)
+    layers.enter_layers([cell_fd, reply_fd], rlimits, ruleset, scratch, MODE)  # the code_sandbox children's layers
+    write_frame(reply_fd, READY)  # locked down: the host counts it as started (no cell has been read yet)
+    repl_loop(cell_fd, reply_fd, timeout, max_chars)
+
+
+def spawn(fds, args) -> int:
+    """Fork one interpreter on the pipe ends ``fds`` (cells in, replies out) with ``args`` (timeout, cpu_s, mem,
+    max_chars) -> a pidfd of it (opened before it can be reaped, so never of a reused pid)."""
+    timeout, cpu_s, mem, max_chars = float(args[0]), int(args[1]), int(args[2]), int(args[3])
     pid = os.fork()
     if pid == 0:
         try:
-            layers.enter_layers([cell_fd, reply_fd], rlimits, ruleset, scratch, MODE)  # the code_sandbox children's layers
-            repl_loop(cell_fd, reply_fd, timeout, max_chars)
+            _become_interpreter(fds[0], fds[1], timeout, cpu_s, mem, max_chars)
         except BaseException:  # noqa: BLE001
             pass
         os._exit(70)  # before the lockdown: the filter refuses 70 after it
-    if ruleset >= 0:
-        os.close(ruleset)
-    return pid, scratch
+    return os.pidfd_open(pid)
 
 
-class Server:
-    """The interpreters this server runs: host id -> pid, pid -> scratch dir; dirs still to remove."""
-
-    CLEAN_BUDGET_S = 0.2  # per pass of the loop: a dir full of files is removed over several passes
-
-    def __init__(self):
-        self.pids, self.dirs, self.trash = {}, {}, []
-
-    def handle(self, msg: bytes, fds: list) -> None:
+def reap() -> None:
+    """Collect every child (and, as the namespace's pid 1, every orphan) that has exited; in "rlimits" mode
+    remove its scratch dir, once, within ``REMOVE_BUDGET_S`` (the next interpreter with that pid fails closed on
+    what is left). Nothing is remembered between calls."""
+    while True:
         try:
-            verb, *args = msg.decode("ascii").split()
-            if verb == "spawn" and len(fds) == 2 and len(args) == 5:
-                ident, timeout, cpu_s, mem, max_chars = args
-                pid, scratch = _spawn(fds, float(timeout), int(cpu_s), int(mem), int(max_chars))
-                self.pids[ident], self.dirs[pid] = pid, scratch
-            elif verb == "kill" and len(args) == 1:
-                pid = self.pids.pop(args[0], None)
-                if pid is not None:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-        finally:
-            for f in fds:
-                os.close(f)
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if MODE != "bwrap":
+            layers.remove_tree(_scratch_dir_of(pid), deadline=time.monotonic() + REMOVE_BUDGET_S)
 
-    def reap(self) -> None:
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            scratch = self.dirs.pop(pid, None)
-            if scratch is not None:
-                self.trash.append(scratch)
-        self.pids = {k: p for k, p in self.pids.items() if p in self.dirs}
-        deadline = time.monotonic() + self.CLEAN_BUDGET_S
-        while self.trash and time.monotonic() < deadline:
-            if layers.remove_tree(self.trash[-1], deadline=deadline):
-                self.trash.pop()
+
+def serve(sock) -> None:
+    """The zygote's loop. It holds no state of any rollout: it never reads a cell, keeps no table of its
+    interpreters (the host holds each one's pidfd, and stops, resumes and kills it through that), and has no
+    files to clean up (each interpreter's tmpfs goes with its mount namespace). Each request is served in a frame
+    of its own (``serve_one``), so nothing of one request is left in this loop's frame for the next fork to see:
+    the image an interpreter is forked from is the same for every rollout (this loop, its modules, and the request
+    being served: limits and two pipe ends, the same for every rollout of an environment)."""
+    while True:
+        reap()
+        if select.select([sock], [], [], 2.0)[0] and not serve_one(sock):
+            return
+
+
+def serve_one(sock) -> bool:
+    """Answer one request: ``ok`` with a pidfd of the interpreter forked for it, or ``fail``. False when the host
+    is gone (then so are we, and our interpreters with us: we are their namespace's pid 1)."""
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 256, 2)
+    except OSError:
+        msg, fds = b"", []
+    if not msg:
+        return False
+    reply, pidfd = b"fail", -1
+    try:
+        verb, *args = msg.decode("ascii").split()
+        if verb == "spawn" and len(fds) == 2 and len(args) == 4:
+            pidfd, reply = spawn(fds, args), b"ok"
+    except Exception:  # noqa: BLE001 - a failed spawn is answered "fail"; the host sees its pipes close
+        pass
+    finally:
+        for fd in fds:
+            os.close(fd)
+    try:  # one answer per request, in order: the host matches them to its spawns
+        socket.send_fds(sock, [reply], [pidfd] if pidfd >= 0 else [])
+    except OSError:
+        return False
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+    return True
+
+
+def _probe_private_tmpfs() -> bool:
+    """Can an interpreter get a tmpfs of its own here? (A forked probe tries it, as each interpreter will.)"""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            layers.private_tmpfs(SCRATCH, 1 << 20, 64)
+            os._exit(0)
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+    return os.waitpid(pid, 0)[1] == 0
 
 
 def main(argv=None):
     """Serve the host until it closes the channel (see the module docstring)."""
-    global RO_PATHS, MODE, NPROC
+    global RO_PATHS, MODE, NPROC, SCRATCH_BYTES, SCRATCH_INODES
     argv = sys.argv if argv is None else argv
     if len(argv) != 4:
         sys.stderr.write(USAGE + "\n")
@@ -265,6 +317,7 @@ def main(argv=None):
     code_dir, ctrl_fd, MODE, limits = argv  # argv[0]: the code dir python was given
     limits = protocol.loads(limits.encode())
     NPROC = int(limits["nproc"])
+    SCRATCH_BYTES, SCRATCH_INODES = int(limits["scratch_bytes"]), int(limits["scratch_inodes"])
     RO_PATHS = sorted({"/usr", code_dir, sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
     RO_PATHS += ["/dev/null", "/dev/urandom", "/dev/zero"]
     os.environ.clear()
@@ -276,28 +329,17 @@ def main(argv=None):
     layers.no_new_privs()
     layers.apply_rlimits(layers.worker_rlimit_plan(int(limits["fsize"])))
     layers.seccomp_prepare()
+    private = MODE == "bwrap" and _probe_private_tmpfs()
+    if MODE != "bwrap":  # no namespaces: drop what this process may hold
+        try:
+            layers.drop_capabilities()
+        except OSError:
+            pass
     gc.collect()
     gc.freeze()
     os.dup2(null, 2)
-    caps = {"ready": True, "uid": os.getuid(), "landlock": layers.landlock_abi(), "seccomp": layers.X86_64}
+    caps = {"ready": True, "uid": os.getuid(), "landlock": layers.landlock_abi(), "seccomp": layers.X86_64,
+            "private_tmpfs": private}  # fmt: skip
     sock.send(protocol.dumps(caps))
-    server = Server()
-    while True:
-        ready, _, _ = select.select([sock], [], [], 0.5 if server.trash else 2.0)
-        if ready:
-            try:
-                msg, fds, _, _ = socket.recv_fds(sock, 256, 4)
-            except OSError:
-                msg, fds = b"", []
-            if not msg:  # the host is gone: our interpreters go with us (we are their namespace's pid 1)
-                for pid in server.dirs:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-                return
-            try:
-                server.handle(msg, fds)
-            except Exception:  # noqa: BLE001 - a failed spawn: the host sees its pipes close
-                pass
-        server.reap()
+    del caps, limits, argv
+    serve(sock)

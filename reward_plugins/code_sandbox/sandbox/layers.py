@@ -364,6 +364,39 @@ def apply_seccomp() -> bool:
     return True
 
 
+# ---------------------------------------------------------------- a filesystem of one's own (the Python tool)
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def private_tmpfs(path: str, size_bytes: int, max_inodes: int) -> None:
+    """Give this process a mount namespace of its own with a fresh tmpfs on ``path`` (``size_bytes``, at most
+    ``max_inodes`` files and dirs, mode 0700), then drop every capability. The namespace, and with it the tmpfs and
+    everything in it (however deep or many), is freed by the kernel when the last process in it exits: nothing is
+    left to clean. Needs CAP_SYS_ADMIN in the sandbox's user namespace (the tool's server holds it for this alone);
+    OSError when it is refused. Mounts are made private first, so nothing mounted here reaches the server's
+    namespace or another rollout's."""
+    if _libc.unshare(_CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) failed")
+    if _libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
+        raise OSError(ctypes.get_errno(), "making mounts private failed")
+    opts = f"size={int(size_bytes)},nr_inodes={int(max_inodes)},mode=700".encode()
+    flags = ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    if _libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, opts) != 0:
+        raise OSError(ctypes.get_errno(), f"mounting a tmpfs on {path} failed")
+    drop_capabilities()
+
+
+def drop_capabilities() -> None:
+    """Empty this process's effective, permitted and inheritable capability sets (the ambient set follows); with
+    no_new_privs set and exec denied, nothing can bring them back."""
+    header = struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0)
+    data = ctypes.create_string_buffer(24)  # two (effective, permitted, inheritable) u32 triples, all zero
+    if _libc.capset(ctypes.c_char_p(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
 # ---------------------------------------------------------------- entering them; cleaning up after a child
 def _close_all_but(keep):
     """Close every fd above 2 except ``keep`` (a few ranged close calls, no fd moves)."""

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 
 from reward_plugins.code_sandbox import PythonEnvironment, environment  # noqa: E402
-from reward_plugins.code_sandbox.host import launcher  # noqa: E402
+from reward_plugins.code_sandbox.host import interpreter_server, launcher  # noqa: E402
 from tests.reward_plugins.code_sandbox.test_code_sandbox_hostile import HOSTILE  # noqa: E402
 
 TIMEOUT = 1.0
@@ -137,13 +137,13 @@ def test_cannot_see_other_interpreters_files_or_processes(env, neighbour):
     out = env.python("import os\n[p for p in ('/tmp', '..', '/proc', '/sbx', '/etc')\n"
                      " if os.path.exists(p) and os.access(p, os.R_OK) and os.listdir(p)]")
     assert out == "[]\n" or "PermissionError" in out
-    assert "Error" in env.python("import os\nos.listdir('/tmp')")
+    assert env.python("import os\nopen('f', 'w').close()\nos.listdir('/tmp'), os.getcwd()") == "(['f'], '/tmp')\n"
     assert "Error" in env.python("import os\nos.kill(1, 9)")  # pid 1 of the sandbox: the server
     assert neighbour.python("canary") == "41\n"
 
 
 def _server_uid():
-    server = environment._SERVERS.get("bwrap")
+    server = interpreter_server._SERVERS.get("bwrap")
     return launcher.slot_uid(0, server.claim.id) if server is not None else None
 
 
@@ -222,10 +222,10 @@ def test_a_host_that_forked_gets_its_own_server():
     with PythonEnvironment() as e:
         e.reset()
         assert e.python("1") == "1\n"
-        server = environment._SERVERS["bwrap"]
+        server = interpreter_server._SERVERS["bwrap"]
         server.pid = -1  # as a forked child sees a server it did not start
         e.reset()
-        assert environment._SERVERS["bwrap"] is not server and e.python("2") == "2\n"
+        assert interpreter_server._SERVERS["bwrap"] is not server and e.python("2") == "2\n"
         server.pid = os.getpid()
         server.close()
 
