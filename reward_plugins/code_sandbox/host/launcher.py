@@ -398,15 +398,16 @@ def start_server(argv: list[str], child, uid: int | None, cgroup_name: str, mem_
 class SandboxedServer:
     """One sandbox server process and the host's end of its channel (a ``SOCK_SEQPACKET`` socket, ``sock``).
 
-    Laid out by :func:`install_sandbox_code` in ``code_dir``, started by :func:`start_server` (``isolation``:
-    bubblewrap or rlimits; ``uid``, cgroups under ``cgroup_name`` capped at ``mem_bytes`` and ``pids_max``), given
-    ``limits`` (JSON) on its command line. It is ready when its first message (``caps``) says that it runs as an
-    ordinary uid and, under bubblewrap, has Landlock and seccomp; else it is killed and
+    ``command(ctrl_fd)`` is its argv (:func:`worker_command` on a code dir laid out by :func:`install_sandbox_code`);
+    :func:`start_server` starts it (``uid``, cgroups under ``cgroup_name`` capped at ``mem_bytes`` and ``pids_max``).
+    It is ready when its first message (``caps``) says that it runs as an ordinary uid and, under bubblewrap
+    (``isolation``), has every capability of ``needs`` (Landlock and seccomp); else it is killed and
     :class:`IsolationUnavailable` raised, its message starting with ``what``. The reward's pool workers
-    (``pool._Worker``) and the Python tool's interpreter server are such servers."""
+    (``pool._Worker``) are such servers, and the Python tool's interpreter server can be one (a command of its own,
+    one more need)."""
 
-    def __init__(self, what: str, isolation: str, python: str, code_dir: str, limits: dict, uid: int | None,
-                 cgroup_name: str, mem_bytes: int, pids_max: int):  # fmt: skip
+    def __init__(self, what: str, isolation: str, command, uid: int | None, cgroup_name: str, mem_bytes: int,
+                 pids_max: int, needs: tuple[str, ...] = ("landlock", "seccomp")):  # fmt: skip
         import select
         import socket
 
@@ -414,7 +415,7 @@ class SandboxedServer:
 
         self.pid = os.getpid()  # the process that started it: only it may kill it
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = worker_command(isolation, python, code_dir, child.fileno(), protocol.dumps(limits).decode())
+        argv = command(child.fileno())
         self.proc, self.err, self.cgroups, argv = start_server(argv, child, uid, cgroup_name, mem_bytes, pids_max)
         ready, _, _ = select.select([self.sock], [], [], 30)
         hello = self.sock.recv(4096) if ready else b""
@@ -425,12 +426,15 @@ class SandboxedServer:
             why = self.err.read().decode(errors="replace").strip()[-2000:]
             problem = (f"did not start ({' '.join(argv[:1])} exited with {self.proc.poll()}): {why or 'no message'}. "
                        + INSTALL_HINT)  # fmt: skip
+        elif type(caps) is not dict:
+            problem = f"sent {caps!r:.200} for its hello; refusing"
         elif caps.get("uid") == 0:
             problem = "runs as root; refusing"
-        elif isolation == "bwrap" and not (caps.get("landlock") and caps.get("seccomp")):
+        elif isolation == "bwrap" and not all(caps.get(need) for need in needs):
+            found = ", ".join(f"{need}={caps.get(need)}" for need in needs)
             problem = (
-                f"Landlock (abi={caps.get('landlock')}) or seccomp (x86_64 only: {caps.get('seccomp')}) is not "
-                "available in this kernel; the default isolation needs both. Use isolation='rlimits' to run weaker."
+                f"needs {' and '.join(needs)} ({found}; seccomp is x86_64 only), which this kernel does not give; "
+                "the default isolation needs them. Use isolation='rlimits' to run weaker."
             )
         if problem:
             self.kill()

@@ -77,8 +77,9 @@ class _Worker(launcher.SandboxedServer):
                  cgroup_name: str = ""):  # fmt: skip
         # cgroups under the pool's claim (claim.py), unique per worker start
         mem = 2 * (limits.memory_mb << 20) + (launcher.SCRATCH_MB << 20) + (256 << 20)
-        super().__init__("the sandbox worker", isolation_mode, python, code_dir, _header(limits), uid, cgroup_name,
-                         mem, 2 * limits.max_processes + 16)  # fmt: skip
+        header = protocol.dumps(_header(limits)).decode()
+        command = lambda fd: launcher.worker_command(isolation_mode, python, code_dir, fd, header)  # noqa: E731
+        super().__init__("the sandbox worker", isolation_mode, command, uid, cgroup_name, mem, 2 * limits.max_processes + 16)
 
     def run(self, job: verdict.Job, limits: Limits) -> verdict.Outcome:
         """Send ``job`` (its program and tests as memfds, a result pipe or stdout memfds) and read what comes back
