@@ -94,7 +94,7 @@ def test_refused_with_vllm_and_without_a_tool_template(tiny_model_dir):
     model, tokenizer = load_scripted_tool_model(tiny_model_dir)
     with pytest.raises(ValueError, match="vLLM generator does not run multi-turn tool rollouts"):
         evaluate_sampled(model, tokenizer, questions(), boxed_product, n=2, llm=object(), environment_factory=dict)
-    with pytest.raises(ValueError, match="does not render a tool-calling conversation"):
+    with pytest.raises(ValueError, match="chat template does not render a tool-calling conversation"):
         evaluate_sampled(model, load_tokenizer(tiny_model_dir), questions(), boxed_product, n=2,
                          environment_factory=dict)
     plain = questions().map(lambda r: {"prompt": r["question"]})
