@@ -327,8 +327,8 @@ def generate_tool_completions(
 ) -> list[list[tuple[str, list[int], bool, dict]]]:
     """:func:`trl_rlvr.evaluation.generation.generate_completions` for tool rollouts: ``n`` rollouts per prompt
     (conversational), each ``(transcript, completion ids, finished with EOS, info)`` where ``info`` holds the
-    completion as TRL's rewards receive it (``messages``: assistant turns and tool replies) and the rollout's
-    figures (:data:`TOOL_COUNTS`). ``rows[i]``: prompt ``i``'s dataset row, the environment's ``reset`` arguments.
+    completion as TRL's rewards receive it (``messages``: assistant turns and tool replies), TRL's ``tool_mask``
+    (0 on tool-reply tokens) and the rollout's figures (:data:`TOOL_COUNTS`). ``rows[i]``: prompt ``i``'s dataset row, the environment's ``reset`` arguments.
 
     A batch takes ``max(1, batch_size // n)`` questions; its environments are constructed once (one per rollout of
     a batch, as TRL's pool) and reset before each rollout. ``chat_template``: the template text to render with
@@ -373,7 +373,7 @@ def generate_tool_completions(
                 for r in rollouts[q * n:(q + 1) * n]:
                     transcript = tokenizer.decode(r.completion_ids, skip_special_tokens=False)
                     group.append((transcript, r.completion_ids, r.finished,
-                                  {"messages": r.completions, **r.counts}))
+                                  {"messages": r.completions, "tool_mask": r.tool_mask, **r.counts}))
                 out.append(group)
             if on_batch is not None:
                 on_batch(len(idx))
