@@ -205,3 +205,27 @@ def test_rollouts_are_the_ones_trls_own_tool_loop_makes(tiny_model_dir, monkeypa
                       "call_failures": [0, 0, 1, 0, 0, 0, 0, 0], "env_errors": [0, 0, 0, 1, 0, 0, 0, 0],
                       "reply_dropped": [0, 0, 0, 0, 0, 1, 0, 0], "capped": [0, 0, 0, 0, 0, 0, 1, 0]}
     assert [o[2] for o in ours] == [True] * 7 + [False]
+
+
+def test_the_callback_evaluates_tool_rollouts_with_the_trainers_environment(tiny_model_dir):
+    from transformers import TrainerState
+
+    from tests.test_tool_rollouts import CheckedPython, make_trainer, right
+    from trl_rlvr.evaluation.callback import SampledEvalCallback
+
+    trainer = make_trainer(tiny_model_dir, max_tool_calling_iterations=2, eval_steps=1)
+    heldout = questions().select(range(2))
+    cb = SampledEvalCallback(trainer, heldout, n=2, max_new_tokens=24, eval_steps=1)
+    assert cb.environment_factory is CheckedPython and cb.kwargs["max_tool_calling_iterations"] == 2
+    resets = CheckedPython.resets
+    result = cb.evaluate(TrainerState())
+    assert CheckedPython.resets == resets + 4  # one reset per rollout: the trainer's environment ran them
+    assert result["tools"]["samples"] == 4
+    logged = cb.history[-1]
+    assert {"eval/pass@1", "eval/tools/tool_call_rate", "eval/tools/tool_budget_frac"} <= set(logged)
+    assert "eval/tools/tool_call_rate" in cb.keys()
+    plain = SampledEvalCallback(trainer, heldout, n=2, eval_steps=1, environment_factory=None)
+    assert plain.environment_factory is None and not any("tools" in k for k in plain.keys())
+    with pytest.raises(ValueError, match="vLLM generator does not run multi-turn tool rollouts"):
+        SampledEvalCallback(trainer, heldout, n=2, eval_steps=1, generator="vllm")
+    assert right  # the trainer's reward decides right / wrong

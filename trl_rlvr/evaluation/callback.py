@@ -71,10 +71,6 @@ class SampledEvalCallback(TrainerCallback):
         self.at_start = at_start
         if generator not in ("hf", "vllm"):
             raise ValueError(f"SampledEvalCallback: generator must be 'hf' or 'vllm', got {generator!r}")
-        if generator == "vllm":
-            from trl_rlvr.evaluation.vllm_generation import check_trainer_vllm
-
-            check_trainer_vllm(trainer)
         self.generator = generator
         tools = {}
         if environment_factory == "trainer":
@@ -91,6 +87,10 @@ class SampledEvalCallback(TrainerCallback):
             tools = dict(environment_factory=environment_factory, chat_template=getattr(trainer, "chat_template", None),
                          max_tool_calling_iterations=getattr(args, "max_tool_calling_iterations", None))
         self.environment_factory = environment_factory
+        if generator == "vllm":
+            from trl_rlvr.evaluation.vllm_generation import check_trainer_vllm
+
+            check_trainer_vllm(trainer)
         self.kwargs = dict(
             **tools,
             n=n, ks=self.ks, temperature=temperature if temperature is not None else args.temperature, top_p=top_p,
