@@ -229,3 +229,24 @@ def test_the_callback_evaluates_tool_rollouts_with_the_trainers_environment(tiny
     with pytest.raises(ValueError, match="vLLM generator does not run multi-turn tool rollouts"):
         SampledEvalCallback(trainer, heldout, n=2, eval_steps=1, generator="vllm")
     assert right  # the trainer's reward decides right / wrong
+
+
+def test_the_table_shows_the_tool_figures():
+    from trl_rlvr.evaluation.evaluate import summarize_sampled
+    from trl_rlvr.evaluation.report import format_table
+    from trl_rlvr.evaluation.tool_rollouts import TOOL_COUNTS
+
+    def record(calls, tool_tokens):
+        tool = dict.fromkeys(TOOL_COUNTS, [0, 0])
+        tool.update(calls=calls, call_turns=calls, tool_tokens=tool_tokens, model_tokens=[10, 10])
+        return {"right": 1, "unscored": 0, "formatted": None, "pass@k": {1: 0.5}, "maj@k": None, "lengths": [10, 10],
+                "right_flags": [True, False], "finished": [True, True], "tool": tool}
+
+    with_tools = summarize_sampled([record([1, 0], [5, 0])], 2, [1], max_new_tokens=20, temperature=1.0)
+    assert with_tools["tools"]["tool_call_rate"] == 0.5 and with_tools["tools"]["tool_budget_frac"] == 5 / 40
+    plain = {**with_tools, "tools": None}
+    table = format_table({"tool": with_tools, "plain": plain})
+    line = next(x for x in table.splitlines() if x.startswith("tool-call rate"))
+    assert line.split()[-2:] == ["50.0%", "n/a"]
+    assert "tool replies: share of budget" in table and "12.5%" in table
+    assert "tool-call rate" not in format_table({"plain": plain})
