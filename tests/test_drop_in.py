@@ -36,7 +36,7 @@ def test_config_runs_trls_post_init_before_judging_the_machine(monkeypatch, tmp_
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_without_the_fixture_bf16_on_a_cpu_is_still_refused_naming_the_override(tmp_path):
     from trl_rlvr import RLVRConfig
-    from trl_rlvr.hardware import UnusableSettingsError
+    from trl_rlvr.checks.machine import UnusableSettingsError
 
     with pytest.raises(UnusableSettingsError, match=r"bf16=True \(TRL's default\).*--bf16 false"):
         RLVRConfig(str(tmp_path), report_to="none")
