@@ -32,7 +32,9 @@ import sys
 import tempfile
 import time
 
-from reward_plugins.code_sandbox import PythonEnvironment, environment, interpreter, isolation
+from reward_plugins.code_sandbox import PythonEnvironment, environment
+from reward_plugins.code_sandbox.host import launcher
+from reward_plugins.code_sandbox.sandbox import interpreter
 
 CELLS = {
     "trivial": ("x = 1", "(no output)"),
@@ -50,7 +52,7 @@ class Baseline:
         self.reply_r, reply_w = os.pipe()
         code = f"from {interpreter.__name__} import repl_loop; repl_loop({cell_r}, {reply_w}, {timeout!r}, {max_chars})"
         # the sandbox's interpreter and modules (``code_dir``: laid out as for the server; -c puts the cwd on the path)
-        self.proc = subprocess.Popen([isolation.sandbox_python(), "-S", "-B", "-c", code], pass_fds=(cell_r, reply_w),
+        self.proc = subprocess.Popen([launcher.sandbox_python(), "-S", "-B", "-c", code], pass_fds=(cell_r, reply_w),
                                      cwd=code_dir, env={})  # fmt: skip
         os.close(cell_r)
         os.close(reply_w)
@@ -123,7 +125,7 @@ def sandbox_rss_mb() -> float | None:
     server = environment._SERVERS.get("bwrap")
     if server is None:
         return None
-    uid = isolation.slot_uid(0, server.claim.id)
+    uid = launcher.slot_uid(0, server.claim.id)
     if uid is None:
         return None
     total = 0
@@ -158,7 +160,7 @@ def main(argv=None) -> int:
     cold, envs = setup16()
     env = envs[0]
     code_dir = tempfile.mkdtemp(prefix="python_tool_baseline-")
-    environment.install_server_code(code_dir)
+    launcher.install_sandbox_code(code_dir, "interpreter")
     base = Baseline(code_dir)
     results: dict = {"setup16_s": cold, "cores": len(os.sched_getaffinity(0))}
     samples: dict = {}

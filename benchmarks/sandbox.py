@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from benchmarks._status import finish  # noqa: E402
 from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
-from reward_plugins.code_sandbox.pool import Job  # noqa: E402
+from reward_plugins.code_sandbox.host.pool import Job  # noqa: E402
 
 TRIVIAL = "def add(a, b):\n    return a + b\n"
 TRIVIAL_TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]

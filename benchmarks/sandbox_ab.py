@@ -38,7 +38,7 @@ def child(tree: str, smoke: bool = False):
 
     from benchmarks import sandbox as bench  # that tree's benchmarks/sandbox.py (PYTHONPATH=tree)
     from reward_plugins.code_sandbox import code_sandbox
-    from reward_plugins.code_sandbox.pool import Job
+    from reward_plugins.code_sandbox.host.pool import Job
 
     he = list(read_problems().values())[: 10 if smoke else None]
     f = code_sandbox(num_workers=3, timeout=10.0)

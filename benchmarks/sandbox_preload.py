@@ -2,7 +2,7 @@
 
     python benchmarks/sandbox_preload.py [--mbpp /path/to/mbpp.jsonl] [--forks 2000] [--repeat 5] [--smoke]
 
-The worker (reward_plugins/code_sandbox/worker.py) imports the stdlib modules solutions use once, so that
+The worker (reward_plugins/code_sandbox/sandbox/worker.py) imports the stdlib modules solutions use once, so that
 a fork per execution need not; but every module it holds makes every fork and exit dearer. Prints:
 
 1. usage: in how many of MBPP's reference solutions (``--mbpp``, fields ``code`` and ``test_setup_code``)
@@ -34,7 +34,7 @@ from collections import Counter
 RARE = ("hashlib", "datetime", "dataclasses", "decimal", "fractions")
 SHOWN = ("re", "math", "collections", "typing", "heapq", "itertools", "functools", "bisect", "string", "operator",
          "copy", "json", "random", *RARE)  # fmt: skip
-WORKER = "reward_plugins.code_sandbox.worker"
+WORKER = "reward_plugins.code_sandbox.sandbox.worker"
 _IMPORT = re.compile(r"^\s*(?:from\s+([A-Za-z_]\w*)|import\s+([\w ,.]+))", re.M)
 
 # A process holding the worker's imports (plus argv[2:]) forks argv[1] children that exit at once.
@@ -113,9 +113,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.smoke:
         args.forks, args.repeat = 50, 1
-    from reward_plugins.code_sandbox.pool import install_worker_code
+    from reward_plugins.code_sandbox.host.launcher import install_sandbox_code
 
-    install_worker_code(CODE_DIR)
+    install_sandbox_code(CODE_DIR, "worker")
     print(f"$ python {' '.join(sys.argv)}")
     print(f"load average {os.getloadavg()[0]:.2f} on {len(os.sched_getaffinity(0))} cores")
 

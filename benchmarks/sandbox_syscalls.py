@@ -12,7 +12,7 @@ many such processes it was seen, the errors it returned, and for the calls the f
 argument (ioctl request, fcntl command, futex op, pid arguments, ...) the argument values seen.
 A process is a "tester" when it receives jobs (recvmsg), else "candidate" (values, call and io).
 
-The allowlist in ``reward_plugins/code_sandbox/isolation.py`` is the union of what this prints for
+The allowlist in ``reward_plugins/code_sandbox/sandbox/layers.py`` is the union of what this prints for
     python -m benchmarks.sandbox_syscalls -- python -m benchmarks.sandbox --no-baseline --repeat 1 \
         --trivial 20 --mbpp /path/to/mbpp.jsonl
     python -m benchmarks.sandbox_syscalls -- python -m pytest -q -p no:cacheprovider \
@@ -116,19 +116,19 @@ def attach_cost(n: int) -> str:
     import struct
     import time
 
-    from reward_plugins.code_sandbox import isolation  # what the worker runs: stdlib only
+    from reward_plugins.code_sandbox.sandbox import layers  # what the worker runs: stdlib only
 
-    isolation.no_new_privs()  # this process and its forks only
-    isolation.seccomp_prepare()
+    layers.no_new_privs()  # this process and its forks only
+    layers.seccomp_prepare()
     r, w = os.pipe()
-    times = {"no filter": [], f"allowlist ({len(isolation.seccomp_filter_bytes()) // 8} instructions)": []}
+    times = {"no filter": [], f"allowlist ({len(layers.seccomp_filter_bytes()) // 8} instructions)": []}
     for _ in range(n):
         for name in times:
             pid = os.fork()
             if pid == 0:
                 t = time.perf_counter_ns()
                 if name != "no filter":
-                    isolation.apply_seccomp()
+                    layers.apply_seccomp()
                 os.write(w, struct.pack("q", time.perf_counter_ns() - t))
                 os._exit(0)
             os.waitpid(pid, 0)

@@ -81,7 +81,7 @@ def test_every_module_imports_without_side_effects(tmp_path):
     assert not report["problems"], "\n".join(report["problems"])
     assert report["output"] == ""
     # the walk really covers both packages, the sandbox worker and the reward pool included
-    for name in ("trl_rlvr.trainer", "reward_plugins.code_sandbox.worker", "reward_plugins.boxed_math.pool", "reward_plugins.overlong"):
+    for name in ("trl_rlvr.trainer", "reward_plugins.code_sandbox.sandbox.worker", "reward_plugins.boxed_math.pool", "reward_plugins.overlong"):
         assert name in report["modules"]
 
 
@@ -91,14 +91,14 @@ def _run_without_arguments(argv: list[str]) -> subprocess.CompletedProcess:
 
 def test_sandbox_worker_program_resolves(tmp_path):
     """The code dir the pool lays out runs as ``python -I -S -B CODE_DIR``: its ``__main__.py``
-    (``pool.SANDBOX_MAIN``) imports the worker and calls main(), which answers a missing command
+    (``launcher.install_sandbox_code``) imports the worker and calls main(), which answers a missing command
     line with its usage (exit 2), not with an ImportError or IndexError."""
-    from reward_plugins.code_sandbox import isolation, pool
+    from reward_plugins.code_sandbox.host import launcher
 
     code_dir = tmp_path / "code"
     code_dir.mkdir()
-    pool.install_worker_code(str(code_dir))
-    out = _run_without_arguments([isolation.sandbox_python(), "-I", "-S", "-B", str(code_dir)])
+    launcher.install_sandbox_code(str(code_dir), "worker")
+    out = _run_without_arguments([launcher.sandbox_python(), "-I", "-S", "-B", str(code_dir)])
     assert out.returncode == 2 and out.stderr.startswith("usage:"), (out.returncode, out.stderr)
 
 

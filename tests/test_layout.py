@@ -150,3 +150,74 @@ def test_patching_an_old_path_patches_the_module():
         assert train.use_cpu_threads == "patched"
     finally:
         train.use_cpu_threads = original
+
+
+# ---------------------------------------------------------------- the reward side
+PLUGINS = ROOT / "reward_plugins"
+SANDBOX_SIDE = PLUGINS / "code_sandbox" / "sandbox"
+HOST_SIDE = PLUGINS / "code_sandbox" / "host"
+
+
+def _all_imports(path: Path) -> set[tuple[int, str]]:
+    """(level, module) of every import in ``path``, at any depth (level 0: absolute; ``from . import x`` gives
+    (1, "x"), ``from ..host import y`` gives (2, "host.y"))."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            found.update((node.level, f"{base}.{a.name}".strip(".")) for a in node.names)
+            if base:
+                found.add((node.level, base))
+        elif isinstance(node, ast.Import):
+            found.update((0, a.name) for a in node.names)
+    return found
+
+
+def test_the_sandbox_side_is_stdlib_only_and_never_reaches_the_host_side():
+    """What is laid into the sandbox imports only the standard library and its own folder: never the host side,
+    the faces, other plugins, torch or TRL."""
+    wrong = {}
+    for path in SANDBOX_SIDE.glob("*.py"):
+        bad = sorted(
+            m for level, m in _all_imports(path)
+            if (level == 0 and m.split(".")[0] not in sys.stdlib_module_names) or level > 1
+        )
+        if bad:
+            wrong[path.name] = bad
+    assert not wrong
+
+
+def test_the_sandbox_side_runs_alone_as_laid_into_the_sandbox(tmp_path):
+    """Laid into a code dir as a pool does, every module of the sandbox side imports under ``python -I -S`` with
+    nothing else of the project reachable."""
+    from reward_plugins.code_sandbox.host import launcher
+
+    launcher.install_sandbox_code(str(tmp_path), "worker")
+    names = sorted(p.stem for p in SANDBOX_SIDE.glob("*.py") if p.stem != "__init__")
+    code = "import importlib, sys\n" + "".join(
+        f"importlib.import_module('{launcher.SANDBOX_PACKAGE}.{n}')\n" for n in names
+    ) + "print(sorted(m for m in sys.modules if m.startswith('reward_plugins')))"
+    (tmp_path / "__main__.py").write_text(code)  # run as the sandbox runs it: the code dir is the program
+    out = subprocess.run([sys.executable, "-I", "-S", "-B", str(tmp_path)], capture_output=True, text=True, timeout=60, env={})
+    assert out.returncode == 0, out.stderr
+    loaded = set(ast.literal_eval(out.stdout.strip()))
+    assert {f"{launcher.SANDBOX_PACKAGE}.{n}" for n in names} <= loaded
+    assert not {m for m in loaded if not m.startswith(launcher.SANDBOX_PACKAGE)} - {"reward_plugins", "reward_plugins.code_sandbox"}
+
+
+def test_the_host_side_never_imports_a_face():
+    """faces (plugin, environment) -> host -> sandbox: the host side knows nothing of the reward or the tool."""
+    wrong = {
+        path.name: sorted(m for level, m in _all_imports(path) if level == 2 and m.split(".")[0] in ("plugin", "environment"))
+        for path in HOST_SIDE.glob("*.py")
+    }
+    assert not {k: v for k, v in wrong.items() if v}
+
+
+def test_no_plugin_imports_the_trainer_or_the_config():
+    """A plugin is a plain TRL reward function: it never needs the trainer (algorithms' pure functions are fine)."""
+    wrong = {
+        str(p.relative_to(ROOT)): sorted(m for level, m in _all_imports(p) if level == 0 and m.startswith(("trl_rlvr.trainer", "trl_rlvr.config", "trl.trainer")))
+        for p in PLUGINS.rglob("*.py")
+    }
+    assert not {k: v for k, v in wrong.items() if v}

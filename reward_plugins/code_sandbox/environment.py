@@ -23,15 +23,13 @@ import socket
 import threading
 import time
 
-from . import interpreter, isolation, pool, protocol, worker
-from . import isolation as isolation_layers  # ``isolation`` is also PythonEnvironment's option
-from .claim import PoolClaim
+from .host import launcher
+from .host.claim import PoolClaim
+from .sandbox import interpreter, protocol
 
 log = logging.getLogger(__package__)
 
 #: the modules the server runs, laid out in its code dir under their package path (``pool.install_worker_code``'s way)
-SERVER_MODULES = (interpreter, worker, isolation, protocol)
-SERVER_MAIN = f"from {interpreter.__name__} import {interpreter.main.__name__}\n\n{interpreter.main.__name__}()\n"
 GRACE_S = 1.0  # after a cell's alarm, how long the interpreter may take to answer before it is killed
 
 RESTARTED = "names, imports and files of earlier calls are gone"
@@ -57,27 +55,11 @@ class ToolLimits:
 
 
 # ---------------------------------------------------------------- the server (host side)
-def install_server_code(code_dir: str) -> None:
-    """``pool.install_worker_code`` with this server's modules and ``__main__``."""
-    package = interpreter.__name__.rpartition(".")[0].split(".")
-    d = code_dir
-    os.chmod(d, 0o755)
-    for part in package:
-        d = os.path.join(d, part)
-        os.makedirs(d, 0o755, exist_ok=True)
-        os.chmod(d, 0o755)
-        pool._write_readable(os.path.join(d, "__init__.py"), b"")
-    for module in SERVER_MODULES:
-        with open(module.__file__, "rb") as f:
-            pool._write_readable(os.path.join(d, os.path.basename(module.__file__)), f.read())
-    pool._write_readable(os.path.join(code_dir, "__main__.py"), SERVER_MAIN.encode())
-
-
 class InterpreterServer:
     """One sandboxed fork server of interpreters (``interpreter.main``), shared by the environments of a process.
 
     Launched as ``pool._Worker`` launches the reward's workers: a claimed pool id (its code dir, uid and cgroups),
-    bubblewrap (``isolation.worker_command``), a cgroup capping memory and processes of all its interpreters
+    bubblewrap (``launcher.worker_command``), a cgroup capping memory and processes of all its interpreters
     together (as root), an ordinary uid."""
 
     def __init__(self, isolation_mode: str = "bwrap", memory_mb: int = 8192, max_processes: int = 256,
@@ -85,19 +67,19 @@ class InterpreterServer:
         if isolation_mode not in ("bwrap", "rlimits"):
             raise ValueError(f"PythonEnvironment: isolation must be 'bwrap' or 'rlimits', not {isolation_mode!r}")
         if isolation_mode == "bwrap":
-            isolation.find_bwrap()
+            launcher.find_bwrap()
         self.mode, self.pid = isolation_mode, os.getpid()
         self.claim = PoolClaim.acquire()
-        install_server_code(self.claim.code_dir)
-        uid = isolation.slot_uid(0, self.claim.id)
+        launcher.install_sandbox_code(self.claim.code_dir, "interpreter")
+        uid = launcher.slot_uid(0, self.claim.id)
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock, self._lock, self._next_id, self.cgroups = host, threading.Lock(), 0, []
         limits = protocol.dumps({"nproc": max_processes, "fsize": max_file_bytes}).decode()
-        argv = isolation.worker_command(isolation_mode, isolation.sandbox_python(), self.claim.code_dir,
+        argv = launcher.worker_command(isolation_mode, launcher.sandbox_python(), self.claim.code_dir,
                                         child.fileno(), limits)  # fmt: skip
         # the server's own processes count too; a cgroup per server, under the claim
-        mem = (memory_mb << 20) + (isolation.SCRATCH_MB << 20) + (128 << 20)
-        self.proc, self.err, self.cgroups, _ = isolation.start_server(
+        mem = (memory_mb << 20) + (launcher.SCRATCH_MB << 20) + (128 << 20)
+        self.proc, self.err, self.cgroups, _ = launcher.start_server(
             argv, child, uid, f"{self.claim.cgroup_name}/tool", mem, 2 * max_processes + 64)
         ready, _, _ = select.select([self.sock], [], [], 30)
         hello = self.sock.recv(4096) if ready else b""
@@ -112,7 +94,7 @@ class InterpreterServer:
             problem = f"Landlock ({caps.get('landlock')}) or seccomp ({caps.get('seccomp')}) is not available"
         if problem:
             self.close()
-            raise isolation.IsolationUnavailable(f"PythonEnvironment: {problem}. " + isolation.INSTALL_HINT)
+            raise launcher.IsolationUnavailable(f"PythonEnvironment: {problem}. " + launcher.INSTALL_HINT)
 
     def alive(self) -> bool:
         return self.proc.poll() is None and os.getpid() == self.pid
@@ -155,7 +137,7 @@ class InterpreterServer:
             proc.kill()
             proc.wait()
         if os.getpid() == self.pid:
-            isolation.cgroup_remove(self.cgroups)
+            launcher.cgroup_remove(self.cgroups)
             self.claim.release()
 
 
@@ -252,8 +234,8 @@ class PythonEnvironment:
             raise ValueError(f"PythonEnvironment: isolation must be 'bwrap' or 'rlimits', not {isolation!r}")
         self.isolation = isolation
         if isolation == "bwrap":  # refuse at construction, with the install hint, rather than at the first batch
-            isolation_layers.find_bwrap()
-            isolation_layers.sandbox_python()
+            launcher.find_bwrap()
+            launcher.sandbox_python()
         self._interpreter: Interpreter | None = None
         self._new_rollout()
 

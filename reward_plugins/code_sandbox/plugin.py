@@ -34,7 +34,7 @@ import threading
 import weakref
 
 from .._text import completion_text
-from .pool import Job, Limits, SandboxPool
+from .host.pool import Job, Limits, SandboxPool
 from .prelude import build_prelude, prompt_texts
 from .routing import check_value_tests, value_tests, verifies_something
 
@@ -107,7 +107,7 @@ class CodeSandboxReward:
         )
         self._pool: SandboxPool | None = None
         if isolation == "bwrap":
-            from .isolation import find_bwrap, sandbox_python
+            from .host.launcher import find_bwrap, sandbox_python
 
             find_bwrap()  # refuse early, with the install hint, rather than at the first batch
             sandbox_python()

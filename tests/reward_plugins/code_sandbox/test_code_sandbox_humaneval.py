@@ -55,7 +55,7 @@ def test_both_verdict_paths_agree_on_humaneval(reward, problems, body):
 def _tester_job(reward, program, p):
     """The job the reward function builds for ``p`` when its check() must run in the tester process, with the
     trusted prelude taken from the raw prompt as the reward function takes it."""
-    from reward_plugins.code_sandbox.pool import Job
+    from reward_plugins.code_sandbox.host.pool import Job
 
     prelude = reward.prelude(p["test"], p["entry_point"], None, p["prompt"], 0)
     return Job("call", program, 1, spec={"kind": "check", "test": p["test"], "entry_point": p["entry_point"], "prelude": prelude})

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 
-from reward_plugins.code_sandbox import PythonEnvironment, environment, isolation  # noqa: E402
+from reward_plugins.code_sandbox import PythonEnvironment, environment  # noqa: E402
+from reward_plugins.code_sandbox.host import launcher  # noqa: E402
 from tests.reward_plugins.code_sandbox.test_code_sandbox_hostile import HOSTILE  # noqa: E402
 
 TIMEOUT = 1.0
@@ -143,7 +144,7 @@ def test_cannot_see_other_interpreters_files_or_processes(env, neighbour):
 
 def _server_uid():
     server = environment._SERVERS.get("bwrap")
-    return isolation.slot_uid(0, server.claim.id) if server is not None else None
+    return launcher.slot_uid(0, server.claim.id) if server is not None else None
 
 
 def _processes_of(uid):
@@ -189,7 +190,7 @@ TOOL_ATTACKS = {  # aimed at the tool's own machinery
         "    threading.Thread(target=os.read, args=(fd, 1 << 20), daemon=True).start()"
     ),
     "patch_reply_writer": (
-        "import sys\nm = sys.modules['reward_plugins.code_sandbox.interpreter']\nm.write_frame = lambda *a: None"
+        "import sys\nm = sys.modules['reward_plugins.code_sandbox.sandbox.interpreter']\nm.write_frame = lambda *a: None"
     ),
     "close_channels": "import os\nos.closerange(3, 64)",
     "memory_hog_slowly": "xs = []\nwhile True:\n    xs.append(bytearray(1 << 24))",

@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("reward_plugins.code_sandbox")
-from reward_plugins.code_sandbox import code_sandbox, protocol  # noqa: E402
+from reward_plugins.code_sandbox import code_sandbox  # noqa: E402
 from reward_plugins.code_sandbox.routing import Expect  # noqa: E402
+from reward_plugins.code_sandbox.sandbox import protocol  # noqa: E402
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 

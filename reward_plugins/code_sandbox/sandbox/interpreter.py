@@ -32,8 +32,7 @@ import sys
 import time
 import traceback
 
-from . import isolation, protocol
-from .worker import _remove_tree, enter_layers
+from . import layers, protocol
 
 USAGE = "usage: python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON (PythonEnvironment starts this server)"
 MAX_FRAME = 1 << 24  # a cell (the host bounds it far lower) or a reply
@@ -197,12 +196,12 @@ def _spawn(fds, timeout, cpu_s, mem, max_chars):
     cell_fd, reply_fd = fds
     scratch = os.path.join("/tmp", f"py-{os.urandom(8).hex()}")
     os.mkdir(scratch, 0o700)
-    ruleset = isolation.landlock_ruleset(RO_PATHS, [scratch])
-    rlimits = isolation.rlimit_plan(mem, cpu_s, NPROC, NOFILE)
+    ruleset = layers.landlock_ruleset(RO_PATHS, [scratch])
+    rlimits = layers.rlimit_plan(mem, cpu_s, NPROC, NOFILE)
     pid = os.fork()
     if pid == 0:
         try:
-            enter_layers([cell_fd, reply_fd], rlimits, ruleset, scratch, MODE)  # the code_sandbox children's layers
+            layers.enter_layers([cell_fd, reply_fd], rlimits, ruleset, scratch, MODE)  # the code_sandbox children's layers
             repl_loop(cell_fd, reply_fd, timeout, max_chars)
         except BaseException:  # noqa: BLE001
             pass
@@ -252,7 +251,7 @@ class Server:
         self.pids = {k: p for k, p in self.pids.items() if p in self.dirs}
         deadline = time.monotonic() + self.CLEAN_BUDGET_S
         while self.trash and time.monotonic() < deadline:
-            if _remove_tree(self.trash[-1], deadline=deadline):
+            if layers.remove_tree(self.trash[-1], deadline=deadline):
                 self.trash.pop()
 
 
@@ -274,13 +273,13 @@ def main(argv=None):
     sock = socket.socket(fileno=int(ctrl_fd))
     os.dup2(null, 0)
     os.dup2(null, 1)
-    isolation.no_new_privs()
-    isolation.apply_rlimits(isolation.worker_rlimit_plan(int(limits["fsize"])))
-    isolation.seccomp_prepare()
+    layers.no_new_privs()
+    layers.apply_rlimits(layers.worker_rlimit_plan(int(limits["fsize"])))
+    layers.seccomp_prepare()
     gc.collect()
     gc.freeze()
     os.dup2(null, 2)
-    caps = {"ready": True, "uid": os.getuid(), "landlock": isolation.landlock_abi(), "seccomp": isolation._X86_64}
+    caps = {"ready": True, "uid": os.getuid(), "landlock": layers.landlock_abi(), "seccomp": layers.X86_64}
     sock.send(protocol.dumps(caps))
     server = Server()
     while True:

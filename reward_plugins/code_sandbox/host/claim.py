@@ -9,7 +9,7 @@ and claimed exclusively wherever two pools can meet:
 * ``code_sandbox-pool-<id>`` under our own cgroup in each controller (``mkdir``, root only), the
   parent of the pool's worker cgroups: pools that share a cgroup hierarchy cannot share a name.
 
-The sandbox uids derive from the id (``isolation.slot_uid``). Where two pools share neither /tmp
+The sandbox uids derive from the id (``launcher.slot_uid``). Where two pools share neither /tmp
 nor a cgroup hierarchy, ids (and so uids) still differ unless two random draws of 26 bits meet.
 
 At every pool's start, ``reclaim_stale`` removes what a SIGKILLed host left behind: each code dir
@@ -28,7 +28,7 @@ import secrets
 import shutil
 import tempfile
 
-from . import isolation
+from . import launcher
 
 log = logging.getLogger(__package__)  # one logger for the whole package
 
@@ -72,7 +72,7 @@ class PoolClaim:
         root = root or tempfile.gettempdir()
         reclaim_stale(root)
         for _ in range(tries):
-            pool_id = 1 + secrets.randbelow(isolation.POOL_IDS - 1)
+            pool_id = 1 + secrets.randbelow(launcher.POOL_IDS - 1)
             path = os.path.join(root, PREFIX + str(pool_id))
             try:
                 os.mkdir(path, 0o700)
@@ -82,7 +82,7 @@ class PoolClaim:
             if fd is None:  # a reclaimer took it between our mkdir and our lock: it removes it
                 continue
             try:
-                cgroups = isolation.cgroup_claim(PREFIX + str(pool_id))
+                cgroups = launcher.cgroup_claim(PREFIX + str(pool_id))
             except FileExistsError:  # a pool outside our /tmp, sharing our cgroups, has this id
                 shutil.rmtree(path, ignore_errors=True)
                 os.close(fd)
@@ -94,7 +94,7 @@ class PoolClaim:
         """Remove the pool's cgroups (their processes killed) and code dir, then drop the lock."""
         if self._fd is None:
             return
-        left = isolation.cgroup_remove(self.cgroups, wait_s)
+        left = launcher.cgroup_remove(self.cgroups, wait_s)
         if left:  # the code dir stays as the record of what is left, reclaimable once we unlock
             log.warning("code_sandbox: cgroups %s still busy; the next pool's start reclaims them", left)
         else:
@@ -119,8 +119,8 @@ def reclaim_stale(root: str) -> list[int]:
         if fd is None:  # alive, or not a dir of ours
             continue
         try:
-            dirs = [os.path.join(isolation.cgroup_base(c), name) for c in ("memory", "pids")] if os.geteuid() == 0 else []
-            left = isolation.cgroup_remove([d for d in dirs if os.path.isdir(d)], wait_s=2.0)
+            dirs = [os.path.join(launcher.cgroup_base(c), name) for c in ("memory", "pids")] if os.geteuid() == 0 else []
+            left = launcher.cgroup_remove([d for d in dirs if os.path.isdir(d)], wait_s=2.0)
             if left:  # still busy: keep the record, try again at the next start
                 continue
             shutil.rmtree(path, ignore_errors=True)

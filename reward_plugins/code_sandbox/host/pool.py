@@ -19,15 +19,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import isolation, protocol, worker
+from ..sandbox import protocol
+from . import launcher
 from .claim import PoolClaim
 
 log = logging.getLogger(__package__)  # one logger for the whole package
 
-#: The modules the sandboxed worker runs, copied into the pool's code dir under their package path.
-WORKER_MODULES = (worker, isolation, protocol)
-#: The sandbox's program: ``python -I -S -B CODE_DIR ...`` runs ``CODE_DIR/__main__.py``, this text.
-SANDBOX_MAIN = f"from {worker.__name__} import {worker.main.__name__}\n\n{worker.main.__name__}()\n"
 MAX_RESULT_BYTES = 1 << 20
 MAX_IO_CASES_PER_RUN = 100  # fds per message stay well under SCM_MAX_FD (253)
 
@@ -86,40 +83,16 @@ def _header(limits: Limits) -> dict:
     }
 
 
-def install_worker_code(code_dir: str) -> None:
-    """Lay out the worker's program in ``code_dir`` (world-readable, for the sandbox uids): its
-    modules under their package path (with empty ``__init__.py`` files: in the sandbox the package
-    is these three modules only) and ``__main__.py`` (``SANDBOX_MAIN``)."""
-    package = worker.__name__.rpartition(".")[0].split(".")
-    d = code_dir
-    os.chmod(d, 0o755)
-    for part in package:
-        d = os.path.join(d, part)
-        os.mkdir(d, 0o755)
-        os.chmod(d, 0o755)  # whatever the umask
-        _write_readable(os.path.join(d, "__init__.py"), b"")
-    for module in WORKER_MODULES:
-        with open(module.__file__, "rb") as f:
-            _write_readable(os.path.join(d, os.path.basename(module.__file__)), f.read())
-    _write_readable(os.path.join(code_dir, "__main__.py"), SANDBOX_MAIN.encode())
-
-
-def _write_readable(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-    os.chmod(path, 0o644)
-
-
 class _Worker:
     def __init__(self, slot: int, uid: int | None, isolation_mode: str, python: str, code_dir: str, limits: Limits,
                  cgroup_name: str = ""):  # fmt: skip
         self.slot, self.mode = slot, isolation_mode
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = host
-        argv = isolation.worker_command(isolation_mode, python, code_dir, child.fileno(), protocol.dumps(_header(limits)).decode())
+        argv = launcher.worker_command(isolation_mode, python, code_dir, child.fileno(), protocol.dumps(_header(limits)).decode())
         # cgroups under the pool's claim (claim.py), unique per worker start
-        mem = 2 * (limits.memory_mb << 20) + (isolation.SCRATCH_MB << 20) + (256 << 20)
-        self.proc, self.err, self.cgroups, argv = isolation.start_server(
+        mem = 2 * (limits.memory_mb << 20) + (launcher.SCRATCH_MB << 20) + (256 << 20)
+        self.proc, self.err, self.cgroups, argv = launcher.start_server(
             argv, child, uid, cgroup_name, mem, 2 * limits.max_processes + 16)
         ready, _, _ = select.select([self.sock], [], [], 30)
         hello = self.sock.recv(4096) if ready else b""
@@ -127,17 +100,17 @@ class _Worker:
             self.err.seek(0)
             why = self.err.read().decode(errors="replace").strip()[-2000:]
             self.kill()
-            raise isolation.IsolationUnavailable(
+            raise launcher.IsolationUnavailable(
                 f"the sandbox worker did not start ({' '.join(argv[:1])} exited with "
-                f"{self.proc.returncode}): {why or 'no message'}. " + isolation.INSTALL_HINT
+                f"{self.proc.returncode}): {why or 'no message'}. " + launcher.INSTALL_HINT
             )
         caps = protocol.loads(hello)
         if caps.get("uid") == 0:
             self.kill()
-            raise isolation.IsolationUnavailable("the sandbox worker runs as root; refusing")
+            raise launcher.IsolationUnavailable("the sandbox worker runs as root; refusing")
         if isolation_mode == "bwrap" and not (caps.get("landlock") and caps.get("seccomp")):
             self.kill()
-            raise isolation.IsolationUnavailable(
+            raise launcher.IsolationUnavailable(
                 f"Landlock (abi={caps.get('landlock')}) or seccomp (x86_64 only: {caps.get('seccomp')}) is not "
                 "available in this kernel; the default isolation needs both. Use isolation='rlimits' to run weaker."
             )
@@ -160,7 +133,7 @@ class _Worker:
         self.proc.wait()
         self.sock.close()
         self.err.close()
-        return isolation.cgroup_remove(self.cgroups, wait_s)
+        return launcher.cgroup_remove(self.cgroups, wait_s)
 
     def run(self, job: Job, limits: Limits) -> Outcome:
         hdr = f"{job.mode} {job.n}"  # the worker has the pool's limits from its command line
@@ -274,18 +247,18 @@ class SandboxPool:
         if isolation_mode not in ("bwrap", "rlimits"):
             raise ValueError(f"isolation must be 'bwrap' or 'rlimits', not {isolation_mode!r}")
         if isolation_mode == "bwrap":
-            isolation.find_bwrap()
+            launcher.find_bwrap()
         self.mode, self.limits = isolation_mode, limits
         # one more than the cores by default: the spare worker forks while another waits on the host
         # (or the host on it); with more, a long execution shares its core with more workers and
         # finishes last. The comparison (benchmarks/sandbox.py --workers N): docs/benchmarks.md.
         self.n = max(1, min(16, num_workers or len(os.sched_getaffinity(0)) + 1))
-        self.python = isolation.sandbox_python()
+        self.python = launcher.sandbox_python()
         self.pid = os.getpid()
         self.claim = PoolClaim.acquire()  # a random id, claimed; what dead pools left is reclaimed first
-        self.uids = [isolation.slot_uid(s, self.claim.id) for s in range(self.n)]
+        self.uids = [launcher.slot_uid(s, self.claim.id) for s in range(self.n)]
         self._dir = self.claim.code_dir
-        install_worker_code(self._dir)
+        launcher.install_sandbox_code(self._dir, "worker")
         self._idle: queue.Queue = queue.Queue()
         for slot in range(self.n):
             self._idle.put([slot, None])
@@ -323,7 +296,7 @@ class SandboxPool:
         """Kill ``worker`` without waiting for its cgroups to empty (a worker killed with a tmpfs
         full of files takes a while to go: not the sample's time); they, and ``busy``, are removed
         when empty, at a later start or at close."""
-        left = isolation.cgroup_remove(busy, 0) + (worker.kill(wait_s=0) if worker is not None else [])
+        left = launcher.cgroup_remove(busy, 0) + (worker.kill(wait_s=0) if worker is not None else [])
         with self._lock:
             self._busy_cgroups += left
 
@@ -333,7 +306,7 @@ class SandboxPool:
             worker = self._ensure(slot)
             try:
                 return worker.run(job, self.limits)
-            except isolation.IsolationUnavailable:
+            except launcher.IsolationUnavailable:
                 raise
             except Exception as e:  # noqa: BLE001 - never crash training: replace the worker, score 0
                 log.warning("code_sandbox worker %d failed (%s); replacing it", slot[0], e)

@@ -1,9 +1,9 @@
-"""Fork server: the program that runs inside the sandbox, started by the host (``pool.py``) as
+"""Fork server: the program that runs inside the sandbox, started by the host (``host/pool.py``) as
 
     python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON
 
-CODE_DIR holds this module with ``isolation`` and ``protocol`` under their package path, and a
-``__main__.py`` that calls :func:`main` (``pool.SANDBOX_MAIN``). Run as a directory, it is the one
+CODE_DIR holds this folder (``code_sandbox/sandbox/``) under its package path, and a
+``__main__.py`` that calls :func:`main` (``host.launcher.install_sandbox_code``). Run as a directory, it is the one
 entry ``-I`` leaves on ``sys.path`` (the directory of a script is not). Importing this module
 does nothing but import: everything the worker sets up for itself happens in :func:`main`.
 
@@ -41,7 +41,7 @@ import socket
 import sys
 import time
 
-from . import isolation, protocol
+from . import layers, protocol
 
 USAGE = "usage: python -I -S -B CODE_DIR CTRL_FD ISOLATION LIMITS_JSON (the code_sandbox pool starts this worker)"
 
@@ -61,7 +61,7 @@ def _configure(argv):
     code_dir, ctrl_fd, MODE, limits = argv
     CTRL_FD = int(ctrl_fd)
     LIMITS = protocol.loads(limits.encode())
-    RLIMITS = isolation.rlimit_plan(LIMITS["mem"], LIMITS["cpu"], LIMITS["nproc"])
+    RLIMITS = layers.rlimit_plan(LIMITS["mem"], LIMITS["cpu"], LIMITS["nproc"])
     RO_PATHS = sorted({"/usr", code_dir, sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)})
     RO_PATHS += ["/dev/null", "/dev/urandom", "/dev/zero"]
 
@@ -87,13 +87,13 @@ class Scratch:
         if os.path.lexists(self.path):
             old = self.path + f".old{time.monotonic_ns()}"
             os.rename(self.path, old)  # out of every ruleset: no later child can read it
-            _remove_tree(old)
+            layers.remove_tree(old)
         os.mkdir(self.path, 0o700)
         if self.role == "a":
             os.chdir(self.path)
         if self.ruleset >= 0:
             os.close(self.ruleset)
-        self.ruleset = isolation.landlock_ruleset(RO_PATHS, [self.path])
+        self.ruleset = layers.landlock_ruleset(RO_PATHS, [self.path])
 
     def clean(self):
         if self.broken:
@@ -105,56 +105,9 @@ class Scratch:
                         return
         except OSError:
             pass
-        if not _remove_tree(self.path, keep_top=True, deadline=time.monotonic() + self.CLEAN_BUDGET_S):
+        if not layers.remove_tree(self.path, keep_top=True, deadline=time.monotonic() + self.CLEAN_BUDGET_S):
             self.broken = True
             _PROBLEMS.append(f"scratch dir {self.role} not emptied within {self.CLEAN_BUDGET_S} s")
-
-
-def _remove_tree(top, keep_top=False, deadline=None) -> bool:
-    """Remove ``top`` and all under it (iteratively: a child may nest dirs deeper than Python
-    recurses), making dirs writable on the way (a child may chmod them); symlinks are removed,
-    never followed. (Not shutil: importing it would map bz2, lzma and zlib into every fork.)
-    True when it is all gone (``keep_top``: everything but ``top`` itself, left mode 0700); False
-    when something could not be removed, or at ``deadline`` (time.monotonic()) if one is given."""
-    dirs, stack, n = [], [top], 0
-
-    def late():  # every 256 steps (a step: one entry, one dir), has the deadline passed?
-        nonlocal n
-        n += 1
-        return deadline is not None and not n & 255 and time.monotonic() > deadline
-
-    try:
-        while stack:
-            d = stack.pop()
-            os.chmod(d, 0o700)
-            dirs.append(d)
-            with os.scandir(d) as entries:
-                for e in entries:
-                    if late():
-                        return False
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
-                    else:
-                        os.unlink(e.path)
-            if late():
-                return False
-        for d in reversed(dirs[1:] if keep_top else dirs):
-            if late():
-                return False
-            os.rmdir(d)
-        return True
-    except OSError:
-        return False
-
-
-def _close_all_but(keep):
-    """Close every fd above 2 except ``keep`` (a few ranged close calls, no fd moves)."""
-    low = 3
-    for fd in sorted(keep):
-        if fd > low:
-            os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, 1 << 16)
 
 
 def _child(keep, rlimits, scratch, stdin=None, stdout=None):
@@ -166,25 +119,7 @@ def _child(keep, rlimits, scratch, stdin=None, stdout=None):
     if stdout is not None:
         os.dup2(stdout, 1)
     # the worker itself works in SCRATCH_A: its forks start there
-    enter_layers(keep, rlimits, scratch.ruleset, None if scratch is SCRATCH_A else scratch.path, MODE)
-
-
-def enter_layers(keep, rlimits, ruleset, workdir, mode):
-    """The inner layers of every sandboxed child, in this order: its own session, ``workdir`` (None: stay),
-    Landlock (its ruleset is an fd: before the fds are closed), no fds but ``keep`` and 0-2, rlimits (NOFILE is
-    low: after), seccomp. Under ``mode == "bwrap"`` a missing Landlock or seccomp ends the child (exit 71): the
-    layer is promised there, so it fails closed."""
-    os.setsid()
-    if workdir is not None:
-        os.chdir(workdir)
-    if ruleset >= 0:
-        isolation.landlock_enter(ruleset)
-    elif mode == "bwrap":
-        os._exit(71)
-    _close_all_but(keep)
-    isolation.apply_rlimits(rlimits)
-    if not isolation.apply_seccomp() and mode == "bwrap":
-        os._exit(71)
+    layers.enter_layers(keep, rlimits, scratch.ruleset, None if scratch is SCRATCH_A else scratch.path, MODE)
 
 
 def _read_fd(fd):
@@ -464,7 +399,7 @@ def tester_loop(sock_fd):
                 os.close(f)
             except OSError:
                 pass
-        _remove_tree(".", keep_top=True)  # files the test code wrote stay out of the next job
+        layers.remove_tree(".", keep_top=True)  # files the test code wrote stay out of the next job
         if set(sys.modules) != modules:  # a job imported something (the candidate's names may ask
             sock.send(b"last")  # for any stdlib module): retire, so that no import outlives its job
             os._exit(0)
@@ -508,9 +443,9 @@ _PROBLEMS: list = []
 
 def _note_exit(status):
     """A child's wait status: exiting with a status that only the worker's own code can use
-    (``isolation.RESERVED_EXIT_STATUSES``, refused to sandboxed code by the seccomp filter) means it
+    (``layers.RESERVED_EXIT_STATUSES``, refused to sandboxed code by the seccomp filter) means it
     failed before its lockdown was complete: an internal error, never the program's failure."""
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) in isolation.RESERVED_EXIT_STATUSES:
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) in layers.RESERVED_EXIT_STATUSES:
         _PROBLEMS.append(f"a child exited with {os.WEXITSTATUS(status)} before its lockdown was complete")
     return status
 
@@ -536,7 +471,7 @@ class Tester:
 
     def __init__(self, limits):
         life = (limits["cpu"] + 1) * self.RECYCLE_AFTER  # CPU over its whole life
-        self.rlimits = isolation.rlimit_plan(limits["mem"], life, limits["nproc"])
+        self.rlimits = layers.rlimit_plan(limits["mem"], life, limits["nproc"])
         self.pid, self.sock, self.jobs = None, None, 0
 
     def ensure(self):
@@ -551,7 +486,7 @@ class Tester:
             tester_loop(there.fileno())
 
         self.pid = _fork(t)
-        isolation.apply_rlimits(self.rlimits, self.pid)  # as the tester does too: they hold from here on (_after_job)
+        layers.apply_rlimits(self.rlimits, self.pid)  # as the tester does too: they hold from here on (_after_job)
         there.close()
         self.sock, self.jobs = here, 0
         return self
@@ -674,9 +609,9 @@ def _after_job():
     process); should one ever, every later child would inherit it and fail quietly."""
     try:
         for who, pid, want in (("worker", 0, BASELINE), ("tester", TESTER.pid, TESTER_BASELINE)):
-            now = isolation.process_state(pid) if pid is not None else want
+            now = layers.process_state(pid) if pid is not None else want
             if now != want:
-                _PROBLEMS.append(f"the {who}'s limits, affinity or priority changed: {isolation.state_changes(want, now)}")
+                _PROBLEMS.append(f"the {who}'s limits, affinity or priority changed: {layers.state_changes(want, now)}")
     except OSError as e:
         _PROBLEMS.append(f"state check failed: {e}")
     return "; ".join(_PROBLEMS) or None
@@ -701,19 +636,19 @@ def main(argv=None):
     os.dup2(null, 0)  # children keep these (and 2, below) unless a test gives its own stdin/stdout
     os.dup2(null, 1)
     SCRATCH_A, SCRATCH_B = Scratch("a"), Scratch("b")
-    isolation.no_new_privs()  # for this process and every fork: Landlock and seccomp need it
-    isolation.apply_rlimits(isolation.worker_rlimit_plan(LIMITS["fsize"]))
-    isolation.seccomp_prepare()
+    layers.no_new_privs()  # for this process and every fork: Landlock and seccomp need it
+    layers.apply_rlimits(layers.worker_rlimit_plan(LIMITS["fsize"]))
+    layers.seccomp_prepare()
     TESTER = Tester(LIMITS)
-    BASELINE = isolation.process_state()
-    TESTER_BASELINE = isolation.with_rlimits(BASELINE, TESTER.rlimits)
+    BASELINE = layers.process_state()
+    TESTER_BASELINE = layers.with_rlimits(BASELINE, TESTER.rlimits)
     import gc
 
     gc.collect()
     gc.freeze()  # children's collections skip the worker's objects: fewer copy-on-write faults
     os.dup2(null, 2)  # set up: from here on, nothing of ours (nor any child) writes to the host's log file
     TESTER.ensure()  # forked now, before any sample data exists
-    caps = {"ready": True, "uid": os.getuid(), "landlock": isolation.landlock_abi(), "seccomp": isolation._X86_64}
+    caps = {"ready": True, "uid": os.getuid(), "landlock": layers.landlock_abi(), "seccomp": layers.X86_64}
     sock.send(protocol.dumps(caps))
     while True:
         try:
@@ -723,7 +658,7 @@ def main(argv=None):
         if not msg:  # the host is gone or closed us: leave nothing behind
             TESTER.stop()
             for s in (SCRATCH_A, SCRATCH_B):
-                _remove_tree(s.path)
+                layers.remove_tree(s.path)
             return
         try:  # b"<mode> <number of tests> <io: ms for all cases>"; the limits are the pool's, from the command line
             mode, n, *ms = msg.split(b" ")
