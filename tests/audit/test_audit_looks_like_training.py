@@ -21,26 +21,40 @@ def _cases(tmp_path, rows, name="cases.jsonl"):
     return str(path)
 
 
-def test_a_reward_that_memorised_the_shipped_cases_is_caught_by_the_variants():
+#: Shipped math cases of a few classes (the whole corpus takes minutes through boxed_math on a loaded machine).
+_CLASSES = ("agreement", "restates_question", "hedging", "equivalent_forms")
+
+
+def _math_subset(tmp_path):
+    rows = [{"id": c.id, "class": c.cls, "completion": c.completion, "expected": c.expected, "columns": c.columns}
+            for c in builtin_corpus("math_answer").cases if c.cls in _CLASSES]
+    return _cases(tmp_path, rows, "math.jsonl")
+
+
+def _audit(name, tmp_path, **kwargs):
+    return audit_reward(name, cases=[_math_subset(tmp_path)], builtin=False, kind="math_answer", **kwargs)
+
+
+def test_a_reward_that_memorised_the_shipped_cases_is_caught_by_the_variants(tmp_path):
     """It scores every shipped case as labelled and pays 1.0 for anything else: the variants are texts it has not
     seen, so the wrong ones among them are accepted."""
-    report = audit_reward("tests.harness.audit_rewards:memorised_corpus", seed=7)
+    report = _audit("tests.harness.audit_rewards:memorised_corpus", tmp_path, seed=7)
     assert not report.passed
     assert report.false_positives and all("~v" in o.case.id for o in report.false_positives)
-    assert not [o for o in report.false_positives if "~v" not in o.case.id]  # the shipped cases pass as labelled
-    # without variants the same reward would pass: the variants are what catches it
-    assert audit_reward("tests.harness.audit_rewards:memorised_corpus", seed=7, variants=0).passed
+    # without variants the same reward passes: the variants are what catches it
+    assert _audit("tests.harness.audit_rewards:memorised_corpus", tmp_path, seed=7, variants=0).passed
 
 
 @pytest.mark.parametrize("name", ["honest_without_trainer_state", "honest_one_at_a_time", "honest_on_byte_ids"])
-def test_a_reward_honest_only_in_the_old_audits_call_is_caught(name):
-    report = audit_reward(f"tests.harness.audit_rewards:{name}", seed=3, variants=1)
+def test_a_reward_honest_only_in_the_old_audits_call_is_caught(name, tmp_path):
+    report = _audit(f"tests.harness.audit_rewards:{name}", tmp_path, seed=3, variants=1)
     assert not report.passed and len(report.false_positives) >= 20
 
 
-def test_the_boxed_math_gamer_beside_the_honest_built_in():
-    """The same seed: boxed_math itself passes where the reward honest only without a trainer state fails."""
-    assert audit_reward("boxed_math", seed=3, variants=1).passed
+def test_the_honest_built_in_passes_the_same_audit(tmp_path):
+    """The same cases and seed: boxed_math itself passes where the gaming rewards above fail."""
+    report = _audit("boxed_math", tmp_path, seed=3, variants=1)
+    assert report.passed, report.reasons()
 
 
 def test_calls_carry_groups_token_ids_and_a_trainer_state(tmp_path):
