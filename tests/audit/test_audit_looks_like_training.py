@@ -61,7 +61,7 @@ def test_calls_carry_groups_token_ids_and_a_trainer_state(tmp_path):
     rows = [{"id": f"r{k}", "class": "c", "completion": "right", "expected": 1, "columns": {"answer": str(k % 3)}}
             for k in range(7)] + [{"id": "w", "class": "c", "completion": "wrong", "expected": 0}]
     report = audit_reward("tests.harness.audit_rewards:shape_of_training", cases=[_cases(tmp_path, rows)],
-                          builtin=False, kind="format", seed=1)
+                          builtin=False, kind="format", seed=1, variants=0)  # the words themselves, as written
     assert report.passed, report.reasons()
     assert report.to_json()["calls"]["seed"] == 1
 

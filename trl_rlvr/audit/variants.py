@@ -9,7 +9,7 @@ label by construction (a transform changes how something is written, never what 
   ``\\cdot``/``\\times``, ``\\le``/``\\leq``, ``\\boxed {``), the operands of a sum or product of two numerals
   swapped where nothing binds tighter around them (``12 + 7`` as ``7 + 12``); outside them, prose with
   confusable letters (Cyrillic ``а``, ``е``, ``о`` for Latin ones) and a sentence put before the completion;
-* ``format``: leading and trailing whitespace, letters outside the tags replaced by confusable letters of
+* ``format``: trailing whitespace, letters outside the tags replaced by confusable letters of
   another script and digits by digits of another script (still letters and digits);
 * ``code``: a sentence before the code block, blank lines after it.
 
@@ -194,7 +194,9 @@ def _format_confusables(text: str, rng: random.Random) -> str | None:
 
 def _format(text: str, rng: random.Random):
     return [
-        ("spacing", lambda t, r: r.choice(["", " ", "\n", " \n "]) + t + r.choice(["\n", " ", "\n\n"])),
+        # after the text only: whether whitespace may come before <think> is a choice of the format (TRL's
+        # think_format_reward says no), not something every format reward must accept
+        ("spacing", lambda t, r: t + r.choice(["\n", " ", "\n\n", " \n"])),
         ("confusables", _format_confusables),
     ]
 
