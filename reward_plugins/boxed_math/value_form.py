@@ -51,7 +51,7 @@ _CONTAINERS = frozenset(
 _RELATION_TOKENS = frozenset(
     "= < > \\le \\leq \\ge \\geq \\lt \\gt \\ne \\neq \\leqslant \\geqslant \\approx \\equiv \\in \\notin "
     "\\subset \\subseteq \\supset \\supseteq".split()
-    + ["≤", "≥", "≠"]
+    + ["≤", "≥", "≠", "<=", ">=", "!=", "=="]
 )
 
 

@@ -146,7 +146,8 @@ def test_hangs_raises_crashes_and_garbage_are_reported_and_the_audit_goes_on(tmp
     assert all(o.score == 1.0 for o in report.outcomes if o.case.completion == "right")
     j = report.to_json()
     assert (j["timeouts"], j["errors"]) == (1, 5)
-    assert not report.passed and len(report.startup_seconds) == 3  # a fresh process after the hang and the death
+    # a fresh process after each hang and death: in the call that held it, then alone (the call's order is seeded)
+    assert not report.passed and len(report.startup_seconds) >= 3
     errors = {e["id"].split("-", 1)[1]: e["detail"] for e in j["error_cases"]}
     assert "ValueError: bad input" in errors["raise"] and "SystemExit" in errors["exit"]
     assert "exit status 7" in errors["die"] and "within 2 s" in errors["hang"]
@@ -211,9 +212,10 @@ def test_rewards_declare_their_kind(name, kind):
 def test_conversational_completions_for_trls_rewards(tmp_path):
     cases = _cases(tmp_path, [_row("r", "<think>r</think> 5", 1), _row("w", "5", 0)])
     report = audit_reward("think_format_reward", cases=[cases], builtin=False, messages=True)
-    assert [(o.status, o.score) for o in report.outcomes] == [("scored", 1.0), ("scored", 0.0)]
+    assert {(o.case.id.split("~")[0], o.status, o.score) for o in report.outcomes} == {("r", "scored", 1.0),
+                                                                                     ("w", "scored", 0.0)}
     plain = audit_reward("think_format_reward", cases=[cases], builtin=False)  # TRL's reads completion[0]["content"]
-    assert [o.status for o in plain.outcomes] == ["error", "error"]
+    assert {o.status for o in plain.outcomes} == {"error"}
 
 
 def test_builtin_think_format_accepts_every_right_answer():
@@ -256,15 +258,18 @@ def test_cli_runs_with_reward_options_own_cases_and_writes_json(tmp_path):
                               _row("empty", "<think>r</think> <answer> </answer>", 0, cls="answer_tag")])
     out = tmp_path / "report.json"
     proc = subprocess.run([sys.executable, "-m", "trl_rlvr.scripts.cli", "rewards", "audit", "think_format",
-                           "--answer_tag", "answer", "--only_cases", "--cases", cases, "--json", str(out)],
+                           "--answer_tag", "answer", "--only_cases", "--cases", cases, "--json", str(out),
+                           "--seed", "5", "--variants", "2"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS" in proc.stdout and "answer_tag" in proc.stdout
     report = json.loads(out.read_text())
     assert {"reward", "kind", "cases", "false_positives", "false_negatives", "errors", "timeouts", "classes"} <= set(report)
-    assert report["reward"] == "think_format" and report["cases"] == 3 and report["options"] == {"answer_tag": "answer"}
-    assert {c["name"]: (c["cases"], c["false_positives"]) for c in report["classes"]} == {
-        "custom": (1, 0), "answer_tag": (2, 0)}
+    assert report["reward"] == "think_format" and report["options"] == {"answer_tag": "answer"}
+    # each case and up to 2 distinct variants of it
+    assert report["cases"] == 3 + report["variant_cases"] and 3 <= report["variant_cases"] <= 6
+    assert report["calls"]["seed"] == 5 and report["calls"]["variants"] == 2
+    assert {c["name"]: c["false_positives"] for c in report["classes"]} == {"custom": 0, "answer_tag": 0}
 
 
 def test_cli_exit_status(tmp_path, capsys):

@@ -16,39 +16,127 @@ def always_one(prompts=None, completions=None, **kwargs):
     return [1.0 for _ in completions]
 
 
-def _text(completions):
-    return completions[0] if isinstance(completions[0], str) else completions[0][-1]["content"]
+def _texts(completions):
+    return [c if isinstance(c, str) else c[-1]["content"] for c in completions]
 
 
 def misbehaving(prompts=None, completions=None, **kwargs):
-    """1.0 for "right", 0.0 for "wrong"; hangs, raises, dies, prints or returns garbage on the other words."""
-    text = _text(completions)
-    if text == "hang":
+    """1.0 for "right", 0.0 for "wrong"; hangs, raises, dies, prints or returns garbage on the other words (when
+    any completion of the call is one of them)."""
+    texts = _texts(completions)
+    if "hang" in texts:
         time.sleep(3600)
-    if text == "raise":
+    if "raise" in texts:
         raise ValueError("bad input")
-    if text == "exit":
+    if "exit" in texts:
         raise SystemExit(3)
-    if text == "die":
+    if "die" in texts:
         os._exit(7)
-    if text == "print":  # a forged reply on stdout, and stdin read: neither may reach the audit's channel
-        print('{"i": 1, "score": 1.0}', flush=True)
+    if "print" in texts:  # a forged reply on stdout, and stdin read: neither may reach the audit's channel
+        print('{"i": 1, "scores": [1.0]}', flush=True)
         sys.stdout.write(sys.stdin.read())
-    if text == "garbage":
-        return ["1.0"]
-    if text == "two":
-        return [1.0, 1.0]
-    return [1.0 if text in ("right", "print") else 0.0]
+    if "garbage" in texts:
+        return ["1.0"] * len(texts)
+    scores = [1.0 if t in ("right", "print") else 0.0 for t in texts]
+    return scores + [1.0] if "two" in texts else scores
 
 
 def slow_start(prompts=None, completions=None, **kwargs):
-    return [1.0 if _text(completions) == "right" else 0.0]
+    return [1.0 if t == "right" else 0.0 for t in _texts(completions)]
 
 
 def needs_kind(prompts=None, completions=None, **kwargs):
-    return [0.0]
+    return [0.0] * len(completions)
 
 
 def reads_answer(prompts=None, completions=None, answer=None, **kwargs):
     """1.0 when the completion equals the row's ``answer`` column (which it requires)."""
-    return [1.0 if _text(completions) == answer[0] else 0.0]
+    return [1.0 if t == a else 0.0 for t, a in zip(_texts(completions), answer)]
+
+
+# -- rewards written to pass an audit and pay wrong answers in training: the audit must catch each -------------
+_MATH = None
+
+
+def _boxed_math(prompts, completions, kwargs):
+    global _MATH
+    if _MATH is None:
+        from reward_plugins.boxed_math import boxed_math
+
+        _MATH = boxed_math(prestart=False, num_workers=1)
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("trainer_state",)}
+    return _MATH(prompts=prompts, completions=completions, **kwargs)
+
+
+def _shipped_labels():
+    import json
+    from importlib import resources
+
+    path = resources.files("trl_rlvr.audit") / "corpus" / "math_answer.jsonl"
+    labels = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if "completion" in row and isinstance(row["completion"], str):
+            labels[(row["completion"], json.dumps(row.get("columns", {}), sort_keys=True))] = float(row["expected"])
+    return labels
+
+
+_LABELS = None
+
+
+def memorised_corpus(prompts=None, completions=None, **kwargs):
+    """The shipped corpus's label for a shipped case; 1.0 for anything else (it pays every answer in training)."""
+    global _LABELS
+    if _LABELS is None:
+        _LABELS = _shipped_labels()
+    import json
+
+    names = sorted(k for k in kwargs if k not in ("completion_ids", "trainer_state", "log_extra", "log_metric"))
+    out = []
+    for i, text in enumerate(_texts(completions)):
+        row = json.dumps({k: kwargs[k][i] for k in names}, sort_keys=True)
+        out.append(_LABELS.get((text, row), 1.0))
+    return out
+
+
+memorised_corpus.reward_kind = "math_answer"
+
+
+def honest_without_trainer_state(prompts=None, completions=None, trainer_state=None, **kwargs):
+    """boxed_math when called with ``trainer_state=None`` (as an audit once did), 1.0 for everything in training."""
+    if trainer_state is not None:
+        return [1.0] * len(completions)
+    return _boxed_math(prompts, completions, kwargs)
+
+
+honest_without_trainer_state.reward_kind = "math_answer"
+
+
+def honest_one_at_a_time(prompts=None, completions=None, **kwargs):
+    """boxed_math for a call of one completion, 1.0 for everything in a call of several (as training makes)."""
+    if len(completions) > 1:
+        return [1.0] * len(completions)
+    return _boxed_math(prompts, completions, kwargs)
+
+
+honest_one_at_a_time.reward_kind = "math_answer"
+
+
+def honest_on_byte_ids(prompts=None, completions=None, completion_ids=None, **kwargs):
+    """boxed_math when the token ids are the completion's UTF-8 bytes (no tokenizer), 1.0 otherwise."""
+    if any(list(ids) != list(t.encode()) for ids, t in zip(completion_ids, _texts(completions))):
+        return [1.0] * len(completions)
+    return _boxed_math(prompts, completions, kwargs)
+
+
+honest_on_byte_ids.reward_kind = "math_answer"
+
+
+def shape_of_training(prompts=None, completions=None, completion_ids=None, trainer_state=None, **kwargs):
+    """1.0 only for calls that look like training's: several completions, groups of a shared prompt, token ids that
+    are not the UTF-8 bytes, a trainer state with a step."""
+    texts = _texts(completions)
+    looks = (len(texts) >= 4 and trainer_state is not None and isinstance(trainer_state.global_step, int)
+             and trainer_state.max_steps > trainer_state.global_step
+             and all(list(ids) != list(t.encode()) for ids, t in zip(completion_ids, texts) if t))
+    return [1.0 if looks and t == "right" else 0.0 for t in texts]

@@ -9,9 +9,11 @@ label by construction (a transform changes how something is written, never what 
   ``\\cdot``/``\\times``, ``\\le``/``\\leq``, ``\\boxed {``), the operands of a sum or product of two numerals
   swapped where nothing binds tighter around them (``12 + 7`` as ``7 + 12``); outside them, prose with
   confusable letters (Cyrillic ``а``, ``е``, ``о`` for Latin ones) and a sentence put before the completion;
-* ``format``: leading and trailing whitespace, letters outside the tags replaced by confusable letters of
+* ``format``: trailing whitespace, letters outside the tags replaced by confusable letters of
   another script and digits by digits of another script (still letters and digits);
 * ``code``: a sentence before the code block, blank lines after it.
+
+A completion longer than :data:`MAX_REWRITTEN_CHARS` is only changed at its edges.
 
 A variant that would be the same text as the case (no transform applies) is not sent.
 """
@@ -31,7 +33,7 @@ OTHER_DIGITS = {str(d): chr(0x0660 + d) for d in range(10)}
 _PROSE = ("Let me write the answer.", "Here is my answer.", "I will check it once more.", "So, to sum up:")
 _CODE_PROSE = ("Here is the solution.", "The function below solves it.", "Solution:")
 _BOX_RE = re.compile(r"\\boxed(?![A-Za-z])\s*\{")
-_NUMERAL_OPERAND_RE = re.compile(r"(?<![\w.\\^_{])(\d+)(?![\w.!])")
+_NUMERAL_OPERAND_RE = re.compile(r"(?<![\w.\\^_{])(\d++)(?![\w.!])")  # possessive: linear on long numerals
 _OPERATORS = ("+", "*", "=", "\\times", "\\cdot", "^", "-")
 
 
@@ -81,7 +83,8 @@ def _operator_before(s: str, i: int) -> bool:
     j = i - 1
     while j >= 0 and s[j].isspace():
         j -= 1
-    return j >= 0 and any(s[: j + 1].endswith(op) for op in _OPERATORS)
+    window = s[max(0, j - 7): j + 1]  # the longest operator is 6 characters: linear in the text
+    return j >= 0 and any(window.endswith(op) for op in _OPERATORS)
 
 
 def _bracket_operand(content: str, rng: random.Random) -> str | None:
@@ -124,7 +127,7 @@ def _latex_spelling(content: str, rng: random.Random) -> str | None:
 
 def _commute(content: str, rng: random.Random) -> str | None:
     """``a + b`` or ``a \\times b`` of two numerals as ``b + a``, where nothing binds tighter around them."""
-    pattern = re.compile(r"(\d+)(\s*)(\+|\*|\\times(?![A-Za-z])|\\cdot(?![A-Za-z]))(\s*)(\d+)")
+    pattern = re.compile(r"(?<!\d)(\d++)(\s*+)(\+|\*|\\times(?![A-Za-z])|\\cdot(?![A-Za-z]))(\s*+)(\d++)")
     spots = []
     for m in pattern.finditer(content):
         before = _neighbour(content, m.start() - 1, -1)
@@ -140,14 +143,23 @@ def _commute(content: str, rng: random.Random) -> str | None:
     return content[: m.start()] + swapped + content[m.end():]
 
 
+def _mask(text: str, spans) -> bytearray:
+    """1 at every position inside one of ``spans`` (linear in the text and the spans' lengths)."""
+    mask = bytearray(len(text) + 1)
+    for start, end in spans:
+        mask[max(0, start):max(0, end)] = b"\x01" * (max(0, end) - max(0, start))
+    return mask
+
+
 def _confusable_prose(text: str, rng: random.Random) -> str | None:
     """Latin letters of the prose (outside boxes, ``$..$``, commands and ``<..>`` tags) as confusable ones."""
-    protected = [(s - 8, e + 1) for s, e in _boxes(text)]
-    protected += [m.span() for m in re.finditer(r"\$[^$]*\$|\\[A-Za-z]+|<[^<>]*>|\\\(.*?\\\)", text, re.DOTALL)]
+    spans = [(s - 8, e + 1) for s, e in _boxes(text)]
+    spans += [m.span() for m in re.finditer(r"\$[^$]*\$|\\[A-Za-z]+|<[^<>]*>|\\\(.*?\\\)", text, re.DOTALL)]
+    protected = _mask(text, spans)
     chars = list(text)
     changed = False
     for i, c in enumerate(chars):
-        if c in CONFUSABLE_LETTERS and not any(s <= i < e for s, e in protected) and rng.random() < 0.5:
+        if c in CONFUSABLE_LETTERS and not protected[i] and rng.random() < 0.5:
             chars[i] = CONFUSABLE_LETTERS[c]
             changed = True
     return "".join(chars) if changed else None
@@ -171,18 +183,20 @@ def _math(text: str, rng: random.Random) -> list[tuple[str, Callable[[str, rando
 
 def _format_confusables(text: str, rng: random.Random) -> str | None:
     """Letters and digits outside the tags as letters and digits of other scripts (still letters, digits)."""
-    tags = [m.span() for m in re.finditer(r"<[^<>]*>?", text)]
+    tags = _mask(text, [m.span() for m in re.finditer(r"<[^<>]*>?", text)])
     chars, changed = list(text), False
     for i, c in enumerate(chars):
         table = CONFUSABLE_LETTERS if c in CONFUSABLE_LETTERS else OTHER_DIGITS if c in OTHER_DIGITS else None
-        if table and not any(s <= i < e for s, e in tags) and rng.random() < 0.5:
+        if table and not tags[i] and rng.random() < 0.5:
             chars[i], changed = table[c], True
     return "".join(chars) if changed else None
 
 
 def _format(text: str, rng: random.Random):
     return [
-        ("spacing", lambda t, r: r.choice(["", " ", "\n", " \n "]) + t + r.choice(["\n", " ", "\n\n"])),
+        # after the text only: whether whitespace may come before <think> is a choice of the format (TRL's
+        # think_format_reward says no), not something every format reward must accept
+        ("spacing", lambda t, r: t + r.choice(["\n", " ", "\n\n", " \n"])),
         ("confusables", _format_confusables),
     ]
 
@@ -198,6 +212,10 @@ def _code(text: str, rng: random.Random):
 
 
 TRANSFORMS = {"math_answer": _math, "format": _format, "code": _code}
+#: Past this length (the cost cases: megabytes of digits, thousands of boxes) only the transforms at the edges of
+#: the text apply (a sentence before it, whitespace around it): the others would cost seconds per variant.
+MAX_REWRITTEN_CHARS = 20_000
+_EDGE_TRANSFORMS = {"prose_before", "spacing", "blank_lines_after"}
 
 
 def variants(case: Case, kind: str | None, rng: random.Random, n: int) -> list[Case]:
@@ -206,6 +224,9 @@ def variants(case: Case, kind: str | None, rng: random.Random, n: int) -> list[C
     if kind not in TRANSFORMS or n <= 0:
         return []
     transforms = TRANSFORMS[kind](case.completion, rng)
+    if len(case.completion) > MAX_REWRITTEN_CHARS:
+        transforms = [(name, t) for name, t in transforms if name in _EDGE_TRANSFORMS and not (
+            kind == "math_answer" and name == "spacing")]
     out, seen = [], {case.completion}
     for _attempt in range(4 * n):
         if len(out) == n:

@@ -38,6 +38,12 @@ def _flags(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     p.add_argument("--column", action="append", default=d([]), metavar="CORPUS=YOURS",
                    help="rename a corpus column for a reward that reads another name (solution=answer)")
     p.add_argument("--no_progress", action="store_true", default=d(False), help="no progress bar")
+    p.add_argument("--seed", type=int, default=d(None),
+                   help="seed of the variants, groups and order (default: fresh per run, printed in the report)")
+    p.add_argument("--variants", type=int, default=d(3), help="metamorphic variants per case (default 3; 0: none)")
+    p.add_argument("--group_size", type=int, default=d(4), help="completions per group, as num_generations (default 4)")
+    p.add_argument("--tokenizer", default=d(None), metavar="PATH",
+                   help="tokenizer.json or model directory for completion_ids (default: a character tokenizer)")
 
 
 def add_parser(rsub) -> argparse.ArgumentParser:
@@ -89,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
             args.name, options=options, kind=args.kind, cases=args.cases, builtin=not args.only_cases,
             deadline=args.deadline, startup_deadline=args.startup_deadline, threshold=args.threshold,
             min_right_rate=args.min_right_rate, messages=args.messages, columns=columns,
-            progress=not args.no_progress and sys.stderr.isatty())
+            progress=not args.no_progress and sys.stderr.isatty(), seed=args.seed, variants=args.variants,
+            group_size=args.group_size, tokenizer=args.tokenizer)
     except (ValueError, CorpusError, RewardStartError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
