@@ -5,7 +5,7 @@ versioned corpus of cases suited to the reward's kind (``math_answer``, ``code``
 it as its ``reward_kind`` attribute) through the reward, one case per call, each under a deadline, in a child
 process the reward cannot take down with it, and reports per class the wrong answers it accepted (false
 positives), the right answers it rejected (false negatives), crashes and hangs, and the cost. The rule for
-passing is in :mod:`trl_rlvr.audit.verdict`; the corpora's schema in :mod:`trl_rlvr.audit.cases`.
+passing is in :mod:`trl_rlvr.audit.scorecard`; the corpora's schema in :mod:`trl_rlvr.audit.cases`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from trl_rlvr.audit.cases import (
     load_corpus,
 )
 from trl_rlvr.audit.runner import Outcome, RewardStartError, Runner
-from trl_rlvr.audit.verdict import MIN_RIGHT_RATE, AuditReport
+from trl_rlvr.audit.scorecard import MIN_RIGHT_RATE, AuditReport
 
 __all__ = ["KINDS", "AuditReport", "Case", "Corpus", "CorpusError", "Outcome", "RewardStartError", "audit_reward",
            "builtin_corpus", "load_corpus"]
