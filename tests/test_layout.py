@@ -31,13 +31,14 @@ def test_the_top_level_holds_the_public_faces_and_subpackages():
 
 
 def test_no_two_modules_share_a_name_across_subpackages():
-    """One name, one thing: two ``cli.py`` or ``report.py`` in two subpackages make a reader ask which. Package
-    ``__init__`` files and ``trl_rlvr/scripts/`` (one module per command, named for what it runs) excepted."""
+    """One name, one thing: two ``cli.py`` or ``report.py`` (or ``verdict.py`` and ``verdicts.py``) in two
+    subpackages make a reader ask which. Package ``__init__`` files and ``trl_rlvr/scripts/`` (one module per
+    command, named for what it runs) excepted."""
     seen = {}
     for path in PACKAGE.rglob("*.py"):
         if path.name == "__init__.py" or path.parent == PACKAGE / "scripts":
             continue
-        seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+        seen.setdefault(path.stem.removesuffix("s"), []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
 
 

@@ -66,7 +66,8 @@ from trl_rlvr.algorithms.losses import per_step_num_items
 from trl_rlvr.algorithms.metrics import rollout_metrics, tool_metrics
 from trl_rlvr.algorithms.shaping import overlong_penalty
 from trl_rlvr.checks.alarms import RLVRAlarms
-from trl_rlvr.checks.settings import check_dataset_columns, check_tool_settings
+from trl_rlvr.checks.columns import check_dataset_columns
+from trl_rlvr.checks.settings import check_tool_settings
 from trl_rlvr.config import RLVRConfig
 from trl_rlvr.faults import checkpoint_to_resume, sigterm_saves
 from trl_rlvr.rewards.registry import resolve_reward_funcs

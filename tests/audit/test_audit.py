@@ -166,7 +166,7 @@ def test_a_picklable_function_is_audited_in_the_child(tmp_path):
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(max_size=400))
 def test_property_shown_completions_are_plain_ascii(text):
-    from trl_rlvr.audit.verdict import _snippet
+    from trl_rlvr.audit.scorecard import _snippet
 
     shown = _snippet(text)
     assert shown.isascii() and all(c.isprintable() for c in shown)

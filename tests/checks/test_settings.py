@@ -53,16 +53,26 @@ def test_dataset_without_prompt():
         trainer_with(Dataset.from_dict({"text": ["What is 1 + 1?"], "answer": ["2"]}), ["boxed_math"])
 
 
-def test_recipe_columns_checked_before_the_model(tmp_path):
+def test_recipe_columns_checked_before_the_model(tmp_path, tiny_model_dir, monkeypatch):
+    """The recipe's data columns fail when the data loads; the rewards' columns once, in RLVRTrainer, on the dataset
+    the recipe built, before GRPOTrainer loads the model (made to fail here if it is reached)."""
+    import trl
+
     from trl_rlvr.scripts.train import main
 
+    def model_loads(*args, **kwargs):
+        raise AssertionError("the model was loaded before the columns were checked")
+
+    monkeypatch.setattr(trl.GRPOTrainer, "__init__", model_loads)
     data = tmp_path / "qa.jsonl"
-    data.write_text(json.dumps({"problem": "What is 1 + 1?", "answer": "2"}))
-    base = ["--model_name_or_path", MISSING_MODEL, "--dataset_name", str(data), "--use_cpu", "true", "--bf16",
-            "false", "--output_dir", str(tmp_path / "out"), "--report_to", "none"]
+    data.write_text("\n".join(json.dumps({"problem": f"What is {i} + 1?", "answer": str(i + 1)}) for i in range(8)))
+    base = ["--model_name_or_path", MISSING_MODEL, "--dataset_name", str(data), "--num_eval_samples", "2", "--use_cpu",
+            "true", "--bf16", "false", "--output_dir", str(tmp_path / "out"), "--report_to", "none"]
     with pytest.raises(ValueError, match=r"column 'question' \(question_column\) is not in dataset .*'problem'"):
         main(base)
-    with pytest.raises(ValueError, match="'tests' or 'test' or 'io_tests', which the reward function 'code_sandbox'"):
+    base[1] = str(tiny_model_dir)
+    with pytest.raises(ValueError, match="train_dataset lacks the column 'tests' or 'test' or 'io_tests', which the "
+                                         "reward function 'code_sandbox' reads"):
         main([*base, "--question_column", "problem", "--reward_funcs", "code_sandbox"])
 
 

@@ -210,7 +210,7 @@ def test_import_reward_function_names_what_is_wrong():
 
     fn = import_reward_function("reward_plugins.think_format:reward")
     assert fn is import_reward_function("reward_plugins.think_format.reward") and callable(fn)
-    for spec, message in [("nodots", "neither a registered reward name"),
+    for spec, message in [("nodots", "reward 'nodots' is not a module.name"),
                           ("no_such_module_xyz.fn", "cannot import 'fn' from 'no_such_module_xyz'"),
                           ("reward_plugins.think_format.nope", "cannot import 'nope'"),
                           ("trl_rlvr.rewards.registry.__name__", "is not callable")]:

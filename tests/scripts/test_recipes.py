@@ -96,6 +96,39 @@ def test_from_preset_sets_exactly_the_papers_switches():
     assert (dr.loss_type, dr.scale_rewards, dr.beta) == ("dr_grpo", "none", 0.0)
 
 
+def test_build_trainer_leaves_the_parsed_arguments_alone(tiny_model_dir, gsm8k_file, tmp_path, monkeypatch):
+    """What the trainer gets set differently (the options the rewards were built with, the model's loading
+    arguments, a success_reward that names none of the rewards) goes into a copy; the parsed arguments stay as
+    parsed (they were changed in place: reward_options emptied, model_init_kwargs and success_reward rewritten)."""
+    import copy
+
+    import trl_rlvr.trainer as trainer_module
+    from trl_rlvr.scripts.train import build_trainer, make_parser
+
+    recipe, args, model_args = make_parser().parse_args_and_config([
+        *tiny_overrides(tiny_model_dir, gsm8k_file, tmp_path), "--reward_funcs", "think_format", "boxed_math",
+        "--reward_options", '{"boxed_math": {"timeout": 2}}', "--success_reward", "boxed_math",
+    ])
+    parsed = copy.deepcopy(args.to_dict())
+    received = {}
+
+    class Recorder:
+        def __init__(self, **kwargs):
+            received.update(kwargs)
+
+    monkeypatch.setattr(trainer_module, "RLVRTrainer", Recorder)
+    build_trainer(recipe, args, model_args)
+    assert args.to_dict() == parsed
+    given = received["args"]
+    assert given is not args and given.model_init_kwargs["dtype"] == "float32"
+    assert given.reward_options == {"boxed_math": {"timeout": 2, "prefilled": True}, "think_format": {"prefilled": True}}
+    assert given.success_reward == "boxed_math"
+    recipe.reward_funcs = ["think_format"]  # the recipe's success_reward names none of them: the first verifier decides
+    args.reward_options = None
+    build_trainer(recipe, args, model_args)
+    assert received["args"].success_reward is None and args.success_reward == "boxed_math"
+
+
 def test_every_preset_sets_every_preset_field_and_only_those():
     """The fields a preset may set are listed once (PRESET_FIELDS, the base's keys); every preset sets each of them,
     so choosing a preset fixes the whole algorithm (DAPO's overlong_penalty_factor was set by one preset only)."""

@@ -6,7 +6,7 @@ it as its ``reward_kind`` attribute) through the reward, each case also as a few
 per run (:mod:`trl_rlvr.audit.variants`), in calls shaped like training's (GRPO groups, token ids, a trainer
 state: :mod:`trl_rlvr.audit.batches`), each under a deadline, in a child process the reward cannot take down
 with it, and reports per class the wrong answers it accepted (false positives), the right answers it rejected
-(false negatives), crashes and hangs, and the cost. The rule for passing is in :mod:`trl_rlvr.audit.verdict`;
+(false negatives), crashes and hangs, and the cost. The rule for passing is in :mod:`trl_rlvr.audit.scorecard`;
 the corpora's schema in :mod:`trl_rlvr.audit.cases`.
 """
 
@@ -37,8 +37,8 @@ from trl_rlvr.audit.cases import (
     load_corpus,
 )
 from trl_rlvr.audit.runner import Outcome, RewardStartError, Runner
+from trl_rlvr.audit.scorecard import MIN_RIGHT_RATE, AuditReport
 from trl_rlvr.audit.variants import variants as make_variants
-from trl_rlvr.audit.verdict import MIN_RIGHT_RATE, AuditReport
 
 __all__ = ["KINDS", "AuditReport", "Case", "Corpus", "CorpusError", "Outcome", "RewardStartError", "audit_reward",
            "builtin_corpus", "load_corpus"]

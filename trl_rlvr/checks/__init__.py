@@ -1,8 +1,8 @@
 """Everything that tells the user something is wrong, by when it runs. Each module has one job:
 
-- before a model loads: :mod:`~trl_rlvr.checks.settings` (the dataset's columns, options without effect, tool
-  settings that cannot work) and :mod:`~trl_rlvr.checks.machine` (settings this machine cannot run: one error
-  naming the overrides);
+- before a model loads: :mod:`~trl_rlvr.checks.columns` (the dataset's columns against what the rewards read),
+  :mod:`~trl_rlvr.checks.settings` (options without effect, tool settings that cannot work together) and
+  :mod:`~trl_rlvr.checks.machine` (settings this machine cannot run: one error naming the overrides);
 - during a run: :mod:`~trl_rlvr.checks.alarms` (pure rules over metric histories, and the callback
   ``RLVRTrainer`` adds);
 - on one measured batch: :mod:`~trl_rlvr.checks.verdicts` (the doctor's verdicts: pure functions of measured

@@ -12,7 +12,7 @@ Optional attributes, each read by one part of this project and checked when a pl
 attribute                   type                                       read by
 ==========================  =========================================  ===========================================
 ``required_columns``        sequence of column names, or of tuples of  the column check before the model loads
-                            names any one of which will do             (:mod:`trl_rlvr.checks`)
+                            names any one of which will do             (:mod:`trl_rlvr.checks.columns`)
 ``verifies_correctness``    ``bool``                                   the trainer's default ``success_reward``
 ``reward_kind``             one of :data:`REWARD_KINDS`                ``trl-rlvr rewards audit`` (its corpus)
 ``check_rows``              ``(dataset) -> None``, raises ``ValueError``  the check before the model loads: rows the

@@ -231,21 +231,31 @@ def load_reward(name: str, **options: Any) -> Callable[..., list[float | None]]:
     return reward
 
 
-def import_reward_function(spec: str) -> Callable[..., Any]:
-    """A reward function given by its import path, ``module:function`` or ``module.function``.
+def import_callable(spec: str, what: str) -> Callable[..., Any]:
+    """The callable at import path ``spec``, ``module:name`` or ``module.name``; ``what`` names the setting in errors
+    (``"reward"``, ``"environment_factory"``).
 
-    Raises ``ValueError`` naming ``spec`` when it is not such a path, does not import, or is not callable."""
+    Raises ``ValueError`` naming ``what`` and ``spec`` when it is not such a path, does not import, or is not
+    callable."""
     import importlib
 
     module, sep, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
     if not sep or not module or not attr:
-        raise ValueError(f"reward {spec!r} is neither a registered reward name nor a module.function path")
+        raise ValueError(f"{what} {spec!r} is not a module.name (or module:name) import path")
     try:
-        fn = getattr(importlib.import_module(module), attr)
+        obj = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"reward {spec!r}: cannot import {attr!r} from {module!r}: {e}") from e
-    if not callable(fn):
-        raise ValueError(f"reward {spec!r} is not callable")
+        raise ValueError(f"{what} {spec!r}: cannot import {attr!r} from {module!r}: {e}") from e
+    if not callable(obj):
+        raise ValueError(f"{what} {spec!r} is not callable")
+    return obj
+
+
+def import_reward_function(spec: str) -> Callable[..., Any]:
+    """A reward function given by its import path, ``module:function`` or ``module.function``.
+
+    Raises ``ValueError`` naming ``spec`` when it is not such a path, does not import, or is not callable."""
+    fn = import_callable(spec, "reward")
     check_reward_function(fn, spec)
     return fn
 

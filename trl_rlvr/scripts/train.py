@@ -10,20 +10,24 @@ The steps, in the order they can fail (cheap and likely mistakes first, the mode
 
 1. :func:`parse` -- unknown keys, unknown preset, invalid settings (``RLVRConfig`` validates itself);
 2. :func:`load_raw_data` -- the dataset, its split and its question/answer columns;
-3. :func:`recipe_rewards` -- the reward functions with their options, and the columns they need;
+3. :func:`recipe_rewards` -- the reward functions with their options (the registry resolves each name);
 4. :func:`model_settings` -- then the prompts, and :func:`build_trainer` hands everything to
-   ``RLVRTrainer``, which loads the model.
+   ``RLVRTrainer``, which checks the dataset's columns against the rewards and then loads the model.
+
+The parsed arguments are not changed: what the trainer needs set differently (the options the rewards were built
+with, the model's loading arguments) goes into the copy :func:`trainer_args` makes.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from trl_rlvr.scripts.data import COLUMNS, PROMPT_STYLES
+from trl_rlvr.scripts.data import PROMPT_STYLES
 
 
 @dataclass
@@ -232,36 +236,44 @@ def build_datasets(recipe, tokenizer, raw=None):
 
 
 # ------------------------------------------------------------------------------------------------ 3. rewards
-def recipe_rewards(recipe, training_args) -> list:
-    """The reward functions, built with their options (``reward_options`` is consumed), their columns checked.
-
-    With a prompt that ends in ``<think>`` (``chat_prefill``, ``r1zero``), ``think_format`` and ``boxed_math``
-    get ``prefilled=True``: the completion starts inside the reasoning, and an answer exists only after
-    ``</think>`` (boxed_math gives no credit to a box inside unclosed reasoning)."""
-    from trl_rlvr.checks.settings import check_dataset_columns
-    from trl_rlvr.rewards.registry import resolve_reward_funcs
+def reward_options(recipe, training_args) -> dict[str, dict]:
+    """``reward_options`` as the rewards are built with them: the user's, and ``prefilled=True`` for
+    ``think_format`` and ``boxed_math`` with a prompt that ends in ``<think>`` (``chat_prefill``, ``r1zero``): the
+    completion starts inside the reasoning, and an answer exists only after ``</think>`` (boxed_math gives no
+    credit to a box inside unclosed reasoning)."""
     from trl_rlvr.scripts.data import with_prefilled_options
 
     options = {k: dict(v) for k, v in (training_args.reward_options or {}).items()}
     with_prefilled_options(options, recipe.reward_funcs, recipe.prompt_style)
-    reward_funcs = resolve_reward_funcs(recipe.reward_funcs, options)
-    training_args.reward_options = None  # consumed: the functions are built
-    if training_args.success_reward is not None and training_args.success_reward not in [
-        getattr(f, "__name__", None) for f in reward_funcs
-    ]:
-        training_args.success_reward = None  # e.g. reward_funcs without boxed_math: the first verifier decides
+    return options
 
-    class _Columns:  # every dataset built here has these columns
-        column_names = list(COLUMNS)
 
-    check_dataset_columns(_Columns(), reward_funcs, what=f"the dataset built from {recipe.dataset_name or 'arithmetic'}")
-    return reward_funcs
+def recipe_rewards(recipe, training_args) -> list:
+    """The reward functions, built with :func:`reward_options` (names and import paths resolved by the registry).
+    The dataset's columns are checked against them by ``RLVRTrainer``, before the model loads."""
+    from trl_rlvr.rewards.registry import resolve_reward_funcs
+
+    return resolve_reward_funcs(recipe.reward_funcs, reward_options(recipe, training_args))
+
+
+def trainer_args(recipe, training_args, reward_funcs: list, model_init_kwargs: dict):
+    """The arguments ``RLVRTrainer`` gets: a copy of ``training_args`` (the parsed ones are left as they were) with
+    the options the rewards were built with, the model's loading arguments, and ``success_reward`` cleared when it
+    names none of ``reward_funcs`` (a recipe's ``success_reward: boxed_math`` with ``--reward_funcs`` that drop
+    boxed_math: the first verifier decides)."""
+    args = copy.copy(training_args)
+    args.reward_options = reward_options(recipe, training_args) or None
+    args.model_init_kwargs = model_init_kwargs
+    if args.success_reward is not None and args.success_reward not in [getattr(f, "__name__", None) for f in reward_funcs]:
+        args.success_reward = None
+    return args
 
 
 # ------------------------------------------------------------------------------------------------ 4. model
 def model_settings(model_args, training_args, quiet: bool = False):
-    """(model path, tokenizer, quantization config); ``training_args.model_init_kwargs`` filled from
-    ``model_args`` (dtype, attention, revision, 4/8-bit device map). The weights load in ``RLVRTrainer``."""
+    """(model path, tokenizer, quantization config, model_init_kwargs): ``training_args.model_init_kwargs``
+    completed from ``model_args`` (dtype, attention, revision, 4/8-bit device map). The weights load in
+    ``RLVRTrainer``."""
     from trl_rlvr.scripts.models import kbit_device_map, load_tokenizer, quantization_config, resolve_model_path
 
     model_path = resolve_model_path(model_args.model_name_or_path, quiet=quiet)
@@ -280,8 +292,7 @@ def model_settings(model_args, training_args, quiet: bool = False):
     )
     if quantization is not None:
         init_kwargs.setdefault("device_map", kbit_device_map())
-    training_args.model_init_kwargs = init_kwargs
-    return model_path, tokenizer, quantization
+    return model_path, tokenizer, quantization, init_kwargs
 
 
 def build_trainer(recipe, training_args, model_args, quiet: bool = False, main_process_first=None):
@@ -300,14 +311,14 @@ def build_trainer(recipe, training_args, model_args, quiet: bool = False, main_p
     environment_factory = build_environment_factory(recipe)
     check_recipe_fits(recipe, training_args, raw)  # num_eval_samples, num_train_samples vs the data's rows
     with (main_process_first or contextlib.nullcontext)():
-        model_path, tokenizer, quantization_config = model_settings(model_args, training_args, quiet)
+        model_path, tokenizer, quantization_config, model_init_kwargs = model_settings(model_args, training_args, quiet)
     recipe_chat_template(recipe, tokenizer)  # before the prompts are rendered and before the model loads
     data = build_datasets(recipe, tokenizer, raw)
     evaluating = training_args.eval_strategy != "no"
     trainer = RLVRTrainer(
         model=model_path,
         reward_funcs=reward_funcs,
-        args=training_args,
+        args=trainer_args(recipe, training_args, reward_funcs, model_init_kwargs),
         train_dataset=data["train"],
         eval_dataset=data["test"] if evaluating else None,
         processing_class=tokenizer,
@@ -336,16 +347,10 @@ def build_environment_factory(recipe):
     if recipe.environment_factory is None:
         return None
     import functools
-    import importlib
 
-    spec = recipe.environment_factory
-    module, sep, attr = spec.partition(":") if ":" in spec else spec.rpartition(".")
-    try:
-        factory = getattr(importlib.import_module(module), attr) if sep and module and attr else None
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"environment_factory {spec!r}: cannot import {attr!r} from {module!r}: {e}") from e
-    if not callable(factory):
-        raise ValueError(f"environment_factory {spec!r} is not a module.Class path of a callable")
+    from trl_rlvr.rewards.registry import import_callable
+
+    factory = import_callable(recipe.environment_factory, "environment_factory")
     return functools.partial(factory, **(recipe.environment_options or {}))
 
 

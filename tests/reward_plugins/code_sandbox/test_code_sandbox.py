@@ -420,7 +420,7 @@ def test_tests_that_cannot_fail_never_score(reward, columns):
 def test_rows_whose_check_cannot_fail_are_refused_before_training():
     from datasets import Dataset
 
-    from trl_rlvr.checks.settings import check_dataset_columns
+    from trl_rlvr.checks.columns import check_dataset_columns
 
     rows = Dataset.from_list([{"prompt": "p", "test": "def check(candidate):\n    assert candidate(1) == 2\n",
                                "entry_point": "f"},

@@ -194,7 +194,7 @@ def test_rows_are_checked_before_training():
     """``check_rows`` (called by trl_rlvr.checks before the model loads) finds the first row that cannot be
     scored and names it; with the helpers in the ``prompt_code`` column the same rows pass."""
     datasets = pytest.importorskip("datasets")
-    from trl_rlvr.checks.settings import check_dataset_columns
+    from trl_rlvr.checks.columns import check_dataset_columns
 
     f = code_sandbox(isolation="rlimits")  # only its row check runs: no pool is started
     rows = {

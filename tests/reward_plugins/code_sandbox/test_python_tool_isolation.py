@@ -315,7 +315,7 @@ def test_tests_environment_reads_every_column_code_sandbox_reads():
 def test_tests_environment_rows_are_checked_before_training():
     from datasets import Dataset
 
-    from trl_rlvr.checks.settings import check_dataset_columns
+    from trl_rlvr.checks.columns import check_dataset_columns
 
     good = Dataset.from_list([HUMANEVAL_ROW])
     bad = Dataset.from_list([{k: v for k, v in HUMANEVAL_ROW.items() if k != "prompt_code"}])
