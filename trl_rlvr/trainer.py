@@ -575,8 +575,9 @@ class RLVRTrainer(GRPOTrainer):
 
     def _save_rng_state(self, output_dir):
         super()._save_rng_state(output_dir)
-        # Every process's files are written before process 0 writes trainer_state.json, the mark of a complete
-        # checkpoint (trl_rlvr.faults.checkpoints); the other files are process 0's, written before it.
+        # Every process's files (its RNG state, the last one it writes; its weight and optimizer shards under FSDP
+        # or DeepSpeed, written before) exist before process 0 writes trainer_state.json, the mark of a complete
+        # checkpoint (trl_rlvr.faults.checkpoints).
         self.accelerator.wait_for_everyone()
 
     def _save_checkpoint(self, model, trial):

@@ -87,3 +87,62 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tiny_model_
                          num_processes=2)
     summaries = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"rank"')]
     assert sorted(s["rank"] for s in summaries) == [0, 1] and {s["global_step"] for s in summaries} == {step + 1}
+
+
+# ------------------------------------------------------------------------------------------------ in process
+class _Trainer:
+    """What SaveOnSigterm and sigterm_saves use of a trainer."""
+
+    def __init__(self, output_dir="out"):
+        from types import SimpleNamespace
+
+        self.accelerator = SimpleNamespace(num_processes=1, wait_for_everyone=lambda: None)
+        self.args = SimpleNamespace(output_dir=output_dir)
+        self.callbacks = []
+
+    def add_callback(self, callback):
+        self.callbacks.append(callback)
+
+    def remove_callback(self, callback):
+        self.callbacks.remove(callback)
+
+
+def test_the_handler_only_flags_and_the_step_end_saves_and_stops():
+    from transformers import TrainerControl, TrainerState
+
+    from trl_rlvr.faults import PREEMPTED_EXIT_STATUS, TrainingPreempted, sigterm_saves
+
+    before = signal.getsignal(signal.SIGTERM)
+    trainer, state = _Trainer(), TrainerState()
+    with pytest.raises(TrainingPreempted) as raised:
+        with sigterm_saves(trainer) as callback:
+            assert trainer.callbacks == [callback] and signal.getsignal(signal.SIGTERM) == callback._on_sigterm
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one changes nothing
+            assert callback.requested
+            state.global_step = 7
+            control = callback.on_step_end(None, state, TrainerControl())
+            assert control.should_save and control.should_training_stop
+    assert raised.value.code == PREEMPTED_EXIT_STATUS == 143
+    assert raised.value.checkpoint == os.path.join("out", "checkpoint-7") and raised.value.step == 7
+    assert signal.getsignal(signal.SIGTERM) == before and trainer.callbacks == []
+
+
+def test_a_sigterm_after_the_last_step_goes_to_the_previous_handler_and_off_leaves_it_alone():
+    from trl_rlvr.faults import sigterm_saves
+
+    got = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        with sigterm_saves(_Trainer()) as callback:
+            assert callback is not None and not callback._installed  # another handler is there: left in place
+        with sigterm_saves(_Trainer(), enabled=False) as callback:
+            assert callback is None
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with sigterm_saves(_Trainer()) as callback:
+            assert callback._installed  # over the default handler
+            callback._previous = lambda signum, frame: got.append(("previous", signum))
+            os.kill(os.getpid(), signal.SIGTERM)  # after the last step's end: no on_step_end follows
+        assert got == [("previous", signal.SIGTERM)]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

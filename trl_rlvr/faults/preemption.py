@@ -13,6 +13,8 @@ process, and a scheduler may also signal every process itself. While :func:`sigt
   completeness as a scheduled save) and training stops; ``RLVRTrainer.train`` raises :class:`TrainingPreempted`
   (a ``SystemExit`` with status 143 = 128 + SIGTERM, as a process killed by the signal reports) so that code after
   ``train()`` (saving a "final" model, evaluating) does not run on a job being taken away.
+- a SIGTERM that arrives after the last step's end (nothing left to checkpoint for it) is raised again when
+  ``train()`` ends, for the handler that was there before (by default: the process ends, as it would have).
 
 Resume with ``resume_from_checkpoint=True``. It is on by default (``RLVRConfig.save_on_sigterm``) where it is safe:
 only in the main thread, and only when no other SIGTERM handler than the default (or transformers'
@@ -116,6 +118,11 @@ def sigterm_saves(trainer, enabled: bool = True):
     finally:
         callback.uninstall()
         trainer.remove_callback(callback)
+        if callback.requested and callback.stopped_at is None:
+            # the signal came after the last step's end (or training raised first): nothing was saved for it, so
+            # it goes to the handler that was there before, as if this one had never been installed
+            logger.warning("SIGTERM received after the last optimizer step: no checkpoint was written for it")
+            signal.raise_signal(signal.SIGTERM)
     if callback.stopped_at is not None:
         import os
 
