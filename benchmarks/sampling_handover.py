@@ -66,7 +66,7 @@ def _count_traffic():
 
         setattr(dist, name, counted)
 
-    world = dist.get_world_size()
+    world = dist.get_world_size() if dist.is_initialized() else 1
     wrap("all_gather", lambda out, t, *a, **k: sum(size(o) for o in out) - size(t))
     wrap("all_gather_into_tensor", lambda out, t, *a, **k: size(out) - size(t))
     wrap("all_reduce", lambda t, *a, **k: size(t) * (world > 1))
@@ -181,7 +181,8 @@ def worker(opts) -> None:
         trainer._score_round = _synthetic_rounds(trainer, opts.rows, opts.width)  # the same rounds for both
         rows_bytes, peaks, seconds, batches = [], [], [], []
         for _ in range(opts.batches):
-            torch.distributed.barrier()
+            if torch.distributed.is_initialized():
+                torch.distributed.barrier()
             before_bytes, base = counter["bytes"], _reset_peak()
             start = time.perf_counter()
             batch, _ = trainer._generate_informative_batch([{}] * opts.rows)
@@ -202,12 +203,19 @@ def worker(opts) -> None:
 
 # ------------------------------------------------------------------------------------------------ driver
 def run_processes(processes: int, opts, model_dir: str) -> list[dict]:
+    import subprocess
+
     from tests.harness.launch import launch_on_cpu
 
     with tempfile.TemporaryDirectory() as out:
         args = ["--module", "benchmarks.sampling_handover", "--worker", "--model-dir", model_dir, "--out", out,
                 "--rows", str(opts.rows), "--width", str(opts.width), "--batches", str(opts.batches)]
-        launch_on_cpu(*args, num_processes=processes, timeout=1800)
+        if processes > 1:
+            launch_on_cpu(*args, num_processes=processes, timeout=1800)
+        else:  # accelerate's launcher wants 2 processes or more for gloo; one process needs no launcher
+            env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+            subprocess.run([sys.executable, "-m", *args[1:]], env=env, check=True, timeout=1800,
+                           cwd=Path(__file__).resolve().parents[1], capture_output=True)
         return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(processes)]
 
 
