@@ -24,7 +24,8 @@ Measured per process and generation batch (median over batches, then max and mea
 - peak memory: the process's resident-set high-water mark during the batch minus its resident set before
   (``/proc/self/clear_refs`` resets the mark), so the row tensors the hand-over holds at its peak.
 
-Both strategies must give every process the same rows (checked: the trained batch of each process is compared).
+One unmeasured batch first (first-call allocations). Both strategies must give every process the same rows (checked:
+the trained batch of each process is compared).
 ``--smoke``: 1 and 2 processes, 16 rows of 64 tokens, 1 batch.
 """
 
@@ -179,6 +180,7 @@ def worker(opts) -> None:
         trainer.model.train()
         counter = counter or _count_traffic()  # torch.distributed wrapped once per process
         trainer._score_round = _synthetic_rounds(trainer, opts.rows, opts.width)  # the same rounds for both
+        trainer._generate_informative_batch([{}] * opts.rows)  # warm-up (first-call allocations), not measured
         rows_bytes, peaks, seconds, batches = [], [], [], []
         for _ in range(opts.batches):
             if torch.distributed.is_initialized():
