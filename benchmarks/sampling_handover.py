@@ -24,7 +24,8 @@ Measured per process and generation batch (median over batches, then max and mea
 - peak memory: the process's resident-set high-water mark during the batch minus its resident set before
   (``/proc/self/clear_refs`` resets the mark), so the row tensors the hand-over holds at its peak.
 
-Both strategies must give every process the same rows (checked: the trained batch of each process is compared).
+One unmeasured batch first (first-call allocations). Both strategies must give every process the same rows (checked:
+the trained batch of each process is compared).
 ``--smoke``: 1 and 2 processes, 16 rows of 64 tokens, 1 batch.
 """
 
@@ -66,7 +67,7 @@ def _count_traffic():
 
         setattr(dist, name, counted)
 
-    world = dist.get_world_size()
+    world = dist.get_world_size() if dist.is_initialized() else 1
     wrap("all_gather", lambda out, t, *a, **k: sum(size(o) for o in out) - size(t))
     wrap("all_gather_into_tensor", lambda out, t, *a, **k: size(out) - size(t))
     wrap("all_reduce", lambda t, *a, **k: size(t) * (world > 1))
@@ -179,9 +180,11 @@ def worker(opts) -> None:
         trainer.model.train()
         counter = counter or _count_traffic()  # torch.distributed wrapped once per process
         trainer._score_round = _synthetic_rounds(trainer, opts.rows, opts.width)  # the same rounds for both
+        trainer._generate_informative_batch([{}] * opts.rows)  # warm-up (first-call allocations), not measured
         rows_bytes, peaks, seconds, batches = [], [], [], []
         for _ in range(opts.batches):
-            torch.distributed.barrier()
+            if torch.distributed.is_initialized():
+                torch.distributed.barrier()
             before_bytes, base = counter["bytes"], _reset_peak()
             start = time.perf_counter()
             batch, _ = trainer._generate_informative_batch([{}] * opts.rows)
@@ -202,12 +205,19 @@ def worker(opts) -> None:
 
 # ------------------------------------------------------------------------------------------------ driver
 def run_processes(processes: int, opts, model_dir: str) -> list[dict]:
+    import subprocess
+
     from tests.harness.launch import launch_on_cpu
 
     with tempfile.TemporaryDirectory() as out:
         args = ["--module", "benchmarks.sampling_handover", "--worker", "--model-dir", model_dir, "--out", out,
                 "--rows", str(opts.rows), "--width", str(opts.width), "--batches", str(opts.batches)]
-        launch_on_cpu(*args, num_processes=processes, timeout=1800)
+        if processes > 1:
+            launch_on_cpu(*args, num_processes=processes, timeout=1800)
+        else:  # accelerate's launcher wants 2 processes or more for gloo; one process needs no launcher
+            env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+            subprocess.run([sys.executable, "-m", *args[1:]], env=env, check=True, timeout=1800,
+                           cwd=Path(__file__).resolve().parents[1], capture_output=True)
         return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(processes)]
 
 

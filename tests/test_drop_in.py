@@ -94,9 +94,9 @@ warnings.simplefilter("default")  # Python's default filters, but DeprecationWar
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 from trl_rlvr import RLVRTrainer
-from trl_rlvr.testing import build_tiny_model
+from trl_rlvr.testing import build_tiny_model, load_tokenizer
 
-model_dir = build_tiny_model(sys.argv[2])
+model_dir = str(build_tiny_model(sys.argv[2]))
 trainer_class = {"grpo": GRPOTrainer, "rlvr": RLVRTrainer}[sys.argv[1]]
 args = GRPOConfig(output_dir=sys.argv[3], max_steps=3, per_device_train_batch_size=4, num_generations=4,
                   max_completion_length=6, bf16=False, use_cpu=True, report_to="none", logging_steps=1,
@@ -105,7 +105,7 @@ data = Dataset.from_dict({"prompt": [f"q{i}" for i in range(8)]})
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("default")
     trainer = trainer_class(model_dir, reward_funcs=[lambda completions, **kw: [float(len(c) % 2) for c in completions]],
-                            args=args, train_dataset=data)
+                            args=args, train_dataset=data, processing_class=load_tokenizer(model_dir))
     trainer.train()
 counts = collections.Counter(
     f"{w.category.__name__}: {str(w.message)[:80]}" for w in caught

@@ -367,6 +367,8 @@ class RLVRTrainer(GRPOTrainer):
         metrics = self._metrics["train"]
         for name, mark in marks.items():
             del metrics[name][mark:]
+            if not metrics[name]:
+                del metrics[name]  # not logged as None
         if generation is None:
             return
         figures = trained_figures(

@@ -116,10 +116,13 @@ SWAPPED_ATTRIBUTES = {
     # dynamic sampling generates with beta=0 (no reference log-probs for rows it then drops) and computes them
     # for the kept rows itself.
     "beta": "_generate_and_score_completions",
+    # the completions-table entries TRL writes in a round are held back (a fresh table for the call) until the rows
+    # trained on are known (guarded by tests/test_logged_is_trained.py).
+    "_logs": "_generate_and_score_completions",
 }
 
 #: Module-level helpers imported from TRL.
-MODULE_FUNCTIONS = {"trl.trainer.utils": ("use_adapter",)}
+MODULE_FUNCTIONS = {"trl.trainer.utils": ("use_adapter", "nanstd")}  # nanstd: TRL's figures of the trained rows
 
 #: What trl_rlvr._compat.vllm_cpu uses of TRL's VLLMGeneration (methods; ``llm``, ``mode`` and ``enable_sleep_mode`` are
 #: attributes it sets), and of vLLM's CPU model runner (checked where vLLM is installed).

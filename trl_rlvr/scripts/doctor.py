@@ -97,7 +97,7 @@ def measure(trainer, prompts: int | None = None) -> dict:
     zero = zero_signal_groups(trainer._filter_rewards(record).float().cpu(), group_size,
                               getattr(args, "dynamic_sampling_tolerance", 0.0))
     success_zero = zero_signal_groups(success.float(), group_size)
-    completions = list(trainer._logs["completion"])[-len(rows):]
+    completions = list(record.table["completion"])[-len(rows):]
     tools = tool_figures(trainer, output, metrics) if trainer.tools else None
     return {
         "tools": tools,
