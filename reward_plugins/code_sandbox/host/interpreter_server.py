@@ -53,36 +53,30 @@ class InterpreterServer:
         self.claim = PoolClaim.acquire()
         launcher.install_sandbox_code(self.claim.code_dir, "interpreter")
         uid = launcher.slot_uid(0, self.claim.id)
-        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock, self._lock, self.cgroups, self.failed_starts = host, threading.RLock(), [], 0
+        self._lock, self.failed_starts = threading.RLock(), 0
         self._waiting: deque[Interpreter] = deque()  # spawned, pidfd not received yet, in request order
         limits = protocol.dumps({"nproc": max_processes, "fsize": max_file_bytes, "scratch_bytes": SCRATCH_BYTES,
                                  "scratch_inodes": SCRATCH_INODES}).decode()  # fmt: skip
         python = launcher.sandbox_python()
-        if isolation_mode == "bwrap":
-            argv = launcher.tool_server_command(python, self.claim.code_dir, child.fileno(), limits)
-        else:
-            argv = launcher.worker_command(isolation_mode, python, self.claim.code_dir, child.fileno(), limits)
-        # the server and every interpreter with its tmpfs: a cgroup per server, under the claim
+
+        def command(ctrl_fd: int) -> list[str]:
+            if isolation_mode == "bwrap":
+                return launcher.tool_server_command(python, self.claim.code_dir, ctrl_fd, limits)
+            return launcher.worker_command(isolation_mode, python, self.claim.code_dir, ctrl_fd, limits)
+
+        # the server and every interpreter with its tmpfs: a cgroup per server, under the claim; under bubblewrap an
+        # interpreter must also be able to mount a tmpfs of its own (bwrap --cap-add)
         mem = (memory_mb << 20) + (launcher.SCRATCH_MB << 20) + (128 << 20)
-        self.proc, self.err, self.cgroups, _ = launcher.start_server(
-            argv, child, uid, f"{self.claim.cgroup_name}/tool", mem, 2 * max_processes + 64)
-        ready, _, _ = select.select([self.sock], [], [], 30)
-        hello = self.sock.recv(4096) if ready else b""
-        caps = protocol.loads(hello) if hello else {}
-        problem = None
-        if not hello:
-            self.err.seek(0)
-            problem = f"the interpreter server did not start: {self.err.read().decode(errors='replace')[-2000:]}"
-        elif caps.get("uid") == 0:
-            problem = "the interpreter server runs as root; refusing"
-        elif isolation_mode == "bwrap" and not (caps.get("landlock") and caps.get("seccomp")):
-            problem = f"Landlock ({caps.get('landlock')}) or seccomp ({caps.get('seccomp')}) is not available"
-        elif isolation_mode == "bwrap" and not caps.get("private_tmpfs"):
-            problem = "an interpreter cannot mount a tmpfs of its own in the sandbox (bwrap --cap-add refused?)"
-        if problem:
-            self.close()
-            raise launcher.IsolationUnavailable(f"PythonEnvironment: {problem}. " + launcher.INSTALL_HINT)
+        try:
+            self.server = launcher.SandboxedServer(
+                "PythonEnvironment: the interpreter server", isolation_mode, command, uid,
+                f"{self.claim.cgroup_name}/tool", mem, 2 * max_processes + 64,
+                needs=("landlock", "seccomp", "private_tmpfs"),
+            )
+        except BaseException:
+            self.claim.release()
+            raise
+        self.sock, self.proc = self.server.sock, self.server.proc
 
     def alive(self) -> bool:
         """Running, ours (not a forked host's), and able to start interpreters: ``FAILED_STARTS`` in a row that
@@ -160,20 +154,10 @@ class InterpreterServer:
         with lock if lock is not None else contextlib.nullcontext():
             if hasattr(self, "_waiting"):
                 self._fail_waiting()
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-        proc = getattr(self, "proc", None)
-        if proc is not None and os.getpid() == self.pid:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.kill()
-            proc.wait()
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.kill()  # in a process that did not start it (a fork): only its copies of the channel and log
         if os.getpid() == self.pid:
-            launcher.cgroup_remove(self.cgroups)
             self.claim.release()
 
 
