@@ -375,7 +375,7 @@ class RLVRConfig(GRPOConfig):
             )
         if self.alarm_thresholds is not None:
             self.alarm_thresholds = parse_thresholds(self.alarm_thresholds)  # every key, validated (trl_rlvr.checks.alarms)
-        check_settings(self)  # options without effect, bf16 on a CPU, use_vllm without vLLM (trl_rlvr.checks)
+        check_settings(self)  # options without effect, bf16 on a CPU, use_vllm without vLLM (trl_rlvr.checks.settings)
         if self.reward_options is not None and not isinstance(self.reward_options, dict):
             raise ValueError(f"reward_options must be a mapping plugin name -> options, got {self.reward_options!r}")
         if (

@@ -235,12 +235,8 @@ class BoxedMathReward:
     def _run(self, tasks):
         return self._pool().map(tasks, self.timeout, self.batch_timeout)
 
-    # pickling: only the options travel; the worker pool is per process and created on first use
-    def __getstate__(self):
-        return dict(self.__dict__)
-
-    def __setstate__(self, state):
-        self.__dict__.update({"memory_limit_mb": 1024, **state})  # pickles made before the option existed
+    # pickling: only the options travel (the instance holds nothing else); the worker pool is per process and
+    # created on first use
 
 
 def boxed_math(

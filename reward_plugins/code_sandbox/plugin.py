@@ -123,7 +123,7 @@ class CodeSandboxReward:
         return state
 
     def __setstate__(self, state):
-        self.__dict__.update({"think_tag": "think", **state})  # pickles made before the option existed
+        self.__dict__.update(state)
         self._pool = None
 
     @property
