@@ -136,7 +136,7 @@ def test_private_compat_is_not_imported_from_outside_the_package():
 
 
 #: Packages whose documented paths are held here (the reward side adds ``reward_plugins``).
-DOCUMENTED_PACKAGES = ("trl_rlvr",)
+DOCUMENTED_PACKAGES = ("trl_rlvr", "reward_plugins")
 
 
 def _documented_paths() -> dict[str, set[str]]:
@@ -152,7 +152,8 @@ def _documented_paths() -> dict[str, set[str]]:
             for attr in filter(None, (a.strip().split(" as ")[0] for a in attrs.split(","))):
                 found.setdefault(f"{module}.{attr}", set()).add(where)
         for dotted in re.findall(rf"\b(?:{names})(?:\.[A-Za-z_]\w*)+", text):
-            found.setdefault(dotted, set()).add(where)
+            if not any(part.isupper() for part in dotted.split(".")):  # NAME: a placeholder, not a path
+                found.setdefault(dotted, set()).add(where)
     return found
 
 
