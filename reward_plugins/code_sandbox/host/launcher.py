@@ -336,6 +336,7 @@ def worker_command(isolation: str, python: str, code_dir: str, ctrl_fd: int, lim
         find_bwrap(),
         "--unshare-all", "--unshare-user", "--disable-userns", "--new-session", "--clearenv",
         "--as-pid-1",  # the worker is the namespace's init: no extra reaper that could be orphaned
+        "--die-with-parent",  # bwrap killed from outside (a deadline, a killed pool) takes the server with it
         "--ro-bind", "/usr", "/usr",
         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
         "--ro-bind", code_dir, "/sbx",
@@ -353,12 +354,12 @@ def tool_server_command(python: str, code_dir: str, ctrl_fd: int, limits: str) -
     interpreter it forks mounts a tmpfs of its own in a mount namespace of its own, then drops every capability
     (``sandbox.layers.private_tmpfs``). The namespace is the sandbox's (no other uid is mapped, nested user
     namespaces are disabled): the capability reaches nothing outside it. The server dies with bubblewrap's outer
-    process (``--die-with-parent``), and its interpreters with it (it is their pid namespace's init): a server
-    killed from outside leaves nothing running."""
+    process (``--die-with-parent``, as every sandbox server), and its interpreters with it (it is their pid
+    namespace's init): a server killed from outside leaves nothing running."""
     argv = worker_command("bwrap", python, code_dir, ctrl_fd, limits)
     at = argv.index("--size")
     argv[at : at + 6] = ["--dir", "/tmp", "--chdir", "/", "--remount-ro", "/dev", "--remount-ro", "/",
-                         "--cap-add", "CAP_SYS_ADMIN", "--die-with-parent"]  # fmt: skip
+                         "--cap-add", "CAP_SYS_ADMIN"]  # fmt: skip
     return argv
 
 

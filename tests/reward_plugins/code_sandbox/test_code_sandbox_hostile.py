@@ -7,11 +7,13 @@ Nothing here talks to any address off this machine.
 """
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 
 import pytest
@@ -366,3 +368,44 @@ def test_workers_are_capped_by_cgroups_and_never_root(reward):
         members = open(f"{pids}/cgroup.procs").read().split()
         assert str(w.proc.pid) in members and len(members) >= 2
         assert all(os.stat(f"/proc/{p}").st_uid != 0 for p in members)
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = {int(k) for k in f.read().split()}
+        except OSError:
+            continue
+        todo.extend(kids - found)
+        found |= kids
+    return found
+
+
+def test_a_worker_whose_bubblewrap_is_killed_dies_with_it(reward):
+    """Only bubblewrap's own process killed (not its session, not its cgroups): the sandboxed worker under it dies
+    too (``--die-with-parent``) instead of running on unseen; the pool replaces it and scores exactly."""
+    pool = reward.pool
+    slot = pool._idle.get()
+    try:
+        worker = pool._ensure(slot)
+        inside = _descendants(worker.proc.pid)
+        assert inside, "no sandboxed process under bubblewrap"
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") and _state(p) != "Z" for p in inside):
+            time.sleep(0.05)
+        assert not [p for p in inside if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
+    finally:
+        pool._idle.put(slot)
+    assert reward(None, [CORRECT] * 4, tests=[TESTS] * 4) == [1.0] * 4
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
