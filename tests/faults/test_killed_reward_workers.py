@@ -1,7 +1,7 @@
 """A reward worker killed from outside (SIGKILL) in the middle of a batch costs that batch's samples it held: they
 score 0 and are counted in the reward's errors metric; the other samples of the batch score as usual, and the next
-batch is scored by fresh workers as if nothing happened. boxed_math's pool (reward_plugins._pool) and
-code_sandbox's pool (reward_plugins.code_sandbox.pool)."""
+batch is scored by fresh workers as if nothing happened. boxed_math's pool (reward_plugins.boxed_math.pool) and
+code_sandbox's pool (reward_plugins.code_sandbox.host.pool)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from reward_plugins import _pool
 from reward_plugins.boxed_math import boxed_math
+from reward_plugins.boxed_math import pool as _pool
 
 GOLDS = [str(n) for n in range(11, 19)]  # eight problems, each its own check task
 RIGHT = [f"</think> \\boxed{{{g}}}" for g in GOLDS]
@@ -109,13 +109,13 @@ TESTS = ["assert add(1, 2) == 3"]
 
 
 def test_code_sandbox_worker_killed_while_running_a_sample_costs_that_sample_only(monkeypatch):
-    from reward_plugins.code_sandbox import code_sandbox, isolation
-    from reward_plugins.code_sandbox import pool as sandbox_pool
+    from reward_plugins.code_sandbox import IsolationUnavailable, code_sandbox
+    from reward_plugins.code_sandbox.host import pool as sandbox_pool
 
     try:
         reward = code_sandbox(num_workers=2, timeout=10.0)
         reward.pool.start()
-    except isolation.IsolationUnavailable as e:
+    except IsolationUnavailable as e:
         pytest.skip(f"no sandbox here: {e}")
     try:
         run, killed = sandbox_pool._Worker.run, []
