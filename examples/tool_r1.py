@@ -219,7 +219,7 @@ def cold_start(model_path, tokenizer, script_args, training_args, out_dir, tools
         per_device_train_batch_size=script_args.sft_batch_size, lr_scheduler_type="constant", warmup_steps=0,
         assistant_only_loss=True, max_length=512, logging_steps=1, save_strategy="no", report_to="none",
         seed=training_args.seed, use_cpu=training_args.use_cpu, bf16=training_args.bf16,
-        model_init_kwargs=dict(training_args.model_init_kwargs or {}), disable_tqdm=True,
+        model_init_kwargs=dict(training_args.model_init_kwargs), disable_tqdm=True,
     )
     trainer = SFTTrainer(model=model_path, args=config, train_dataset=data, processing_class=tokenizer)
     trainer.train()
@@ -271,7 +271,6 @@ def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_ro
     else:
         rewards = [load_reward("think_format", prefilled=True), load_reward("boxed_math", prefilled=True)]
         environment_factory = None
-    training_args.model_init_kwargs = {"dtype": "float32", **(training_args.model_init_kwargs or {})}
     return RLVRTrainer(model=str(model_path), reward_funcs=rewards, args=training_args,
                        train_dataset=dataset(train_rows), processing_class=tokenizer,
                        environment_factory=environment_factory)
@@ -412,6 +411,7 @@ def main(script_args, training_args, model_args):
     say = (lambda *a: print(*a, flush=True)) if state.is_main_process else (lambda *a: None)
     out = Path(training_args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    training_args.model_init_kwargs = {"dtype": model_args.dtype or "float32", **(training_args.model_init_kwargs or {})}
     with state.main_process_first():
         base_path = resolve_model_path(model_args.model_name_or_path, quiet=not state.is_main_process)
     train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed)
@@ -448,8 +448,8 @@ def main(script_args, training_args, model_args):
         if script_args.sft_traces:
             t = time.time()
             start_path = out / "cold_start"
-            if state.is_main_process or True:  # each process trains the same cold start (seeded): no file race
-                sft_history = cold_start(base_path, tokenizer, script_args, training_args, start_path, tools)
+            # SFTTrainer: one process, or data-parallel over the launched processes; it saves on the main one
+            sft_history = cold_start(base_path, tokenizer, script_args, training_args, start_path, tools)
             timings["cold start (SFT)"] = time.time() - t
             say(f"cold start: {len(sft_history)} SFT steps in {timings['cold start (SFT)']:.0f}s, loss "
                 f"{sft_history[0]['loss']:.3f} -> {sft_history[-1]['loss']:.3f}")
