@@ -3,6 +3,8 @@
 - :mod:`.evaluate`: :func:`evaluate` (greedy) and :func:`evaluate_sampled`, single- or multi-process;
 - :mod:`.generation`: the one generation loop (greedy, or seeded sampling with each sample's stream fixed by seed, question and sample index);
 - :mod:`.vllm_generation`: the same completions from a vLLM engine (one seeded request per sample);
+- :mod:`.tool_rollouts`: multi-turn tool rollouts with an ``environment_factory`` (TRL's tool loop, each turn seeded)
+  and their figures (tool-call rate, parse failures, errors, timeouts, the budget share of tool replies);
 - :mod:`.passk`: the unbiased pass@k estimator and exact maj@k;
 - :mod:`.report`: the table, the JSON and the pass@k plot; :mod:`.callback`: :class:`SampledEvalCallback`.
 """
@@ -19,12 +21,14 @@ from trl_rlvr.evaluation.evaluate import (
 )
 from trl_rlvr.evaluation.generation import generate_completions
 from trl_rlvr.evaluation.passk import maj_at_k, mean_pass_at_k, pass_at_k
+from trl_rlvr.evaluation.tool_rollouts import generate_tool_completions, summarize_tool_rollouts, tool_chat_template
 
 __all__ = [
     "default_ks",
     "evaluate",
     "evaluate_sampled",
     "generate_completions",
+    "generate_tool_completions",
     "maj_at_k",
     "mean_pass_at_k",
     "pass_at_k",
@@ -33,4 +37,6 @@ __all__ = [
     "score_question",
     "score_questions",
     "summarize_sampled",
+    "summarize_tool_rollouts",
+    "tool_chat_template",
 ]

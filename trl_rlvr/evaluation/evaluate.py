@@ -64,11 +64,19 @@ def _generating(model, unwrap):
                 gen_model.train()
 
 
+NO_VLLM_TOOL_ROLLOUTS = (
+    "evaluation with an environment_factory (tool rollouts) runs on HF generate only: the vLLM generator does not "
+    "run multi-turn tool rollouts (use the 'hf' generator)")
+
+
 def _generate(model, tokenizer, prompts, question_ids, n, *, llm, unwrap, batch_size, n_batches, synced, on_batch,
-              **generation):
+              tool_rollouts=None, **generation):
     """One process's completions: with HF ``generate`` on ``model`` (unwrapped, in eval mode), or with the vLLM
-    engine ``llm`` when one is given (:mod:`trl_rlvr.evaluation.vllm_generation`)."""
+    engine ``llm`` when one is given (:mod:`trl_rlvr.evaluation.vllm_generation`). ``tool_rollouts``: the keyword
+    arguments of :func:`trl_rlvr.evaluation.tool_rollouts.generate_tool_completions` (multi-turn tool rollouts)."""
     if llm is not None:
+        if tool_rollouts is not None:
+            raise ValueError(NO_VLLM_TOOL_ROLLOUTS)
         from trl_rlvr.evaluation.generation import end_of_sequence_ids
         from trl_rlvr.evaluation.vllm_generation import engine_end_of_sequence_ids, generate_completions_vllm
 
@@ -77,17 +85,51 @@ def _generate(model, tokenizer, prompts, question_ids, n, *, llm, unwrap, batch_
         return generate_completions_vllm(llm, tokenizer, prompts, question_ids, n, eos_ids=eos_ids,
                                          on_batch=on_batch, **generation)
     with _generating(model, unwrap) as gen_model:
+        if tool_rollouts is not None:
+            from trl_rlvr.evaluation.tool_rollouts import generate_tool_completions
+
+            return generate_tool_completions(gen_model, tokenizer, prompts, question_ids, n, batch_size=batch_size,
+                                             n_batches=n_batches, synced_gpus=synced, on_batch=on_batch,
+                                             **tool_rollouts, **generation)
         return generate_completions(gen_model, tokenizer, prompts, question_ids, n, batch_size=batch_size,
                                     n_batches=n_batches, synced_gpus=synced, on_batch=on_batch, **generation)
 
 
+def _tool_rollout_options(tokenizer, environment_factory, chat_template, max_tool_calling_iterations, world, synced,
+                          llm):
+    """The tool-rollout arguments of :func:`_generate` (None without an environment), the tokenizer readied as TRL's
+    trainer readies it (:func:`trl_rlvr.evaluation.tool_rollouts.tool_chat_template`)."""
+    if environment_factory is None:
+        return None
+    if llm is not None:
+        raise ValueError(NO_VLLM_TOOL_ROLLOUTS)
+    if isinstance(environment_factory, dict) or not callable(environment_factory):
+        raise ValueError("environment_factory must be one callable that returns an environment (a dict of "
+                         "environments is not supported by the evaluation)")
+    from trl_rlvr.evaluation.tool_rollouts import tool_chat_template
+
+    options = dict(environment_factory=environment_factory, chat_template=tool_chat_template(tokenizer, chat_template),
+                   max_tool_calling_iterations=max_tool_calling_iterations)
+    if world > 1 and synced:
+        from accelerate.utils import gather_object
+
+        options["keep_going"] = lambda mine: any(gather_object([mine]))  # every rank makes the same generate calls
+    return options
+
+
 def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, accelerator, batch_size, n,
-                        success_threshold, format_threshold, keep_samples, progress, llm=None, **generation):
+                        success_threshold, format_threshold, keep_samples, progress, llm=None,
+                        environment_factory=None, chat_template=None, max_tool_calling_iterations=None, **generation):
     """Every process generates for its share of ``rows`` (every ``world``-th question, the same number of ``generate``
-    calls on every rank) and scores it; the per-question records, gathered on every rank, in question order."""
+    calls on every rank) and scores it; the per-question records, gathered on every rank, in question order.
+    With an ``environment_factory`` the samples are multi-turn tool rollouts (:mod:`.tool_rollouts`)."""
     from accelerate.utils import gather_object
 
     world, rank, unwrap, synced = _distributed(accelerator)
+    tool_rollouts = _tool_rollout_options(tokenizer, environment_factory, chat_template, max_tool_calling_iterations,
+                                          world, synced, llm)
+    if tool_rollouts is not None:
+        tool_rollouts["rows"] = [rows[i] for i in range(rank, len(rows), world)]
     mine = list(range(rank, len(rows), world))
     n_batches = math.ceil(math.ceil(len(rows) / world) / max(1, batch_size // n))
     bar = None
@@ -97,7 +139,8 @@ def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, ac
         bar = tqdm(total=len(rows), desc=f"sampling n={n}", unit="question")
     groups = _generate(model, tokenizer, [rows[i]["prompt"] for i in mine], mine, n, llm=llm, unwrap=unwrap,
                        batch_size=batch_size, n_batches=n_batches, synced=synced,
-                       on_batch=(lambda d: bar.update(d * world)) if bar else None, **generation)
+                       on_batch=(lambda d: bar.update(d * world)) if bar else None, tool_rollouts=tool_rollouts,
+                       **generation)
     if bar is not None:
         bar.close()
     release_memory()  # the generation's KV caches and activations, before scoring, training or the next phase
@@ -114,7 +157,8 @@ def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, ac
 
 def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerator=None,
              max_new_tokens: int = 96, batch_size: int = 32, success_threshold: float = 1.0,
-             format_threshold: float = 1.0, llm=None) -> dict:
+             format_threshold: float = 1.0, llm=None, environment_factory=None, chat_template: str | None = None,
+             max_tool_calling_iterations: int | None = None) -> dict:
     """Greedy held-out evaluation of ``model`` on ``dataset`` (rows with ``prompt`` and reference columns).
 
     ``model`` may be a wrapped training model (DDP, DeepSpeed, FSDP) when ``accelerator`` is given: it is
@@ -122,15 +166,18 @@ def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerat
     ``accuracy`` (share of answers ``success_fn`` scores >= ``success_threshold``), ``format_rate``,
     ``mean_length`` / ``length_right`` / ``length_wrong`` (tokens), ``truncated_frac`` and five ``samples``.
     ``llm``: a ``vllm.LLM`` to generate with instead of ``model``'s HF ``generate`` (as in :func:`evaluate_sampled`).
+    ``environment_factory``, ``chat_template``, ``max_tool_calling_iterations``: tool rollouts, as in
+    :func:`evaluate_sampled` (then ``tools`` holds the tool figures).
     """
     rows = [dict(r) for r in dataset]
     t0 = time.time()
     per_question = _generate_and_score(
         model, tokenizer, rows, success_fn, format_fn, [1], accelerator=accelerator, batch_size=batch_size, n=1,
         success_threshold=success_threshold, format_threshold=format_threshold, keep_samples=5, progress=False,
-        llm=llm, greedy=True, max_new_tokens=max_new_tokens,
+        llm=llm, greedy=True, max_new_tokens=max_new_tokens, environment_factory=environment_factory,
+        chat_template=chat_template, max_tool_calling_iterations=max_tool_calling_iterations,
     )
-    summary = summarize_sampled(per_question, 1, [1])
+    summary = summarize_sampled(per_question, 1, [1], max_new_tokens=max_new_tokens)
     return {
         "n": len(per_question),
         "accuracy": summary["mean@n"] or 0.0,
@@ -139,6 +186,7 @@ def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerat
         "length_right": summary["length_right"],
         "length_wrong": summary["length_wrong"],
         "truncated_frac": summary["truncated_frac"],
+        "tools": summary["tools"],
         "samples": [
             {"question": q["question"], "answer": q["answer"], "completion": q["samples"][0], "right": q["right"] == 1,
              "format": bool(q["formatted"])}
@@ -168,9 +216,17 @@ def resolve_ks(n: int, ks=None) -> list[int]:
     return ks
 
 
-def _as_completions(texts, prompt):
-    """Completions as the reward receives them: messages for a conversational prompt, else text."""
-    return [[{"role": "assistant", "content": x}] for x in texts] if not isinstance(prompt, str) else list(texts)
+def _as_completions(samples, prompt):
+    """Completions as the reward receives them: a tool rollout's messages (assistant turns and tool replies, as
+    TRL passes them), messages for a conversational prompt, else text."""
+    if isinstance(prompt, str):
+        return [s[0] for s in samples]
+    return [s[3]["messages"] if len(s) > 3 else [{"role": "assistant", "content": s[0]}] for s in samples]
+
+
+def _model_tokens(sample) -> int:
+    """A completion's length in tokens the model wrote (a tool rollout's replies excluded, as TRL counts it)."""
+    return sample[3]["model_tokens"] if len(sample) > 3 else len(sample[1])
 
 
 def score_questions(rows: list[dict], groups, success_fn, format_fn, ks, *, success_threshold: float,
@@ -183,7 +239,7 @@ def score_questions(rows: list[dict], groups, success_fn, format_fn, ks, *, succ
 
     if not rows:
         return []
-    completions = [_as_completions([s[0] for s in g], row["prompt"]) for row, g in zip(rows, groups)]
+    completions = [_as_completions(g, row["prompt"]) for row, g in zip(rows, groups)]
     columns = {k: [row.get(k) for row, g in zip(rows, groups) for _ in g] for k in rows[0] if k != "prompt"}
     kwargs = dict(
         prompts=[row["prompt"] for row, g in zip(rows, groups) for _ in g],
@@ -209,10 +265,14 @@ def score_questions(rows: list[dict], groups, success_fn, format_fn, ks, *, succ
             "formatted": sum(formatted) if formatted is not None else None,
             "pass@k": {k: pass_at_k(n, c, k) for k in ks},
             "maj@k": None,
-            "lengths": [len(s[1]) for s in group],
+            "lengths": [_model_tokens(s) for s in group],
             "right_flags": right,
             "finished": [s[2] for s in group],
         }
+        if group and len(group[0]) > 3:  # tool rollouts: each sample's figures (tool_rollouts.TOOL_COUNTS)
+            from trl_rlvr.evaluation.tool_rollouts import TOOL_COUNTS
+
+            rec["tool"] = {key: [s[3][key] for s in group] for key in TOOL_COUNTS}
         if voting:
             cls_right: dict[int, bool] = {}
             for cls, r in zip(classes[q], right):
@@ -240,7 +300,8 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
                      ks: list[int] | None = None, accelerator=None, temperature: float = 1.0, top_p: float = 1.0,
                      top_k: int = 0, max_new_tokens: int = 256, batch_size: int = 64, seed: int = 0,
                      success_threshold: float = 1.0, format_threshold: float = 1.0, progress: bool = False,
-                     keep_samples: int = 2, llm=None) -> dict:
+                     keep_samples: int = 2, llm=None, environment_factory=None, chat_template: str | None = None,
+                     max_tool_calling_iterations: int | None = None) -> dict:
     """Sampled evaluation: ``n`` completions per question, scored by the training rewards.
 
     Returns overall metrics -- ``pass@k`` (Chen et al.'s unbiased estimator, averaged over questions) for each
@@ -261,6 +322,17 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     config's end-of-sequence tokens (or is None). Each sample is a request seeded from the same triple, so its random
     stream is fixed whatever the batching; what vLLM does and does not guarantee beyond that:
     :mod:`trl_rlvr.evaluation.vllm_generation`.
+
+    ``environment_factory``: a callable returning an environment (TRL's ``environment_factory``, e.g.
+    ``reward_plugins.code_sandbox.PythonEnvironment``): each sample is then a multi-turn tool rollout, run as TRL's
+    trainer runs it (:mod:`trl_rlvr.evaluation.tool_rollouts`; HF ``generate`` only), scored on its messages as
+    the reward sees them in training, each turn seeded from the sample's triple. ``prompt`` must be a conversation;
+    the environment's ``reset`` gets the row. ``chat_template``: template text to render with (the tokenizer's own
+    must render tools otherwise); ``max_tool_calling_iterations``: TRL's cap on tool rounds (None: the budget
+    alone). ``max_new_tokens`` is then the whole completion's budget, tool replies included (TRL's
+    ``max_completion_length``). The result's ``tools`` holds the tool figures
+    (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`): tool-call rate, calls per answer, parse
+    rate and failures, errors, timeouts, the share of the budget the replies took.
     """
     from trl_rlvr.rewards.voting import supports_voting
 
@@ -273,7 +345,8 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
         model, tokenizer, rows, success_fn, format_fn, ks, accelerator=accelerator, batch_size=batch_size, n=n,
         success_threshold=success_threshold, format_threshold=format_threshold, keep_samples=keep_samples,
         progress=progress, llm=llm, temperature=temperature, top_p=top_p, top_k=top_k,
-        max_new_tokens=max_new_tokens, seed=seed,
+        max_new_tokens=max_new_tokens, seed=seed, environment_factory=environment_factory,
+        chat_template=chat_template, max_tool_calling_iterations=max_tool_calling_iterations,
     )
     result = summarize_sampled(per_question, n, ks, temperature=temperature, top_p=top_p, top_k=top_k,
                                max_new_tokens=max_new_tokens, seed=seed)
@@ -290,7 +363,10 @@ def _mean(values):
 
 
 def summarize_sampled(per_question: list[dict], n: int, ks: list[int], **settings) -> dict:
-    """Overall metrics from :func:`score_question` records (means over questions, or over all samples)."""
+    """Overall metrics from :func:`score_question` records (means over questions, or over all samples); ``tools``:
+    the tool figures of tool rollouts (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`), else None."""
+    from trl_rlvr.evaluation.tool_rollouts import summarize_tool_rollouts
+
     lengths = [x for q in per_question for x in q["lengths"]]
     right = [x for q in per_question for x in q["right_flags"]]
     has_maj = all(q["maj@k"] is not None for q in per_question)
@@ -311,5 +387,6 @@ def summarize_sampled(per_question: list[dict], n: int, ks: list[int], **setting
         "length_right": _mean(x for x, r in zip(lengths, right) if r),
         "length_wrong": _mean(x for x, r in zip(lengths, right) if not r),
         "truncated_frac": sum(not f for q in per_question for f in q["finished"]) / total,
+        "tools": summarize_tool_rollouts(per_question, settings.get("max_new_tokens")),
         "per_question": per_question,
     }

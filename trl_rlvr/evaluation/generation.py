@@ -95,6 +95,38 @@ class SeededSampler:
         return out.scatter(1, token, 0.0)
 
 
+def cut_after_eos(token_ids: Sequence[int], eos_ids) -> tuple[list[int], bool]:
+    """A generated row's tokens up to and including its first end-of-sequence token (as TRL keeps a completion's
+    ids), and whether there was one."""
+    for position, token in enumerate(token_ids):
+        if token in eos_ids:
+            return list(token_ids[: position + 1]), True
+    return list(token_ids), False
+
+
+def generate_token_rows(model, pad_token_id: int, id_lists: Sequence[Sequence[int]], seeds: Sequence[str] | None, *,
+                        max_new_tokens: int, eos_ids, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                        synced_gpus: bool = False) -> list[tuple[list[int], bool]]:
+    """One ``generate`` call that continues each token-id list (left-padded into one batch, as the tokenizer pads):
+    row ``i`` sampled by :class:`SeededSampler` from ``random.Random(seeds[i])``, or greedy when ``seeds`` is None.
+    Returns per row its new tokens up to and including the first end-of-sequence token, and whether it ended so."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    width = max(len(ids) for ids in id_lists)
+    device = next(model.parameters()).device
+    input_ids = torch.tensor([[pad_token_id] * (width - len(ids)) + list(ids) for ids in id_lists], device=device)
+    attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in id_lists], device=device)
+    processors = [] if seeds is None else [SeededSampler(seeds, temperature, top_p, top_k)]
+    with torch.no_grad():
+        gen = model.generate(
+            input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens, do_sample=False,
+            temperature=None, top_p=None, top_k=None, logits_processor=LogitsProcessorList(processors),
+            pad_token_id=pad_token_id, eos_token_id=sorted(eos_ids), synced_gpus=synced_gpus,
+        )
+    return [cut_after_eos(row, eos_ids) for row in gen[:, width:].tolist()]
+
+
 def render_prompt(prompt, tokenizer) -> str:
     """A prompt as text: a string as is, a list of messages through the tokenizer's chat template."""
     if isinstance(prompt, str):
