@@ -222,12 +222,26 @@ def cold_start(model_path, tokenizer, script_args, training_args, out_dir, tools
         model_init_kwargs=dict(training_args.model_init_kwargs), disable_tqdm=True,
     )
     trainer = SFTTrainer(model=model_path, args=config, train_dataset=data, processing_class=tokenizer)
+    trainer.add_callback(sft_lines_callback())
     trainer.train()
     trainer.save_model(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
     history = [h for h in trainer.state.log_history if "loss" in h]
     del trainer
     return history
+
+
+def sft_lines_callback():
+    from transformers import TrainerCallback
+
+    class SFTLines(TrainerCallback):
+        """One line per cold-start step (its loss), on the main process."""
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if state.is_world_process_zero and logs and "loss" in logs:
+                print(f"cold start step {state.global_step}/{state.max_steps}: loss {logs['loss']:.3f}", flush=True)
+
+    return SFTLines()
 
 
 def history_callback(say):
@@ -423,6 +437,13 @@ def main(script_args, training_args, model_args):
     evals, sft_history, metrics = {}, [], {}
     n = script_args.eval_num_samples
 
+    def checkpoint_figures():
+        """What is measured so far, after each stage (a run stopped early keeps its figures)."""
+        if state.is_main_process:
+            partial = {"arms": {label: arm_summary(r) for label, r in evals.items()}, "cold_start_history": sft_history,
+                       "timings_s": {k: round(v, 1) for k, v in timings.items()}}
+            (out / "tool_r1_partial.json").write_text(json.dumps(_jsonable(partial), indent=1))
+
     if script_args.arm == "r1zero":
         tokenizer = load_tokenizer(base_path)
         tokenizer.truncation_side = "left"
@@ -433,6 +454,7 @@ def main(script_args, training_args, model_args):
         evals["base (no tool)"] = evaluate_arm(trainer.model_wrapped, tokenizer, eval_rows, success, fmt, script_args,
                                                training_args, tool=False, n=n, accelerator=trainer.accelerator)
         timings["eval base"] = time.time() - t
+        checkpoint_figures()
         label_after = "R1-Zero (no tool)"
     else:
         tokenizer = tool_tokenizer(base_path, script_args.chat_template)
@@ -451,6 +473,7 @@ def main(script_args, training_args, model_args):
             # SFTTrainer: one process, or data-parallel over the launched processes; it saves on the main one
             sft_history = cold_start(base_path, tokenizer, script_args, training_args, start_path, tools)
             timings["cold start (SFT)"] = time.time() - t
+            checkpoint_figures()
             say(f"cold start: {len(sft_history)} SFT steps in {timings['cold start (SFT)']:.0f}s, loss "
                 f"{sft_history[0]['loss']:.3f} -> {sft_history[-1]['loss']:.3f}")
             release_memory()
@@ -460,6 +483,7 @@ def main(script_args, training_args, model_args):
         evals[label] = evaluate_arm(trainer.model_wrapped, tokenizer, eval_rows, success, fmt, script_args,
                                     training_args, tool=True, n=n, accelerator=trainer.accelerator)
         timings["eval cold start"] = time.time() - t
+        checkpoint_figures()
         if script_args.passk_samples:
             t = time.time()
             evals[label + f", n={script_args.passk_samples}"] = evaluate_arm(
@@ -480,12 +504,14 @@ def main(script_args, training_args, model_args):
     train_result = trainer.train()
     timings["RL"] = time.time() - t
     release_memory()
+    checkpoint_figures()
 
     t = time.time()
     tool = script_args.arm == "tool"
     evals[label_after] = evaluate_arm(trainer.model_wrapped, tokenizer, eval_rows, success, fmt, script_args,
                                       training_args, tool=tool, n=n, accelerator=trainer.accelerator)
     timings["eval after RL"] = time.time() - t
+    checkpoint_figures()
     if tool and script_args.passk_samples:
         t = time.time()
         evals[label_after + f", n={script_args.passk_samples}"] = evaluate_arm(
