@@ -224,8 +224,10 @@ def cold_start(model_path, tokenizer, script_args, training_args, out_dir, tools
     trainer = SFTTrainer(model=model_path, args=config, train_dataset=data, processing_class=tokenizer)
     trainer.add_callback(sft_lines_callback())
     trainer.train()
-    trainer.save_model(str(out_dir))
-    tokenizer.save_pretrained(str(out_dir))
+    trainer.save_model(str(out_dir))  # the main process writes; the others wait below before loading it
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(str(out_dir))
+    trainer.accelerator.wait_for_everyone()
     history = [h for h in trainer.state.log_history if "loss" in h]
     del trainer
     return history
