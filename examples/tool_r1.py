@@ -327,7 +327,7 @@ def arm_summary(result):
     tools = result.get("tools") or {}
     return {
         "pass@1": result["mean@n"], "n": result["n"], "questions": result["questions"],
-        f"pass@{result['n']}": (result["pass@k"].get(result["n"]) or result["pass@k"].get(str(result["n"]))),
+        f"pass@{result['n']}": next((v for k, v in result["pass@k"].items() if str(k) == str(result["n"])), None),
         "format_rate": result["format_rate"], "truncated_frac": result["truncated_frac"],
         "length_right": result["length_right"], "length_wrong": result["length_wrong"],
         "tool_call_rate": tools.get("tool_call_rate"), "calls_per_answer": tools.get("calls_per_answer"),
