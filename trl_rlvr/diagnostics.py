@@ -291,3 +291,41 @@ def check_machine(problems: Sequence[str]) -> Check:
         return Check("machine", "ok", "the precision and generation settings run on this machine")
     return Check("machine", "fail", "; ".join(problems), "override the fields named above (see the message)",
                  {"problems": list(problems)})
+
+
+# ------------------------------------------------------------------------------------------------ tools
+def check_tool_use(figures: dict, *, parse_warn_below: float = 0.9, budget_warn_at: float = 0.5,
+                   error_warn_at: float = 0.5) -> Check:
+    """A tool run's batch (``figures``: ``answers``, ``call_turns`` (turns whose tool calls parsed),
+    ``parse_failures`` (turns that opened a call TRL could not parse: kept as text, nothing ran), ``calls_per_answer``,
+    ``call_failure_rate`` (TRL's failures per call), ``errors_per_answer`` / ``timeouts_per_answer`` (the
+    environment's ``stats``, None without), ``budget_frac`` (tool-reply tokens over answers x max_completion_length)).
+
+    Warns when no answer calls a tool, when the parse rate is below ``parse_warn_below``, when the replies take
+    ``budget_warn_at`` of the budget or more, and when ``error_warn_at`` of the calls or more fail."""
+    turns, failed = figures["call_turns"], figures["parse_failures"]
+    parse_rate = turns / (turns + failed) if turns + failed else None
+    calls = figures["calls_per_answer"] * figures["answers"]
+    errors = (figures.get("errors_per_answer") or 0.0) * figures["answers"]
+    failure_rate = figures.get("call_failure_rate") or 0.0
+    error_rate = (failure_rate * calls + errors) / calls if calls else None
+    numbers = {**figures, "parse_rate": parse_rate, "error_rate": error_rate}
+    summary = (f"{figures['calls_per_answer']:.2f} tool calls per answer; tool-call parse rate "
+               + ("n/a (no call written)" if parse_rate is None else f"{parse_rate:.0%} ({turns} of {turns + failed} turns)")
+               + ("" if error_rate is None else f"; errors {error_rate:.0%} of calls")
+               + (f", {figures['timeouts_per_answer']:.2f} timeouts per answer" if figures.get("timeouts_per_answer")
+                  is not None else "")
+               + f"; tool replies take {figures['budget_frac']:.0%} of the token budget")
+    advice = []
+    if turns + failed == 0:
+        advice.append("no answer called a tool: a model that has never seen the tool-call format rarely writes "
+                      "it; start from a short SFT on tool traces (cold start) or an instruct model that calls tools")
+    if parse_rate is not None and parse_rate < parse_warn_below:
+        advice.append(f"{failed} turns opened a tool call TRL could not parse (kept as text, no tool ran): check "
+                      "that the chat template and the tokenizer's response template agree with what the model writes")
+    if figures["budget_frac"] >= budget_warn_at:
+        advice.append("tool replies fill the budget: lower the tool's max_output_chars or raise "
+                      "max_completion_length (a reply that does not fit is dropped and the rollout ends)")
+    if error_rate is not None and error_rate >= error_warn_at:
+        advice.append("most tool calls fail: read the replies in the samples (wrong arguments, code that raises)")
+    return Check("tool use", "warn" if advice else "ok", summary, "; ".join(advice), numbers)

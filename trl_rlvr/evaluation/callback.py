@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from transformers import Trainer, TrainerCallback
 
+#: the tool figures logged as ``eval/tools/<key>`` (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`)
+TOOL_KEYS = ("tool_call_rate", "calls_per_answer", "tool_call_parse_rate", "tool_error_rate", "tool_timeout_rate",
+             "tool_budget_frac", "reply_dropped_frac")
+
 
 class SampledEvalCallback(TrainerCallback):
     """Logs sampled pass@k / maj@k of ``dataset`` (rows with ``prompt`` and the reward's reference columns).
@@ -36,12 +40,17 @@ class SampledEvalCallback(TrainerCallback):
             engine (``use_vllm=True, vllm_mode="colocate"``), its weights synced first as TRL syncs them once per step.
             Each sample is seeded from ``(seed, question, sample)`` on both; the samples differ between the two
             (:mod:`trl_rlvr.evaluation.vllm_generation`).
+        environment_factory: tool rollouts (:mod:`trl_rlvr.evaluation.tool_rollouts`): ``"trainer"`` (default) takes
+            the trainer's own ``environment_factory`` when it has one (one callable; its chat template and
+            ``max_tool_calling_iterations`` too), ``None`` evaluates without tools, or a callable. Tool rollouts run on
+            HF ``generate`` only (``generator="vllm"`` is refused with one). Logs ``eval/tools/...`` besides.
     """
 
     def __init__(self, trainer, dataset, *, success_reward: str | None = None, format_reward: str | None = None,
                  n: int = 8, ks: list[int] | None = None, temperature: float | None = None, top_p: float = 1.0,
                  max_new_tokens: int | None = None, batch_size: int = 64, seed: int = 0,
-                 eval_steps: int | None = None, at_start: bool = False, generator: str = "hf"):
+                 eval_steps: int | None = None, at_start: bool = False, generator: str = "hf",
+                 environment_factory="trainer"):
         from trl_rlvr.evaluation.evaluate import resolve_ks
 
         args = trainer.args
@@ -62,12 +71,28 @@ class SampledEvalCallback(TrainerCallback):
         self.at_start = at_start
         if generator not in ("hf", "vllm"):
             raise ValueError(f"SampledEvalCallback: generator must be 'hf' or 'vllm', got {generator!r}")
+        self.generator = generator
+        tools = {}
+        if environment_factory == "trainer":
+            factories = getattr(trainer, "environment_factories", None) or {}
+            if len(factories) > 1:
+                raise ValueError("SampledEvalCallback: the trainer has several environments; pass "
+                                 "environment_factory= (one callable) or None")
+            environment_factory = next(iter(factories.values()), None)
+        if environment_factory is not None:
+            if generator == "vllm":
+                from trl_rlvr.evaluation.evaluate import NO_VLLM_TOOL_ROLLOUTS
+
+                raise ValueError(f"SampledEvalCallback: {NO_VLLM_TOOL_ROLLOUTS}")
+            tools = dict(environment_factory=environment_factory, chat_template=getattr(trainer, "chat_template", None),
+                         max_tool_calling_iterations=getattr(args, "max_tool_calling_iterations", None))
+        self.environment_factory = environment_factory
         if generator == "vllm":
             from trl_rlvr.evaluation.vllm_generation import check_trainer_vllm
 
             check_trainer_vllm(trainer)
-        self.generator = generator
         self.kwargs = dict(
+            **tools,
             n=n, ks=self.ks, temperature=temperature if temperature is not None else args.temperature, top_p=top_p,
             max_new_tokens=max_new_tokens or args.max_completion_length, batch_size=batch_size, seed=seed,
             success_threshold=getattr(args, "success_threshold", 1.0),
@@ -80,8 +105,11 @@ class SampledEvalCallback(TrainerCallback):
     def keys(self) -> list[str]:
         """Every key :meth:`metrics` may log."""
         per_k = [f"eval/{m}@{k}" for m in ("pass", "maj") for k in self.ks]
-        return per_k + [f"eval/{k}" for k in ("format_rate", "no_answer_frac", "truncated_frac", "length_right",
+        keys = per_k + [f"eval/{k}" for k in ("format_rate", "no_answer_frac", "truncated_frac", "length_right",
                                                 "length_wrong")]
+        if self.environment_factory is not None:
+            keys += [f"eval/tools/{k}" for k in TOOL_KEYS]
+        return keys
 
     def metrics(self, result: dict) -> dict:
         """The logged keys: eval/pass@k for each k (pass@1 = mean@n), eval/maj@k, format, lengths, truncation."""
@@ -91,6 +119,9 @@ class SampledEvalCallback(TrainerCallback):
         for key in ("format_rate", "no_answer_frac", "truncated_frac", "length_right", "length_wrong"):
             if result[key] is not None:
                 logs[f"eval/{key}"] = result[key]
+        for key in TOOL_KEYS if result.get("tools") else ():
+            if result["tools"][key] is not None:
+                logs[f"eval/tools/{key}"] = result["tools"][key]
         return logs
 
     def evaluate(self, state) -> dict:

@@ -38,8 +38,21 @@ def format_table(results: Mapping[str, dict]) -> str:
         ("mean length, right (tokens)", [_num(r["length_right"]) for r in results.values()]),
         ("mean length, wrong (tokens)", [_num(r["length_wrong"]) for r in results.values()]),
         ("truncated", [_pct(r["truncated_frac"]) for r in results.values()]),
-        ("sampling + scoring (s)", [_num(r.get("seconds")) for r in results.values()]),
     ]
+    if any(r.get("tools") for r in results.values()):  # tool rollouts (trl_rlvr.evaluation.tool_rollouts)
+        def tool(key, fmt):
+            return [fmt(r["tools"][key]) if r.get("tools") else "n/a" for r in results.values()]
+
+        rows += [
+            ("tool-call rate (samples)", tool("tool_call_rate", _pct)),
+            ("tool calls per answer", tool("calls_per_answer", lambda v: f"{v:.2f}")),
+            ("tool-call parse rate", tool("tool_call_parse_rate", _pct)),
+            ("tool errors (per call)", tool("tool_error_rate", _pct)),
+            ("tool timeouts (per call)", tool("tool_timeout_rate", _pct)),
+            ("tool replies: share of budget", tool("tool_budget_frac", _pct)),
+            ("tool reply dropped (budget)", tool("reply_dropped_frac", _pct)),
+        ]
+    rows.append(("sampling + scoring (s)", [_num(r.get("seconds")) for r in results.values()]))
     w0 = max(len(name) for name, _ in rows)
     widths = [max(len(label), *(len(vals[i]) for _, vals in rows)) for i, label in enumerate(labels)]
     lines = ["  ".join([f"{'metric':<{w0}}", *(f"{label:>{w}}" for label, w in zip(labels, widths))])]

@@ -56,10 +56,11 @@ def tool_chat_template(tokenizer, chat_template: str | None = None) -> str | Non
     """Ready ``tokenizer`` for tool rollouts as TRL's trainer does, and return the chat template to render with
     (``None``: the tokenizer's own).
 
-    ``chat_template`` (template text) replaces the tokenizer's. Raises ``ValueError`` when the template cannot
-    render a tool-calling conversation (TRL's ``supports_tool_calling``) or no response template is known for it
-    (TRL's ``add_response_schema``). A template that is not prefix-preserving is swapped for TRL's training
-    template (``get_training_chat_template``), as the trainer does.
+    ``chat_template``: template text to render with instead of the tokenizer's (the tokenizer's own is left as it
+    is). Raises ``ValueError`` when the template cannot render a tool-calling conversation (TRL's
+    ``supports_tool_calling``) or no response template is known for it (TRL's ``add_response_schema``, which sets
+    it on the tokenizer, as the trainer does). A template that is not prefix-preserving is swapped for TRL's
+    training template (``get_training_chat_template``), as the trainer does.
     """
     from trl.chat_template_utils import (
         add_response_schema,
@@ -68,22 +69,26 @@ def tool_chat_template(tokenizer, chat_template: str | None = None) -> str | Non
         supports_tool_calling,
     )
 
+    original = tokenizer.chat_template
     if chat_template is not None:
         tokenizer.chat_template = chat_template
-    if not supports_tool_calling(tokenizer):
-        raise ValueError(
-            "tool rollouts: the tokenizer's chat template does not render a tool-calling conversation (user -> "
-            "assistant with tool_calls -> tool); give a template that does (a recipe's `chat_template`, "
-            "docs/python_tool.md)"
-        )
-    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
-        try:
-            add_response_schema(tokenizer)
-        except ValueError as e:
-            raise ValueError(f"tool rollouts: no response template to parse tool calls with: {e}") from None
-    if is_chat_template_prefix_preserving(tokenizer):
-        return None
-    return get_training_chat_template(tokenizer)
+    try:
+        if not supports_tool_calling(tokenizer):
+            raise ValueError(
+                "tool rollouts: the chat template does not render a tool-calling conversation (user -> assistant "
+                "with tool_calls -> tool); give one that does (`chat_template`: a file or one of TRL's templates, "
+                "docs/python_tool.md)"
+            )
+        if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+            try:
+                add_response_schema(tokenizer)
+            except ValueError as e:
+                raise ValueError(f"tool rollouts: no response template to parse tool calls with: {e}") from None
+        if is_chat_template_prefix_preserving(tokenizer):
+            return chat_template
+        return get_training_chat_template(tokenizer)
+    finally:
+        tokenizer.chat_template = original
 
 
 class _RecordingParser:
@@ -322,8 +327,8 @@ def generate_tool_completions(
 ) -> list[list[tuple[str, list[int], bool, dict]]]:
     """:func:`trl_rlvr.evaluation.generation.generate_completions` for tool rollouts: ``n`` rollouts per prompt
     (conversational), each ``(transcript, completion ids, finished with EOS, info)`` where ``info`` holds the
-    completion as TRL's rewards receive it (``messages``: assistant turns and tool replies) and the rollout's
-    figures (:data:`TOOL_COUNTS`). ``rows[i]``: prompt ``i``'s dataset row, the environment's ``reset`` arguments.
+    completion as TRL's rewards receive it (``messages``: assistant turns and tool replies), TRL's ``tool_mask``
+    (0 on tool-reply tokens) and the rollout's figures (:data:`TOOL_COUNTS`). ``rows[i]``: prompt ``i``'s dataset row, the environment's ``reset`` arguments.
 
     A batch takes ``max(1, batch_size // n)`` questions; its environments are constructed once (one per rollout of
     a batch, as TRL's pool) and reset before each rollout. ``chat_template``: the template text to render with
@@ -368,7 +373,7 @@ def generate_tool_completions(
                 for r in rollouts[q * n:(q + 1) * n]:
                     transcript = tokenizer.decode(r.completion_ids, skip_special_tokens=False)
                     group.append((transcript, r.completion_ids, r.finished,
-                                  {"messages": r.completions, **r.counts}))
+                                  {"messages": r.completions, "tool_mask": r.tool_mask, **r.counts}))
                 out.append(group)
             if on_batch is not None:
                 on_batch(len(idx))

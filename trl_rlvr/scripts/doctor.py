@@ -24,6 +24,7 @@ from trl_rlvr.diagnostics import (
     check_loss_normalization,
     check_machine,
     check_reward,
+    check_tool_use,
     check_truncation,
     check_zero_signal,
     exit_code,
@@ -97,7 +98,9 @@ def measure(trainer, prompts: int | None = None) -> dict:
                               getattr(args, "dynamic_sampling_tolerance", 0.0))
     success_zero = zero_signal_groups(success.float(), group_size)
     completions = list(trainer._logs["completion"])[-len(rows):]
+    tools = tool_figures(trainer, output, metrics) if trainer.tools else None
     return {
+        "tools": tools,
         "prompts": prompts, "answers": len(rows), "group_size": group_size, "seconds": seconds,
         "reward_names": names, "scores": rewards_per_func.T.tolist(), "counters": counters,
         "success_reward": names[success_index], "success_rate": success.float().mean().item(),
@@ -106,6 +109,44 @@ def measure(trainer, prompts: int | None = None) -> dict:
         "vllm_logp_gap": metrics.get("sampling/sampling_logp_difference/mean"),
         "samples": [{"completion": c, **{n: s[i] for n, s in zip(names, rewards_per_func.T.tolist(), strict=True)}}
                     for i, c in enumerate(completions[:4])],
+    }
+
+
+def tool_figures(trainer, output: dict, metrics: dict) -> dict:
+    """A tool run's figures for :func:`trl_rlvr.diagnostics.check_tool_use`: each model turn of each answer (the
+    ``tool_mask == 1`` runs) re-read by TRL's parser to count the turns whose tool call did not parse (TRL kept
+    them as text); TRL's and the environments' per-batch metrics; the tool replies' share of the budget."""
+    from trl_rlvr.evaluation.tool_rollouts import parse_turn
+
+    tokenizer = trainer.processing_class
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    call_turns = parse_failures = tool_tokens = 0
+    rows = zip(output["prompt_ids"].tolist(), output["prompt_mask"].tolist(), output["completion_ids"].tolist(),
+               output["completion_mask"].tolist(), output["tool_mask"].tolist(), strict=True)
+    for prompt, prompt_mask, ids, mask, tool_mask in rows:
+        prefix = [t for t, m in zip(prompt, prompt_mask, strict=True) if m]
+        ids = [t for t, m in zip(ids, mask, strict=True) if m]
+        tool_mask = tool_mask[:len(ids)]
+        tool_tokens += tool_mask.count(0)
+        start = 0
+        while start < len(ids):
+            end = start
+            while end < len(ids) and tool_mask[end] == tool_mask[start]:
+                end += 1
+            if tool_mask[start]:  # a model turn
+                message, failed = parse_turn(tokenizer, ids[start:end], prefix + ids[:start], trainer.tools)
+                call_turns += bool(message.get("tool_calls"))
+                parse_failures += failed
+            start = end
+    answers = len(output["completion_ids"])
+    return {
+        "answers": answers, "call_turns": call_turns, "parse_failures": parse_failures,
+        "calls_per_answer": metrics.get("tools/call_frequency", 0.0),
+        "call_failure_rate": metrics.get("tools/failure_frequency"),
+        "errors_per_answer": metrics.get("rlvr/tool_errors_per_rollout"),
+        "timeouts_per_answer": metrics.get("rlvr/tool_timeouts_per_rollout"),
+        "tool_tokens": tool_tokens,
+        "budget_frac": tool_tokens / (answers * trainer.args.max_completion_length),
     }
 
 
@@ -133,6 +174,8 @@ def diagnose(m: dict, args) -> list[Check]:
         loss_constant=getattr(args, "loss_constant", None), max_completion_length=args.max_completion_length,
         seed=args.seed,
     ))
+    if m.get("tools") is not None:
+        checks.append(check_tool_use(m["tools"]))
     if m.get("vllm_logp_gap") is not None:
         gap = m["vllm_logp_gap"]
         checks.append(Check(

@@ -33,7 +33,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     d.add_argument("--question_column", default="question")
     d.add_argument("--answer_column", default="answer", help="reference answer (GSM8K's '... #### 42' becomes 42)")
     d.add_argument("--prompt_column", default=None, help="use this column as the prompt as is (no template)")
-    d.add_argument("--prompt_style", default="chat_prefill", choices=["chat_prefill", "r1zero", "chat"])
+    d.add_argument("--prompt_style", default=None, choices=["chat_prefill", "r1zero", "chat"],
+                   help="default: chat_prefill; chat (conversational) with --environment")
     d.add_argument("--num_questions", type=int, default=None, help="first N questions (arithmetic: default 100)")
     d.add_argument("--dataset_seed", type=int, default=0, help="built-in arithmetic: the seed of the held-out set")
     d.add_argument("--max_operand", type=int, default=20, help="built-in arithmetic: operands from 1..max_operand")
@@ -62,6 +63,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
     v.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.9)
     v.add_argument("--vllm_max_model_length", type=int, default=None, help="default: the model's")
     v.add_argument("--vllm_enforce_eager", action="store_true", help="no CUDA graphs / torch.compile (starts faster)")
+    t = p.add_argument_group("tools (multi-turn tool rollouts, as TRL's trainer runs them; HF generate only)")
+    t.add_argument("--environment", default=None, metavar="MODULE:CLASS", help="an environment class (TRL's "
+                   "environment_factory), e.g. reward_plugins.code_sandbox:PythonEnvironment: every sample is a tool "
+                   "rollout, and the tool figures are reported")
+    t.add_argument("--environment_options", default=None, help="keyword arguments of the environment, as JSON, "
+                   "e.g. '{\"timeout\": 5}'")
+    t.add_argument("--chat_template", default=None, help="the chat template to render with: a .jinja file or a "
+                   "template TRL ships (e.g. qwen2_5); needed when the model's own does not render tools")
+    t.add_argument("--max_tool_calling_iterations", type=int, default=None, help="TRL's cap on tool rounds per "
+                   "sample (default: the budget alone)")
     o = p.add_argument_group("output")
     o.add_argument("--output_dir", default="eval_results", help="where eval.json and passk.png go")
     o.add_argument("--no_plot", action="store_true")
@@ -85,6 +96,43 @@ def parse_reward_options(items: list[str]) -> dict[str, dict]:
             parsed = value
         out.setdefault(name, {})[option] = parsed
     return out
+
+
+def tool_options(args) -> dict:
+    """``evaluate_sampled``'s tool-rollout arguments from ``--environment`` and friends ({} without one);
+    ``ValueError`` naming the option."""
+    if args.environment is None:
+        for name in ("environment_options", "chat_template", "max_tool_calling_iterations"):
+            if getattr(args, name) is not None:
+                raise ValueError(f"--{name} is set but --environment is not: name the environment class")
+        return {}
+    if args.vllm:
+        from trl_rlvr.evaluation.evaluate import NO_VLLM_TOOL_ROLLOUTS
+
+        raise ValueError(f"--environment with --vllm: {NO_VLLM_TOOL_ROLLOUTS}")
+    if args.prompt_style != "chat" or args.prompt_column is not None:
+        raise ValueError(f"--environment needs conversational prompts: --prompt_style chat (not {args.prompt_style}) "
+                         "and no --prompt_column")
+    from types import SimpleNamespace
+
+    from trl_rlvr.chat_templates import resolve_chat_template
+    from trl_rlvr.scripts.train import build_environment_factory
+
+    options = args.environment_options
+    if options is not None:
+        try:
+            options = json.loads(options)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--environment_options must be a JSON object of keyword arguments: {e}") from None
+        if not isinstance(options, dict):
+            raise ValueError(f"--environment_options must be a JSON object, not {options!r}")
+    factory = build_environment_factory(SimpleNamespace(environment_factory=args.environment,
+                                                        environment_options=options))
+    if args.max_tool_calling_iterations is not None and args.max_tool_calling_iterations < 1:
+        raise ValueError(f"--max_tool_calling_iterations must be >= 1, got {args.max_tool_calling_iterations}")
+    template = None if args.chat_template is None else resolve_chat_template(args.chat_template, "--chat_template")
+    return dict(environment_factory=factory, chat_template=template,
+                max_tool_calling_iterations=args.max_tool_calling_iterations)
 
 
 def eval_rewards(args) -> tuple:
@@ -200,6 +248,9 @@ def run(args) -> int:
         ks = resolve_ks(args.n, args.k)
         if args.vllm and importlib.util.find_spec("vllm") is None:
             raise ValueError("--vllm: vLLM is not installed (pip install vllm), or evaluate without --vllm")
+        if args.prompt_style is None:
+            args.prompt_style = "chat" if args.environment else "chat_prefill"
+        tools = tool_options(args)
         success_fn, format_fn = eval_rewards(args)
         rows = load_rows(args)
     except ValueError as e:
@@ -230,7 +281,7 @@ def run(args) -> int:
             model, tokenizer, with_prompts(rows, tokenizer, args.prompt_style), success_fn, format_fn, n=args.n, ks=ks,
             accelerator=state if state.num_processes > 1 else None, temperature=args.temperature, top_p=args.top_p,
             top_k=args.top_k, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed,
-            success_threshold=args.success_threshold, progress=not args.no_progress, llm=llm,
+            success_threshold=args.success_threshold, progress=not args.no_progress, llm=llm, **tools,
         )
         results[label]["model"] = model_path
         results[label]["generator"] = "vllm" if llm is not None else "hf"

@@ -78,6 +78,13 @@ class RecipeArguments:
                   "'reward_plugins.code_sandbox.PythonEnvironment' (the sandboxed Python tool, docs/python_tool.md); "
                   "TRL's environment_factory. Needs a chat template that can call tools."},
     )
+    chat_template: str | None = field(
+        default=None,
+        metadata={"help": "The tokenizer's chat template for this run: a .jinja file, or the name of a template TRL "
+                  "ships (trl/chat_templates, e.g. 'qwen2_5': ChatML that renders tools). Needed with "
+                  "environment_factory when the model's own template cannot render tools (SmolLM2's); saved with "
+                  "the checkpoints' tokenizer."},
+    )
     environment_options: dict | str | None = field(
         default=None,
         metadata={"help": "Keyword arguments of environment_factory, e.g. {\"timeout\": 5} (a JSON string on the "
@@ -93,7 +100,7 @@ class RecipeArguments:
 
     def __post_init__(self):
         for name in ("preset", "dataset_name", "dataset_config", "dataset_test_split", "system_prompt",
-                     "environment_factory"):
+                     "environment_factory", "chat_template"):
             if isinstance(getattr(self, name), str) and getattr(self, name).lower() in ("none", "null"):
                 setattr(self, name, None)  # the command line's way of saying None
         if self.preset is not None:
@@ -114,6 +121,10 @@ class RecipeArguments:
             raise ValueError("environment_options is set but environment_factory is not: name the environment class")
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style={self.prompt_style!r} is not valid; allowed values: {PROMPT_STYLES}")
+        if self.chat_template is not None:
+            from trl_rlvr.chat_templates import resolve_chat_template
+
+            resolve_chat_template(self.chat_template)  # a name that is neither a file nor TRL's: stop at parse time
 
 
 # ------------------------------------------------------------------------------------------------ 1. parse
@@ -291,6 +302,7 @@ def build_trainer(recipe, training_args, model_args, quiet: bool = False, main_p
     check_recipe_fits(recipe, training_args, raw)  # num_eval_samples, num_train_samples vs the data's rows
     with (main_process_first or contextlib.nullcontext)():
         model_path, tokenizer, quantization_config = model_settings(model_args, training_args, quiet)
+    recipe_chat_template(recipe, tokenizer)  # before the prompts are rendered and before the model loads
     data = build_datasets(recipe, tokenizer, raw)
     evaluating = training_args.eval_strategy != "no"
     trainer = RLVRTrainer(
@@ -305,6 +317,18 @@ def build_trainer(recipe, training_args, model_args, quiet: bool = False, main_p
         environment_factory=environment_factory,
     )
     return trainer, data
+
+
+def recipe_chat_template(recipe, tokenizer):
+    """The recipe's ``chat_template`` on ``tokenizer``; with an ``environment_factory``, ``ValueError`` unless the
+    template renders tools (checked on the tokenizer alone, before the model loads)."""
+    from trl_rlvr.chat_templates import apply_chat_template_spec, check_renders_tools
+
+    apply_chat_template_spec(tokenizer, recipe.chat_template)
+    if recipe.environment_factory is not None:
+        source = f"chat_template {recipe.chat_template!r}" if recipe.chat_template else "the model's tokenizer"
+        check_renders_tools(tokenizer, f"environment_factory {recipe.environment_factory!r} with {source}")
+    return tokenizer
 
 
 def build_environment_factory(recipe):
