@@ -23,15 +23,20 @@ YAML, which wins over the preset, which wins over this script's defaults. Exampl
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import sys
-import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-from trl_rlvr.scripts.train import RecipeArguments
+# Threads on shared cores (docs/benchmarks.md, benchmarks/cpu_threads.py): OpenMP threads that wait for a thread
+# whose core another process holds spin by default; passive waiting hands the core back. Set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import json  # noqa: E402
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import asdict, dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from trl_rlvr.scripts.train import RecipeArguments  # noqa: E402
 
 
 @dataclass

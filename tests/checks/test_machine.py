@@ -49,3 +49,14 @@ def test_trl_rlvr_train_of_a_gpu_recipe_on_a_cpu_stops_with_one_message(tmp_path
     assert code == 2
     assert err.startswith("trl-rlvr train: error: This machine cannot run these settings")
     assert "--bf16 false --use_vllm false" in err and "Traceback" not in err
+
+
+def test_default_cpu_threads_leaves_the_busy_cores_alone():
+    from trl_rlvr.hardware import default_cpu_threads
+
+    assert default_cpu_threads(2, 0.0) == 2 and default_cpu_threads(2, 0.4) == 2  # quiet: every core
+    assert default_cpu_threads(2, 0.6) == 1 and default_cpu_threads(2, 1.2) == 1  # one core busy: one thread
+    assert default_cpu_threads(2, 15.0) == 1 and default_cpu_threads(16, 3.0) == 13
+    assert default_cpu_threads(1, 0.0) == 1
+    with pytest.raises(ValueError, match="cores"):
+        default_cpu_threads(0, 0.0)

@@ -73,3 +73,16 @@ def check_machine(config, machine: Machine | None = None) -> None:
     problems, overrides = unusable_settings(config, machine or Machine.here())
     if problems:
         raise UnusableSettingsError(problems, overrides)
+
+
+def default_cpu_threads(cores: int, load_average: float) -> int:
+    """Torch threads for one training process on a CPU: every core the rest of the machine leaves idle, at least 1.
+
+    ``load_average``: the 1-minute load average when the run starts (``os.getloadavg()[0]``, other processes' work:
+    the run itself has not started computing). An OpenMP region waits for its slowest thread; a thread that shares a
+    core with another process waits for the scheduler's next time slice (milliseconds) at every region, so on a
+    core someone else uses, a second thread costs far more than it brings (measured: benchmarks/cpu_threads.py,
+    docs/benchmarks.md). Quiet 2-core machine (load < 0.5): 2; one core busy (load ~1): 1."""
+    if cores < 1:
+        raise ValueError(f"cores must be >= 1, got {cores}")
+    return max(1, min(cores, int(cores - load_average + 0.5)))

@@ -96,9 +96,10 @@ class RecipeArguments:
     )
     cpu_threads: int | None = field(
         default=None,
-        metadata={"help": "Torch threads when training on a CPU. Default: with one process, every usable core "
-                  "(`accelerate launch` without a config sets OMP_NUM_THREADS=1, which halves speed on 2 cores); "
-                  "with several processes, what the launcher set."},
+        metadata={"help": "Torch threads when training on a CPU. Default: with one process, every usable core the "
+                  "load average leaves idle, at least one (`accelerate launch` without a config sets "
+                  "OMP_NUM_THREADS=1, which halves speed on 2 quiet cores; a thread on a busy core stalls every "
+                  "parallel region); with several processes, what the launcher set."},
     )
 
     def __post_init__(self):
@@ -355,13 +356,20 @@ def build_environment_factory(recipe):
 
 
 def use_cpu_threads(requested: int | None, num_processes: int) -> None:
-    """Give torch the CPU's cores: `accelerate launch` without a config pins a CPU job to one thread."""
+    """Give torch the CPU's idle cores: `accelerate launch` without a config pins a CPU job to one thread. With one
+    process and no ``requested`` count, every core the machine's load leaves idle, at least one
+    (:func:`trl_rlvr.hardware.default_cpu_threads`: a thread on a core another process uses stalls every parallel
+    region). Set ``OMP_WAIT_POLICY=PASSIVE`` before torch loads as well (the examples do) so that waiting threads
+    sleep instead of spinning."""
     import torch
 
     if torch.cuda.is_available():
         return
     if requested is None and num_processes == 1:
-        requested = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        from trl_rlvr.hardware import default_cpu_threads
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        requested = default_cpu_threads(cores, os.getloadavg()[0])
     if requested:
         torch.set_num_threads(requested)
 

