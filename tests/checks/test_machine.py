@@ -52,7 +52,7 @@ def test_trl_rlvr_train_of_a_gpu_recipe_on_a_cpu_stops_with_one_message(tmp_path
 
 
 def test_default_cpu_threads_leaves_the_busy_cores_alone():
-    from trl_rlvr.hardware import default_cpu_threads
+    from trl_rlvr.checks.machine import default_cpu_threads
 
     assert default_cpu_threads(2, 0.0) == 2 and default_cpu_threads(2, 0.4) == 2  # quiet: every core
     assert default_cpu_threads(2, 0.6) == 1 and default_cpu_threads(2, 1.2) == 1  # one core busy: one thread

@@ -358,7 +358,7 @@ def build_environment_factory(recipe):
 def use_cpu_threads(requested: int | None, num_processes: int) -> None:
     """Give torch the CPU's idle cores: `accelerate launch` without a config pins a CPU job to one thread. With one
     process and no ``requested`` count, every core the machine's load leaves idle, at least one
-    (:func:`trl_rlvr.hardware.default_cpu_threads`: a thread on a core another process uses stalls every parallel
+    (:func:`trl_rlvr.checks.machine.default_cpu_threads`: a thread on a core another process uses stalls every parallel
     region). Set ``OMP_WAIT_POLICY=PASSIVE`` before torch loads as well (the examples do) so that waiting threads
     sleep instead of spinning."""
     import torch
@@ -366,7 +366,7 @@ def use_cpu_threads(requested: int | None, num_processes: int) -> None:
     if torch.cuda.is_available():
         return
     if requested is None and num_processes == 1:
-        from trl_rlvr.hardware import default_cpu_threads
+        from trl_rlvr.checks.machine import default_cpu_threads
 
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         requested = default_cpu_threads(cores, os.getloadavg()[0])
