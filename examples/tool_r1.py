@@ -156,7 +156,8 @@ def parse_args(argv=None):
 def tool_format(completions, **kwargs):
     """Format of a tool rollout: 1.0 when it ran at least one tool call and its last assistant turn holds exactly
     one ``\\boxed{}``; else 0.0. (The answer itself is ``boxed_math``'s.)"""
-    from reward_plugins._text import completion_text, find_boxes
+    from reward_plugins._text import completion_text
+    from reward_plugins.boxed_math.boxes import find_boxes
 
     scores = []
     for completion in completions:
