@@ -24,8 +24,9 @@ generated (every round, before dynamic sampling's filter).
 
 A round's data travels in one typed record (:class:`~trl_rlvr.sampling.rounds.RoundRecord`; a generation batch's in a
 :class:`~trl_rlvr.sampling.rounds.GenerationRecord`). TRL's hooks cannot be given arguments, so the record of the
-round in progress is the one piece of per-round state on ``self`` (``_round``), alongside ``_generation``, the record of
-the generation batch TRL's ``_buffered_inputs`` holds.
+round in progress is the one piece of per-round state on ``self`` (``_round``), alongside ``_generation_has_signal``:
+whether the generation batch TRL's ``_buffered_inputs`` holds can carry a gradient (the records themselves are not
+kept past the round that logs them, so nothing of a generation batch outlives its step).
 
 TRL methods overridden (each calls ``super()`` and forwards TRL's extra keywords), and why:
 
@@ -148,7 +149,7 @@ class RLVRTrainer(GRPOTrainer):
         self._success_index = self._find_success_reward(args.success_reward)
         self._prompt_stream = self._make_prompt_stream() if args.dynamic_sampling or args.selective_sampling else None
         self._round: RoundRecord | None = None  # the round TRL is generating: filled by _generate, _calculate_rewards
-        self._generation: GenerationRecord | None = None  # the generation batch TRL's _buffered_inputs holds
+        self._generation_has_signal: bool | None = None  # of the generation batch TRL's _buffered_inputs holds
         self._skip_empty_updates = _SkipEmptyUpdates(self) if args.dynamic_sampling else None
         if self._skip_empty_updates is not None:
             self.add_callback(self._skip_empty_updates)
@@ -221,7 +222,7 @@ class RLVRTrainer(GRPOTrainer):
             generation = GenerationRecord.whole(record)
             self._log_trained_rows(generation)
         if self.model.training:
-            self._generation = generation
+            self._generation_has_signal = generation.has_signal
         return batch
 
     def _score_round(self, inputs, prompt_indices: list[int] | None = None, **kwargs) -> tuple[dict, RoundRecord]:
@@ -612,7 +613,7 @@ class RLVRTrainer(GRPOTrainer):
         inputs = super()._prepare_inputs(generation_batch, **kwargs)
         if not self.model.training:
             return inputs
-        if self._skip_empty_updates is not None and (self._generation is None or self._generation.has_signal):
+        if self._skip_empty_updates is not None and self._generation_has_signal is not False:
             self._skip_empty_updates.step_has_signal = True  # this micro-step's batch can carry a gradient
         if self._buffered_inputs is not buffered_before and self._sets_exact_token_counts():
             self._set_exact_token_counts(self._buffered_inputs)
