@@ -160,6 +160,9 @@ def audit_reward(
         finally:
             if stop:
                 stop()
+        # the report in corpus order (each case, then its variants), whatever order the calls went in
+        order = {(c.id, c.completion): i for i, c in enumerate(c for g in groups for c in g)}
+        outcomes = sorted(outcomes, key=lambda o: order.get((o.case.id, o.case.completion), len(order)))
         name = reward if isinstance(reward, str) else runner.info.get("name") or repr(reward)
         return AuditReport(
             reward=name, kind=used, corpora=[{"name": c.name, "version": c.version, "path": c.path,
