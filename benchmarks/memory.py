@@ -248,7 +248,7 @@ def plain_grpo_trainer(model, reward_funcs=None, args=None, rlvr_class=None, **k
         args.reward_weights = [*weights, args.overlong_penalty_factor]
     trainer = GRPOTrainer(model, funcs, args, **kwargs)
     names = trainer.reward_func_names
-    trainer._success_index = names.index(args.success_reward) if args.success_reward in names else 0
+    trainer.success_reward_index = names.index(args.success_reward) if args.success_reward in names else 0
     return trainer
 
 

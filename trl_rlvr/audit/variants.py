@@ -34,7 +34,9 @@ _PROSE = ("Let me write the answer.", "Here is my answer.", "I will check it onc
 _CODE_PROSE = ("Here is the solution.", "The function below solves it.", "Solution:")
 _BOX_RE = re.compile(r"\\boxed(?![A-Za-z])\s*\{")
 _NUMERAL_OPERAND_RE = re.compile(r"(?<![\w.\\^_{])(\d++)(?![\w.!])")  # possessive: linear on long numerals
-_OPERATORS = ("+", "*", "=", "\\times", "\\cdot", "^", "-")
+#: Binary operations whose operands may be bracketed. Not ``=`` nor another relation: a side that is a bare ``{3}`` reads
+#: as a set to the parser, so bracketing it changes the answer rather than spelling it otherwise.
+_OPERATORS = ("+", "*", "\\times", "\\cdot", "^", "-")
 
 
 def _boxes(text: str) -> list[tuple[int, int]]:
