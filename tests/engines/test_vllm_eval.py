@@ -120,7 +120,9 @@ def test_cli_eval_with_vllm_writes_the_functions_numbers(engine, tmp_path, monke
 
     ns = eval_cli.add_parser(__import__("argparse").ArgumentParser().add_subparsers()).parse_args(
         [engine["dir"], "--num_questions", "5", "--format_reward", "none"])
-    from trl_rlvr.scripts.eval import eval_rewards, load_rows, with_prompts
+    from trl_rlvr.scripts.eval import default_prompt_style, eval_rewards, load_rows, with_prompts
+
+    ns.prompt_style = default_prompt_style(ns)  # as main() resolves it
 
     success_fn, _ = eval_rewards(ns)
     rows = with_prompts(load_rows(ns), engine["tokenizer"], ns.prompt_style)

@@ -185,6 +185,12 @@ def load_rows(args) -> list[dict]:
     return rows
 
 
+def default_prompt_style(args) -> str:
+    """``--prompt_style``, else ``chat`` with an ``--environment`` (a tool loop needs conversational prompts), else
+    ``chat_prefill``."""
+    return args.prompt_style or ("chat" if args.environment else "chat_prefill")
+
+
 def with_prompts(rows: list[dict], tokenizer, prompt_style: str):
     """The rows as a dataset with the model's prompt (its own chat template) and ``solution`` = ``answer``."""
     from datasets import Dataset
@@ -248,8 +254,7 @@ def run(args) -> int:
         ks = resolve_ks(args.n, args.k)
         if args.vllm and importlib.util.find_spec("vllm") is None:
             raise ValueError("--vllm: vLLM is not installed (pip install vllm), or evaluate without --vllm")
-        if args.prompt_style is None:
-            args.prompt_style = "chat" if args.environment else "chat_prefill"
+        args.prompt_style = default_prompt_style(args)
         tools = tool_options(args)
         success_fn, format_fn = eval_rewards(args)
         rows = load_rows(args)
