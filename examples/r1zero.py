@@ -31,7 +31,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import json  # noqa: E402
 import math  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -227,13 +226,10 @@ def summary_table(before, after, history, timings):
 
 
 def save_plot(history, path):
-    try:
-        import matplotlib
+    from trl_rlvr.evaluation.report import headless_pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install -e '.[examples]'): no plot written", file=sys.stderr)
+    plt = headless_pyplot()
+    if plt is None:
         return None
     steps = [h["step"] for h in history]
 

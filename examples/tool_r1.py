@@ -365,13 +365,10 @@ def summary_table(arms: dict) -> str:
 
 
 def save_curves(history, sft_history, path):
-    try:
-        import matplotlib
+    from trl_rlvr.evaluation.report import headless_pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install -e '.[examples]'): no plot written", file=sys.stderr)
+    plt = headless_pyplot()
+    if plt is None:
         return None
     steps = [h["step"] for h in history]
 

@@ -61,10 +61,9 @@ def format_table(results: Mapping[str, dict]) -> str:
     return "\n".join(lines + sorted(notes))
 
 
-def plot_passk(results: Mapping[str, dict], path: str | Path, title: str | None = None) -> Path | None:
-    """pass@k against k (log2 axis), one curve per model; a second panel with maj@k when it is defined.
-
-    Returns the path, or ``None`` (with a message) when matplotlib is not installed."""
+def headless_pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed), or ``None`` with a message on stderr when
+    matplotlib is not installed: every plot of the project and its examples is optional."""
     try:
         import matplotlib
 
@@ -72,6 +71,16 @@ def plot_passk(results: Mapping[str, dict], path: str | Path, title: str | None 
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed (pip install 'trl-rlvr[examples]'): no plot written", file=sys.stderr)
+        return None
+    return plt
+
+
+def plot_passk(results: Mapping[str, dict], path: str | Path, title: str | None = None) -> Path | None:
+    """pass@k against k (log2 axis), one curve per model; a second panel with maj@k when it is defined.
+
+    Returns the path, or ``None`` (with a message) when matplotlib is not installed."""
+    plt = headless_pyplot()
+    if plt is None:
         return None
     with_maj = any(r.get("maj@k") for r in results.values())
     fig, axes = plt.subplots(1, 2 if with_maj else 1, figsize=(11 if with_maj else 6, 4.2), squeeze=False)
