@@ -185,3 +185,24 @@ def test_a_run_sigkilled_while_writing_a_checkpoint_resumes_with_true(tiny_model
     assert "checkpoint-2 is incomplete" in resumed.stderr and "resumes from" in resumed.stderr
     for step in (1, 2, 3):
         assert checkpoint_problem(str(tmp_path / f"checkpoint-{step}"), [STREAM]) is None
+
+
+def test_trl_rlvr_train_says_which_checkpoint_before_the_model_loads(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    """`trl-rlvr train --resume_from_checkpoint ...` with no usable checkpoint: exit status 2 and the reason, no
+    traceback, and no model loaded."""
+    import trl_rlvr.trainer
+    from trl_rlvr.scripts.cli import main
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the trainer (and the model) must not be built")
+
+    monkeypatch.setattr(trl_rlvr.trainer.RLVRTrainer, "__init__", no_model)
+    out = tmp_path / "out"
+    (out / "checkpoint-3").mkdir(parents=True)  # partial: no trainer_state.json
+    base = ["train", "--model_name_or_path", str(tiny_model_dir), "--reward_funcs", "boxed_math", "--output_dir",
+            str(out), "--use_cpu", "true", "--bf16", "false"]
+    assert main([*base, "--resume_from_checkpoint", "true"]) == 2
+    err = capsys.readouterr().err
+    assert "no complete checkpoint" in err and "checkpoint-3" in err and "Traceback" not in err
+    assert main([*base, "--resume_from_checkpoint", str(out / "checkpoint-3")]) == 2
+    assert "is not a complete checkpoint" in capsys.readouterr().err

@@ -6,13 +6,19 @@
   on the step), then :class:`TrainingPreempted` (exit status 143).
 """
 
-from trl_rlvr.faults.checkpoints import checkpoint_problem, checkpoint_to_resume, newest_complete_checkpoint
+from trl_rlvr.faults.checkpoints import (
+    UnusableCheckpointError,
+    checkpoint_problem,
+    checkpoint_to_resume,
+    newest_complete_checkpoint,
+)
 from trl_rlvr.faults.preemption import PREEMPTED_EXIT_STATUS, SaveOnSigterm, TrainingPreempted, sigterm_saves
 
 __all__ = [
     "PREEMPTED_EXIT_STATUS",
     "SaveOnSigterm",
     "TrainingPreempted",
+    "UnusableCheckpointError",
     "checkpoint_problem",
     "checkpoint_to_resume",
     "newest_complete_checkpoint",

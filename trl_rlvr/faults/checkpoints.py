@@ -39,6 +39,10 @@ CHECKPOINT_FOLDER = re.compile(r"^checkpoint-(\d+)$")
 RESUME_LAST = ("true", "last")
 
 
+class UnusableCheckpointError(ValueError):
+    """``resume_from_checkpoint`` names no complete checkpoint (the message says which one to use instead)."""
+
+
 def checkpoint_problem(folder: str, required: Sequence[str] = ()) -> str | None:
     """Why ``folder`` is not a complete checkpoint (a sentence naming the file), or None when it is complete."""
     if not os.path.isdir(folder):
@@ -126,9 +130,9 @@ def checkpoint_to_resume(resume_from_checkpoint, output_dir: str, required: Sequ
     """What to hand ``Trainer.train`` for ``resume_from_checkpoint``: None (no resume) or a complete checkpoint.
 
     ``True`` (or the string ``"true"``/``"last"`` from a command line, unless such a folder exists) -> the newest
-    complete checkpoint of ``output_dir``, with a warning naming each newer partial one; a ``ValueError`` when there
-    is none. A path -> itself when complete, else a ``ValueError`` saying what is missing and which checkpoint is
-    the newest complete one. ``required``: files the trainer needs besides the Trainer's.
+    complete checkpoint of ``output_dir``, with a warning naming each newer partial one; an
+    :class:`UnusableCheckpointError` when there is none. A path -> itself when complete, else an
+    :class:`UnusableCheckpointError` saying what is missing and which checkpoint is the newest complete one. ``required``: files the trainer needs besides the Trainer's.
     """
     if resume_from_checkpoint is None or resume_from_checkpoint is False:
         return None
@@ -145,7 +149,7 @@ def checkpoint_to_resume(resume_from_checkpoint, output_dir: str, required: Sequ
             )
         if found is None:
             partial_names = ", ".join(os.path.basename(p) for p, _ in partial)
-            raise ValueError(
+            raise UnusableCheckpointError(
                 f"resume_from_checkpoint=True: no complete checkpoint in {output_dir}"
                 + (f" (incomplete: {partial_names}; see the warnings above)" if partial else "")
                 + "; start without resume_from_checkpoint"
@@ -156,5 +160,5 @@ def checkpoint_to_resume(resume_from_checkpoint, output_dir: str, required: Sequ
     if problem is not None:
         newest, _ = newest_complete_checkpoint(os.path.dirname(os.path.abspath(path)), required)
         hint = f"; the newest complete checkpoint next to it is {newest}" if newest else ""
-        raise ValueError(f"resume_from_checkpoint={path!r} is not a complete checkpoint: {problem}{hint}")
+        raise UnusableCheckpointError(f"resume_from_checkpoint={path!r} is not a complete checkpoint: {problem}{hint}")
     return path

@@ -83,12 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["train"]:  # its own parser: every RecipeArguments, RLVRConfig and ModelConfig field
         from trl_rlvr.checks.machine import UnusableSettingsError
+        from trl_rlvr.faults import UnusableCheckpointError
         from trl_rlvr.scripts.data_fit import RecipeDataError
         from trl_rlvr.scripts.train import main as train_main
 
         try:
             train_main(argv[1:])
-        except (UnusableSettingsError, RecipeDataError) as e:  # the fix is in the message: no traceback
+        except (UnusableSettingsError, RecipeDataError, UnusableCheckpointError) as e:  # the fix is in the message
             print(f"trl-rlvr train: error: {e}", file=sys.stderr)
             return 2
         return 0

@@ -379,11 +379,15 @@ def train(recipe, training_args, model_args):
     """``trl-rlvr train``: build, train, save the model (or adapter) to ``output_dir``; returns the trainer."""
     from trl_rlvr.scripts.distributed import distributed_state
 
+    from trl_rlvr.faults import checkpoint_to_resume
+
+    # Which checkpoint to resume from, before the model loads (UnusableCheckpointError says why none fits).
+    resume = checkpoint_to_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     state = distributed_state(training_args.use_cpu)
     use_cpu_threads(recipe.cpu_threads, state.num_processes)
     trainer, _ = build_trainer(recipe, training_args, model_args, quiet=not state.is_main_process,
                                main_process_first=state.main_process_first)
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(training_args.output_dir)
     return trainer
 
