@@ -226,39 +226,18 @@ def summary_table(before, after, history, timings):
 
 
 def save_plot(history, path):
-    from trl_rlvr.evaluation.report import headless_pyplot
+    from trl_rlvr.evaluation.report import plot_training_curves
 
-    plt = headless_pyplot()
-    if plt is None:
-        return None
-    steps = [h["step"] for h in history]
-
-    def series(key):
-        return [h.get(key, float("nan")) for h in history]
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    axes[0].plot(steps, series("reward"), "o-", label="total reward")
-    for key in sorted({k for h in history for k in h if k.startswith("rewards/") and k.endswith("/mean")}):
-        axes[0].plot(steps, series(key), ".--", label=key.split("/")[1])
-    axes[0].set_title("reward")
-    axes[1].plot(steps, series("rlvr/accuracy"), "o-", label="accuracy (boxed_math)")
+    rewards = sorted({k for h in history for k in h if k.startswith("rewards/") and k.endswith("/mean")})
+    accuracy = [("rlvr/accuracy", "o-", "accuracy (boxed_math)"), ("rlvr/zero_signal_frac", ":", "zero-signal groups")]
     if any("rewards/think_format/mean" in h for h in history):
-        axes[1].plot(steps, series("rewards/think_format/mean"), ".--", label="format (think_format)")
-    axes[1].plot(steps, series("rlvr/zero_signal_frac"), ":", label="zero-signal groups")
-    axes[1].set_ylim(-0.05, 1.05)
-    axes[1].set_title("accuracy / format (training samples)")
-    axes[2].plot(steps, series("completions/mean_length"), "o-", label="all")
-    axes[2].plot(steps, series("rlvr/length_right"), ".--", label="right")
-    axes[2].plot(steps, series("rlvr/length_wrong"), ".--", label="wrong")
-    axes[2].set_title("completion length (tokens)")
-    for ax in axes:
-        ax.set_xlabel("step")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+        accuracy.insert(1, ("rewards/think_format/mean", ".--", "format (think_format)"))
+    return plot_training_curves(history, [
+        ("reward", [("reward", "o-", "total reward")] + [(k, ".--", k.split("/")[1]) for k in rewards]),
+        ("accuracy / format (training samples)", accuracy),
+        ("completion length (tokens)", [("completions/mean_length", "o-", "all"), ("rlvr/length_right", ".--", "right"),
+                                        ("rlvr/length_wrong", ".--", "wrong")]),
+    ], path)
 
 
 # ------------------------------------------------------------------------------------------------ main

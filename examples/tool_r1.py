@@ -365,44 +365,22 @@ def summary_table(arms: dict) -> str:
 
 
 def save_curves(history, sft_history, path):
-    from trl_rlvr.evaluation.report import headless_pyplot
+    from trl_rlvr.evaluation.report import plot_training_curves
 
-    plt = headless_pyplot()
-    if plt is None:
-        return None
-    steps = [h["step"] for h in history]
-
-    def series(key):
-        return [h.get(key, float("nan")) for h in history]
-
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
-    if sft_history:
-        axes[0].plot([h["step"] for h in sft_history], [h["loss"] for h in sft_history], "o-")
-    axes[0].set_title("cold start: SFT loss")
-    axes[1].plot(steps, series("reward"), "o-", label="total reward")
-    axes[1].plot(steps, series("rlvr/accuracy"), ".--", label="accuracy (boxed_math)")
-    for key in ("rewards/tool_format/mean", "rewards/think_format/mean"):
-        if any(key in h for h in history):
-            axes[1].plot(steps, series(key), ".--", label=key.split("/")[1])
-    axes[1].plot(steps, series("rlvr/zero_signal_frac"), ":", label="zero-signal groups")
-    axes[1].set_title("RL: reward / accuracy / format (training samples)")
-    axes[2].plot(steps, series("rlvr/tool_calls_per_rollout"), "o-", label="tool calls per rollout")
-    axes[2].plot(steps, series("rlvr/tool_errors_per_rollout"), ".--", label="tool errors per rollout")
-    axes[2].plot(steps, series("tools/failure_frequency"), ":", label="TRL tools/failure_frequency")
-    axes[2].set_title("RL: tool use")
-    axes[3].plot(steps, series("completions/mean_length"), "o-", label="model tokens, all")
-    axes[3].plot(steps, series("rlvr/length_right"), ".--", label="right")
-    axes[3].plot(steps, series("rlvr/length_wrong"), ".--", label="wrong")
-    axes[3].set_title("RL: completion length")
-    for ax in axes:
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    sft_loss = [(([h["step"] for h in sft_history], [h["loss"] for h in sft_history]), "o-", "loss")] if sft_history else []
+    formats = [(k, ".--", k.split("/")[1]) for k in ("rewards/tool_format/mean", "rewards/think_format/mean")
+               if any(k in h for h in history)]
+    return plot_training_curves(history, [
+        ("cold start: SFT loss", sft_loss),
+        ("RL: reward / accuracy / format (training samples)",
+         [("reward", "o-", "total reward"), ("rlvr/accuracy", ".--", "accuracy (boxed_math)"), *formats,
+          ("rlvr/zero_signal_frac", ":", "zero-signal groups")]),
+        ("RL: tool use", [("rlvr/tool_calls_per_rollout", "o-", "tool calls per rollout"),
+                          ("rlvr/tool_errors_per_rollout", ".--", "tool errors per rollout"),
+                          ("tools/failure_frequency", ":", "TRL tools/failure_frequency")]),
+        ("RL: completion length", [("completions/mean_length", "o-", "model tokens, all"),
+                                   ("rlvr/length_right", ".--", "right"), ("rlvr/length_wrong", ".--", "wrong")]),
+    ], path)
 
 
 def _jsonable(obj):

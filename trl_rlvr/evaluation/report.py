@@ -75,6 +75,31 @@ def headless_pyplot():
     return plt
 
 
+def plot_training_curves(history: list[Mapping], panels, path: str | Path) -> Path | None:
+    """Training curves from a log history (one dict per logging step, with ``"step"``), one panel per entry of
+    ``panels``: ``(title, [(key, style, label), ...])``, a key being a logged metric; a panel may instead give its
+    own points as ``(title, [((xs, ys), style, label), ...])``. Missing values are gaps. Returns the path, or ``None``
+    (with a message) when matplotlib is not installed."""
+    plt = headless_pyplot()
+    if plt is None:
+        return None
+    steps = [h["step"] for h in history]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (title, lines) in zip(axes[0], panels):
+        for source, style, label in lines:
+            xs, ys = source if isinstance(source, tuple) else (steps, [h.get(source, float("nan")) for h in history])
+            ax.plot(xs, ys, style, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)
+
+
 def plot_passk(results: Mapping[str, dict], path: str | Path, title: str | None = None) -> Path | None:
     """pass@k against k (log2 axis), one curve per model; a second panel with maj@k when it is defined.
 
