@@ -1,5 +1,6 @@
 """Settings the machine cannot run (trl_rlvr.checks.machine): one error naming every override, before any model loads."""
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -51,12 +52,27 @@ def test_trl_rlvr_train_of_a_gpu_recipe_on_a_cpu_stops_with_one_message(tmp_path
     assert "--bf16 false --use_vllm false" in err and "Traceback" not in err
 
 
-def test_default_cpu_threads_leaves_the_busy_cores_alone():
-    from trl_rlvr.checks.machine import default_cpu_threads
+def test_the_cpu_thread_default_is_every_core_whatever_the_load(monkeypatch):
+    """A seeded run's thread count does not depend on what ran before it (the 1-minute load average lags)."""
+    import torch
 
-    assert default_cpu_threads(2, 0.0) == 2 and default_cpu_threads(2, 0.4) == 2  # quiet: every core
-    assert default_cpu_threads(2, 0.6) == 1 and default_cpu_threads(2, 1.2) == 1  # one core busy: one thread
-    assert default_cpu_threads(2, 15.0) == 1 and default_cpu_threads(16, 3.0) == 13
-    assert default_cpu_threads(1, 0.0) == 1
+    from trl_rlvr.checks.machine import default_cpu_threads
+    from trl_rlvr.scripts.train import use_cpu_threads
+
+    assert default_cpu_threads(2) == 2 and default_cpu_threads(16) == 16 and default_cpu_threads(1) == 1
     with pytest.raises(ValueError, match="cores"):
-        default_cpu_threads(0, 0.0)
+        default_cpu_threads(0)
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the CPU thread count is left alone")
+    before = torch.get_num_threads()
+    try:
+        cores = len(os.sched_getaffinity(0))
+        for load in (0.0, 1.2, 15.0):
+            monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+            torch.set_num_threads(1)
+            use_cpu_threads(None, 1)
+            assert torch.get_num_threads() == cores
+        use_cpu_threads(1, 1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

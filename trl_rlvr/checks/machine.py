@@ -75,14 +75,16 @@ def check_machine(config, machine: Machine | None = None) -> None:
         raise UnusableSettingsError(problems, overrides)
 
 
-def default_cpu_threads(cores: int, load_average: float) -> int:
-    """Torch threads for one training process on a CPU: every core the rest of the machine leaves idle, at least 1.
+def default_cpu_threads(cores: int) -> int:
+    """Torch threads for one training process on a CPU: every usable core (``cores``: the process's CPU affinity).
 
-    ``load_average``: the 1-minute load average when the run starts (``os.getloadavg()[0]``, other processes' work:
-    the run itself has not started computing). An OpenMP region waits for its slowest thread; a thread that shares a
-    core with another process waits for the scheduler's next time slice (milliseconds) at every region, so on a
-    core someone else uses, a second thread costs far more than it brings (measured: benchmarks/cpu_threads.py,
-    docs/benchmarks.md). Quiet 2-core machine (load < 0.5): 2; one core busy (load ~1): 1."""
+    Fixed, not read from the load: a seeded run must not change its thread count (and so its speed, and possibly its
+    reductions) with what else ran in the minute before it started, and the 1-minute load average lags (a quiet
+    machine right after an install reads ~1). It pairs with ``OMP_WAIT_POLICY=PASSIVE`` (set before torch loads):
+    an OpenMP thread that waits for one whose core another process holds then sleeps instead of spinning. Measured
+    on 2 cores (``python -m benchmarks.cpu_threads --rounds 3``, docs/benchmarks.md): 2 passive threads take
+    1.85-1.97x their quiet time when another process spins on one core, about one thread's time (spinning
+    threads: 2.3-4.4x), and are 1.7-1.9x faster than one thread when the machine is quiet."""
     if cores < 1:
         raise ValueError(f"cores must be >= 1, got {cores}")
-    return max(1, min(cores, int(cores - load_average + 0.5)))
+    return cores

@@ -356,11 +356,10 @@ def build_environment_factory(recipe):
 
 
 def use_cpu_threads(requested: int | None, num_processes: int) -> None:
-    """Give torch the CPU's idle cores: `accelerate launch` without a config pins a CPU job to one thread. With one
-    process and no ``requested`` count, every core the machine's load leaves idle, at least one
-    (:func:`trl_rlvr.checks.machine.default_cpu_threads`: a thread on a core another process uses stalls every parallel
-    region). Set ``OMP_WAIT_POLICY=PASSIVE`` before torch loads as well (the examples do) so that waiting threads
-    sleep instead of spinning."""
+    """Give torch the CPU's cores: `accelerate launch` without a config pins a CPU job to one thread. With one
+    process and no ``requested`` count, every usable core (:func:`trl_rlvr.checks.machine.default_cpu_threads`),
+    whatever the load: with ``OMP_WAIT_POLICY=PASSIVE`` (:func:`passive_openmp_waits`, before torch loads) a
+    run on a core another process uses stays within ~2x of its quiet time."""
     import torch
 
     if torch.cuda.is_available():
@@ -369,17 +368,23 @@ def use_cpu_threads(requested: int | None, num_processes: int) -> None:
         from trl_rlvr.checks.machine import default_cpu_threads
 
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        requested = default_cpu_threads(cores, os.getloadavg()[0])
+        requested = default_cpu_threads(cores)
     if requested:
         torch.set_num_threads(requested)
+
+
+def passive_openmp_waits() -> None:
+    """``OMP_WAIT_POLICY=PASSIVE`` unless the environment says otherwise: OpenMP threads that wait sleep instead of
+    spinning (a spinning thread takes the core from the very thread it waits for when another process shares the
+    machine). OpenMP reads it once, when torch loads: call this first."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 # ------------------------------------------------------------------------------------------------ train
 def train(recipe, training_args, model_args):
     """``trl-rlvr train``: build, train, save the model (or adapter) to ``output_dir``; returns the trainer."""
-    from trl_rlvr.scripts.distributed import distributed_state
-
     from trl_rlvr.faults import checkpoint_to_resume
+    from trl_rlvr.scripts.distributed import distributed_state
 
     # Which checkpoint to resume from, before the model loads (UnusableCheckpointError says why none fits).
     resume = checkpoint_to_resume(training_args.resume_from_checkpoint, training_args.output_dir)
@@ -395,5 +400,6 @@ def train(recipe, training_args, model_args):
 def main(argv: list[str] | None = None):
     """Entry point of ``trl-rlvr train``."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    passive_openmp_waits()
     recipe, training_args, model_args = make_parser(prog="trl-rlvr train").parse_args_and_config(argv)
     return train(recipe, training_args, model_args)
