@@ -96,10 +96,10 @@ class RecipeArguments:
     )
     cpu_threads: int | None = field(
         default=None,
-        metadata={"help": "Torch threads when training on a CPU. Default: with one process, every usable core the "
-                  "load average leaves idle, at least one (`accelerate launch` without a config sets "
-                  "OMP_NUM_THREADS=1, which halves speed on 2 quiet cores; a thread on a busy core stalls every "
-                  "parallel region); with several processes, what the launcher set."},
+        metadata={"help": "Torch threads when training on a CPU. Default: with one process, every usable core, "
+                  "waiting passively (OMP_WAIT_POLICY=PASSIVE; `accelerate launch` without a config sets "
+                  "OMP_NUM_THREADS=1, which halves speed on 2 quiet cores); with several processes, what the "
+                  "launcher set."},
     )
 
     def __post_init__(self):
