@@ -383,6 +383,13 @@ def save_curves(history, sft_history, path):
     ], path)
 
 
+def peak_rss_mib() -> int:
+    """This process's peak resident memory so far, MiB (``ru_maxrss``, KiB on Linux)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
 def _jsonable(obj):
     return json.loads(json.dumps(obj, default=str))
 
@@ -415,11 +422,16 @@ def main(script_args, training_args, model_args):
     evals, sft_history, metrics = {}, [], {}
     n = script_args.eval_num_samples
 
+    peaks = {}
+
     def checkpoint_figures():
-        """What is measured so far, after each stage (a run stopped early keeps its figures)."""
+        """What is measured so far, after each stage (a run stopped early keeps its figures), with this process's
+        peak RSS so far (which stage sets the job's peak)."""
+        if timings:
+            peaks[next(reversed(timings))] = peak_rss_mib()
         if state.is_main_process:
             partial = {"arms": {label: arm_summary(r) for label, r in evals.items()}, "cold_start_history": sft_history,
-                       "timings_s": {k: round(v, 1) for k, v in timings.items()}}
+                       "timings_s": {k: round(v, 1) for k, v in timings.items()}, "peak_rss_mib_after": peaks}
             (out / "tool_r1_partial.json").write_text(json.dumps(_jsonable(partial), indent=1))
 
     if script_args.arm == "r1zero":
@@ -499,6 +511,7 @@ def main(script_args, training_args, model_args):
     if script_args.save_model:
         trainer.save_model(str(out / "rl"))
     timings["total"] = time.time() - t_start
+    peaks["total"] = peak_rss_mib()
 
     if state.is_main_process:
         arms = {label: arm_summary(r) for label, r in evals.items() if ", n=" not in label}
@@ -530,7 +543,7 @@ def main(script_args, training_args, model_args):
             "passk_large": passk, "cold_start_history": sft_history, "history": history.history,
             "train_metrics": train_result.metrics,
             "evaluations": {label: {k: v for k, v in r.items() if k != "per_question"} for label, r in evals.items()},
-            "timings_s": {k: round(v, 1) for k, v in timings.items()},
+            "timings_s": {k: round(v, 1) for k, v in timings.items()}, "peak_rss_mib_after": peaks,
             "load_average_end": os.getloadavg(), "torch_threads": __import__("torch").get_num_threads(),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
             "script_args": asdict(script_args),
@@ -549,7 +562,7 @@ def main(script_args, training_args, model_args):
         if passk:
             print(passk["sentence"])
         for k, v in timings.items():
-            print(f"time: {k}: {v:.0f} s")
+            print(f"time: {k}: {v:.0f} s" + (f" (peak RSS so far {peaks[k]} MiB)" if k in peaks else ""))
         print(f"metrics: {out / name}" + (f"   curves: {plot}" if plot else ""))
     return trainer, metrics
 
