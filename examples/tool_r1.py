@@ -309,7 +309,18 @@ def evaluate_arm(model, tokenizer, rows, success_fn, format_fn, script_args, tra
         temperature=training_args.temperature, max_new_tokens=training_args.max_completion_length,
         batch_size=script_args.eval_batch_size, seed=training_args.seed, keep_samples=2, **extra,
     )
+    result["pass@1_by_operation"] = pass1_by_operation(rows, result["per_question"])
     return result
+
+
+def pass1_by_operation(rows, per_question):
+    """Mean accuracy of the samples per arithmetic operation (``*``, ``+``, ``-``): where an arm's errors are."""
+    right, total = {}, {}
+    for record in per_question:
+        op = rows[record["index"]]["op"]
+        right[op] = right.get(op, 0) + record["right"]
+        total[op] = total.get(op, 0) + len(record["right_flags"])
+    return {op: right[op] / total[op] for op in sorted(total)}
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -335,11 +346,13 @@ def arm_summary(result):
         "tool_call_parse_rate": tools.get("tool_call_parse_rate"), "parse_failures": tools.get("parse_failures"),
         "tool_errors": (tools.get("call_failures") or 0) + (tools.get("env_errors") or 0) if tools else None,
         "tool_timeouts": tools.get("timeouts"), "tool_budget_frac": tools.get("tool_budget_frac"),
+        **{f"pass@1 {op}": v for op, v in (result.get("pass@1_by_operation") or {}).items()},
     }
 
 
 ROWS = [
-    ("held-out pass@1", "pass@1", _pct), ("held-out pass@n", "pass@n", _pct), ("format rate", "format_rate", _pct),
+    ("held-out pass@1", "pass@1", _pct), ("  questions a * b", "pass@1 *", _pct), ("  questions a + b", "pass@1 +", _pct),
+    ("  questions a - b", "pass@1 -", _pct), ("held-out pass@n", "pass@n", _pct), ("format rate", "format_rate", _pct),
     ("answers that ran a tool call", "tool_call_rate", _pct), ("tool calls per answer", "calls_per_answer", _num),
     ("tool-call turns that parse", "tool_call_parse_rate", _pct), ("turns that did not parse", "parse_failures", str),
     ("tool errors (calls)", "tool_errors", str), ("tool timeouts (calls)", "tool_timeouts", str),
