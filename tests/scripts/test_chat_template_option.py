@@ -104,6 +104,10 @@ def test_eval_cli_tool_options_are_checked_before_a_model_loads(tiny_model_dir, 
     assert "--chat_template 'qwen2_55': no such file" in capsys.readouterr().err
     assert main([*base, *env, "--prompt_style", "chat_prefill"]) == 2
     assert "--environment needs conversational prompts" in capsys.readouterr().err
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"prompt": "What is 2 + 2?", "answer": "4"}) + "\n")
+    assert main([*base, *env, "--dataset", str(plain), "--prompt_column", "prompt"]) == 2
+    assert "row 0's prompt is not a conversation" in capsys.readouterr().err
     assert main([*base, *env, "--environment_options", "{timeout: 5}"]) == 2
     assert "--environment_options must be a JSON object" in capsys.readouterr().err
     assert main([*base, "--environment", "reward_plugins.code_sandbox:NoSuchEnvironment"]) == 2
@@ -121,3 +125,13 @@ def test_eval_cli_runs_tool_rollouts_with_a_trl_template(tiny_model_dir, tmp_pat
     result = json.loads((out / "eval.json").read_text())["models"][Path(tiny_model_dir).name]
     assert result["tools"]["samples"] == 4 and result["tools"]["calls"] == 0  # the random model calls nothing
     assert result["tools"]["tool_call_rate"] == 0.0
+    # a column of conversations (a system turn of one's own) is a tool loop's prompt as is
+    data = tmp_path / "conversations.jsonl"
+    system = {"role": "system", "content": "Use the python tool."}
+    data.write_text("".join(json.dumps({"prompt": [system, {"role": "user", "content": f"What is {i} + 2?"}],
+                                        "answer": str(i + 2)}) + "\n" for i in range(2)))
+    assert main(["eval", str(tiny_model_dir), "--environment", "reward_plugins.code_sandbox:PythonEnvironment",
+                 "--chat_template", "qwen2_5", "--dataset", str(data), "--prompt_column", "prompt", "--n", "2",
+                 "--max_new_tokens", "8", "--output_dir", str(out), "--no_progress", "--no_plot"]) == 0
+    result = json.loads((out / "eval.json").read_text())["models"][Path(tiny_model_dir).name]
+    assert result["tools"]["samples"] == 4

@@ -32,7 +32,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     d.add_argument("--split", default="test", help="hub dataset split")
     d.add_argument("--question_column", default="question")
     d.add_argument("--answer_column", default="answer", help="reference answer (GSM8K's '... #### 42' becomes 42)")
-    d.add_argument("--prompt_column", default=None, help="use this column as the prompt as is (no template)")
+    d.add_argument("--prompt_column", default=None, help="use this column as the prompt as is (no template; with "
+                   "--environment, conversations, e.g. with a system turn)")
     d.add_argument("--prompt_style", default=None, choices=["chat_prefill", "r1zero", "chat"],
                    help="default: chat_prefill; chat (conversational) with --environment")
     d.add_argument("--num_questions", type=int, default=None, help="first N questions (arithmetic: default 100)")
@@ -110,9 +111,9 @@ def tool_options(args) -> dict:
         from trl_rlvr.evaluation.evaluate import NO_VLLM_TOOL_ROLLOUTS
 
         raise ValueError(f"--environment with --vllm: {NO_VLLM_TOOL_ROLLOUTS}")
-    if args.prompt_style != "chat" or args.prompt_column is not None:
-        raise ValueError(f"--environment needs conversational prompts: --prompt_style chat (not {args.prompt_style}) "
-                         "and no --prompt_column")
+    if args.prompt_style != "chat":
+        raise ValueError(f"--environment needs conversational prompts: --prompt_style chat (not {args.prompt_style}), "
+                         "or a --prompt_column of conversations")
     from types import SimpleNamespace
 
     from trl_rlvr.scripts.chat_templates import resolve_chat_template
@@ -181,8 +182,18 @@ def load_rows(args) -> list[dict]:
                "answer": extract_reference(r[args.answer_column])}
         if args.prompt_column:
             row["prompt"] = r[args.prompt_column]
+            if args.environment and not is_conversation(row["prompt"]):
+                raise ValueError(f"{where}: --prompt_column {args.prompt_column} with --environment: row {len(rows)}'s "
+                                 "prompt is not a conversation (a list of {'role': ..., 'content': ...} messages), "
+                                 "which a tool loop needs")
         rows.append(row)
     return rows
+
+
+def is_conversation(prompt) -> bool:
+    """A list of chat messages (dicts with a string ``role``), as TRL's conversational prompts are."""
+    return isinstance(prompt, list) and bool(prompt) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in prompt)
 
 
 def default_prompt_style(args) -> str:
