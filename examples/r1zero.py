@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import os
 
-# Threads on shared cores (docs/benchmarks.md, benchmarks/cpu_threads.py): OpenMP threads that wait for a thread
-# whose core another process holds spin by default; passive waiting hands the core back. Set before torch loads.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from trl_rlvr.scripts.train import passive_openmp_waits  # imports no torch
+
+passive_openmp_waits()  # before torch loads: threads on shared cores (docs/benchmarks.md)
 
 import json  # noqa: E402
 import math  # noqa: E402

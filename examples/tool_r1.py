@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import os
 
-# Threads on shared cores (docs/benchmarks.md, benchmarks/cpu_threads.py): OpenMP threads that wait for a thread
-# whose core another process holds spin by default; passive waiting hands the core back. Set before torch loads.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from trl_rlvr.scripts.train import passive_openmp_waits  # imports no torch
+
+passive_openmp_waits()  # before torch loads: threads on shared cores (docs/benchmarks.md)
 
 import json  # noqa: E402
 import math  # noqa: E402
@@ -515,7 +515,7 @@ def main(script_args, training_args, model_args):
     timings["RL"] = time.time() - t
     # Adam's moments (twice the model's size) are not needed once training ends: the job saves the model, not a
     # checkpoint. Dropped before the last evaluation, whose KV caches would otherwise come on top of them.
-    getattr(trainer.optimizer, "optimizer", trainer.optimizer).state.clear()
+    trainer.optimizer.state.clear()
     release_memory()
     checkpoint_figures()
 
