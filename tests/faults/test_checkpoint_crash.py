@@ -22,12 +22,7 @@ import zipfile
 import pytest
 import torch
 
-from trl_rlvr.faults.checkpoints import (
-    UnusableCheckpointError,
-    checkpoint_problem,
-    checkpoint_to_resume,
-    newest_complete_checkpoint,
-)
+from trl_rlvr.faults.checkpoints import checkpoint_problem, checkpoint_to_resume, newest_complete_checkpoint
 
 STREAM = "rlvr_prompt_stream.json"
 
@@ -103,16 +98,6 @@ def test_true_takes_the_newest_complete_checkpoint_and_warns_naming_the_partial_
     with pytest.raises(ValueError, match=r"checkpoint-4.* is not a complete checkpoint: it has no trainer_state.json"
                                          r".*newest complete checkpoint next to it is .*checkpoint-2"):
         checkpoint_to_resume(str(tmp_path / "checkpoint-4"), str(tmp_path))
-
-
-def test_an_explicit_path_needs_the_trainers_files_too(tmp_path):
-    """`trl-rlvr train` turns True into a path before the trainer (which alone knows ``required``) exists; the
-    trainer's check of that path must still find a checkpoint without the prompt stream's state unusable."""
-    (_complete(tmp_path / "checkpoint-1") / STREAM).unlink()
-    path = str(tmp_path / "checkpoint-1")
-    assert checkpoint_to_resume(path, str(tmp_path)) == path
-    with pytest.raises(UnusableCheckpointError, match=f"is not a complete checkpoint: .*{STREAM}"):
-        checkpoint_to_resume(path, str(tmp_path), [STREAM])
 
 
 def test_true_with_no_complete_checkpoint_is_an_error_naming_the_partial_ones(tmp_path):

@@ -131,9 +131,8 @@ def checkpoint_to_resume(resume_from_checkpoint, output_dir: str, required: Sequ
 
     ``True`` (or the string ``"true"``/``"last"`` from a command line, unless such a folder exists) -> the newest
     complete checkpoint of ``output_dir``, with a warning naming each newer partial one; an
-    :class:`UnusableCheckpointError` when there is none. A path -> itself when complete (``required`` included),
-    else an :class:`UnusableCheckpointError` saying what is missing and which checkpoint is the newest complete one.
-    ``required``: files the trainer needs besides the Trainer's.
+    :class:`UnusableCheckpointError` when there is none. A path -> itself when complete, else an
+    :class:`UnusableCheckpointError` saying what is missing and which checkpoint is the newest complete one. ``required``: files the trainer needs besides the Trainer's.
     """
     if resume_from_checkpoint is None or resume_from_checkpoint is False:
         return None
@@ -157,7 +156,7 @@ def checkpoint_to_resume(resume_from_checkpoint, output_dir: str, required: Sequ
             )
         return found
     path = os.fspath(resume_from_checkpoint)
-    problem = checkpoint_problem(path, required)
+    problem = checkpoint_problem(path)
     if problem is not None:
         newest, _ = newest_complete_checkpoint(os.path.dirname(os.path.abspath(path)), required)
         hint = f"; the newest complete checkpoint next to it is {newest}" if newest else ""
