@@ -216,3 +216,30 @@ def test_split_calls_keep_the_samples(fake_vllm, monkeypatch):
     monkeypatch.setattr(vllm_generation, "cpu_call_limits", lambda llm: (4, 10_000))
     assert _generate(engine, PROMPTS, list(range(6))) == whole
     assert [len(call[0]) for call in engine.calls] == [4, 4, 4, 4, 2]
+
+
+def test_tool_turns_are_requests_seeded_from_their_own_stream(fake_vllm):
+    """The turns of tool rollouts on vLLM (generate_token_rows_vllm): each row a request with its own budget and the
+    seed of its turn's stream; the tokens kept up to and including the end-of-sequence token (the tool loop renders
+    the reply after it, as TRL does)."""
+    from trl_rlvr.evaluation.vllm_generation import generate_token_rows_vllm, stream_seed
+
+    engine = StandInEngine()
+    contexts, streams = [[7, 8, 9], [10, 11], [12]], ["0:0:0", "0:0:0:1", "0:1:3:2"]
+    rows = generate_token_rows_vllm(engine, contexts, streams, max_new_tokens=[5, 9, 1], eos_ids={EOS, 5},
+                                    temperature=0.7, top_p=0.9, top_k=4)
+    (requests, params), = engine.calls
+    assert [r["prompt_token_ids"] for r in requests] == contexts
+    assert [p.seed for p in params] == [stream_seed(s) for s in streams]
+    assert len({p.seed for p in params}) == 3 and all(0 <= p.seed < 2**63 for p in params)
+    assert [p.max_tokens for p in params] == [5, 9, 1]
+    assert {(p.temperature, p.top_p, p.top_k) for p in params} == {(0.7, 0.9, 4)}
+    again = generate_token_rows_vllm(StandInEngine(), contexts[::-1], streams[::-1], max_new_tokens=[1, 9, 5],
+                                     eos_ids={EOS, 5}, temperature=0.7, top_p=0.9, top_k=4)
+    assert again[::-1] == rows  # a row's tokens do not depend on the rows beside it
+    for ids, finished in rows:
+        cut = [i for i, t in enumerate(ids) if t in (EOS, 5)]
+        assert finished == bool(cut) and (not cut or cut[0] == len(ids) - 1)  # kept up to and including the end
+    greedy = generate_token_rows_vllm(StandInEngine(), contexts, None, max_new_tokens=[4, 4, 4], eos_ids={EOS})
+    assert greedy == [([EOS], True)] * 3
+    assert generate_token_rows_vllm(engine, [], None, max_new_tokens=[], eos_ids={EOS}) == []

@@ -42,8 +42,8 @@ class SampledEvalCallback(TrainerCallback):
             (:mod:`trl_rlvr.evaluation.vllm_generation`).
         environment_factory: tool rollouts (:mod:`trl_rlvr.evaluation.tool_rollouts`): ``"trainer"`` (default) takes
             the trainer's own ``environment_factory`` when it has one (one callable; its chat template and
-            ``max_tool_calling_iterations`` too), ``None`` evaluates without tools, or a callable. Tool rollouts run on
-            HF ``generate`` only (``generator="vllm"`` is refused with one). Logs ``eval/tools/...`` besides.
+            ``max_tool_calling_iterations`` too), ``None`` evaluates without tools, or a callable; on either generator.
+            Logs ``eval/tools/...`` besides.
     """
 
     def __init__(self, trainer, dataset, *, success_reward: str | None = None, format_reward: str | None = None,
@@ -80,10 +80,6 @@ class SampledEvalCallback(TrainerCallback):
                                  "environment_factory= (one callable) or None")
             environment_factory = next(iter(factories.values()), None)
         if environment_factory is not None:
-            if generator == "vllm":
-                from trl_rlvr.evaluation.evaluate import NO_VLLM_TOOL_ROLLOUTS
-
-                raise ValueError(f"SampledEvalCallback: {NO_VLLM_TOOL_ROLLOUTS}")
             tools = dict(environment_factory=environment_factory, chat_template=getattr(trainer, "chat_template", None),
                          max_tool_calling_iterations=getattr(args, "max_tool_calling_iterations", None))
         self.environment_factory = environment_factory

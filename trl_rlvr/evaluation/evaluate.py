@@ -65,19 +65,19 @@ def _generating(model, unwrap):
                 gen_model.train()
 
 
-NO_VLLM_TOOL_ROLLOUTS = (
-    "evaluation with an environment_factory (tool rollouts) runs on HF generate only: the vLLM generator does not "
-    "run multi-turn tool rollouts (use the 'hf' generator)")
-
-
 def _generate(model, tokenizer, prompts, question_ids, n, *, llm, unwrap, batch_size, n_batches, synced, on_batch,
               tool_rollouts=None, **generation):
     """One process's completions: with HF ``generate`` on ``model`` (unwrapped, in eval mode), or with the vLLM
     engine ``llm`` when one is given (:mod:`trl_rlvr.evaluation.vllm_generation`). ``tool_rollouts``: the keyword
-    arguments of :func:`trl_rlvr.evaluation.tool_rollouts.generate_tool_completions` (multi-turn tool rollouts)."""
+    arguments of :func:`trl_rlvr.evaluation.tool_rollouts.generate_tool_completions` (multi-turn tool rollouts, on
+    either generator)."""
     if llm is not None:
         if tool_rollouts is not None:
-            raise ValueError(NO_VLLM_TOOL_ROLLOUTS)
+            from trl_rlvr.evaluation.tool_rollouts import generate_tool_completions
+
+            return generate_tool_completions(model, tokenizer, prompts, question_ids, n, batch_size=batch_size,
+                                             n_batches=n_batches, on_batch=on_batch, llm=llm, **tool_rollouts,
+                                             **generation)
         from trl_rlvr.evaluation.generation import end_of_sequence_ids
         from trl_rlvr.evaluation.vllm_generation import engine_end_of_sequence_ids, generate_completions_vllm
 
@@ -102,8 +102,6 @@ def _tool_rollout_options(tokenizer, environment_factory, chat_template, max_too
     trainer readies it (:func:`trl_rlvr.evaluation.tool_rollouts.tool_chat_template`)."""
     if environment_factory is None:
         return None
-    if llm is not None:
-        raise ValueError(NO_VLLM_TOOL_ROLLOUTS)
     if isinstance(environment_factory, dict) or not callable(environment_factory):
         raise ValueError("environment_factory must be one callable that returns an environment (a dict of "
                          "environments is not supported by the evaluation)")
@@ -111,7 +109,7 @@ def _tool_rollout_options(tokenizer, environment_factory, chat_template, max_too
 
     options = dict(environment_factory=environment_factory, chat_template=tool_chat_template(tokenizer, chat_template),
                    max_tool_calling_iterations=max_tool_calling_iterations)
-    if world > 1 and synced:
+    if world > 1 and synced and llm is None:
         from accelerate.utils import gather_object
 
         options["keep_going"] = lambda mine: any(gather_object([mine]))  # every rank makes the same generate calls
@@ -326,8 +324,9 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
 
     ``environment_factory``: a callable returning an environment (TRL's ``environment_factory``, e.g.
     ``reward_plugins.code_sandbox.PythonEnvironment``): each sample is then a multi-turn tool rollout, run as TRL's
-    trainer runs it (:mod:`trl_rlvr.evaluation.tool_rollouts`; HF ``generate`` only), scored on its messages as
-    the reward sees them in training, each turn seeded from the sample's triple. ``prompt`` must be a conversation;
+    trainer runs it (:mod:`trl_rlvr.evaluation.tool_rollouts`; with HF ``generate``, or with ``llm``, every turn a
+    request of its own), scored on its messages as the reward sees them in training, each turn seeded from the
+    sample's triple and the turn's number. ``prompt`` must be a conversation;
     the environment's ``reset`` gets the row. ``chat_template``: template text to render with (the tokenizer's own
     must render tools otherwise); ``max_tool_calling_iterations``: TRL's cap on tool rounds (None: the budget
     alone). ``max_new_tokens`` is then the whole completion's budget, tool replies included (TRL's

@@ -19,7 +19,8 @@ One rollout, as TRL runs it with ``environment_factory``:
 Sampling: turn ``t`` of a sample draws from its own stream, ``random.Random(f"{seed}:{question}:{sample}")`` for the
 first turn (the plain evaluation's stream) and ``...:{t}`` after the ``t``-th tool reply. ``generate`` draws for every
 row of a batch at every step, finished or not, so one stream carried across turns would depend on the batch; one
-stream per turn does not.
+stream per turn does not. With a vLLM engine (``llm``) every turn is a request of its own, seeded from the same
+stream's name (:func:`trl_rlvr.evaluation.vllm_generation.stream_seed`), with what is left of its budget.
 
 Per sample the figures a tool run needs: tool calls, turns whose tool call did not parse (TRL falls back to plain
 text for them: ``parse_response`` raised, or its calls failed TRL's validation), calls that failed in TRL's loop,
@@ -237,28 +238,45 @@ def _turn(rollout: Rollout, new_ids: list[int], prefix: list[int], tokenizer) ->
 def run_tool_rollouts(model, tokenizer, rows: Sequence[dict], rollouts: Sequence[Rollout], *, max_new_tokens: int,
                       temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, chat_template=None,
                       chat_template_kwargs: dict | None = None, max_tool_calling_iterations: int | None = None,
-                      synced_gpus: bool = False, keep_going: Callable[[bool], bool] | None = None) -> None:
+                      synced_gpus: bool = False, keep_going: Callable[[bool], bool] | None = None,
+                      llm=None) -> None:
     """Run ``rollouts`` (one per row of ``rows``) to their end, batched turn by turn, in place.
 
     ``keep_going(this process has work)`` -> whether any process has (distributed generation with ZeRO-3 / FSDP:
-    every process must make the same ``generate`` calls; a process with none left continues a dummy row)."""
+    every process must make the same ``generate`` calls; a process with none left continues a dummy row).
+    ``llm``: a ``vllm.LLM`` that generates the turns instead of ``model`` (which then only lends its generation
+    config); each turn of a sample is a request of its own, seeded from the turn's stream
+    (:func:`trl_rlvr.evaluation.vllm_generation.generate_token_rows_vllm`), and the context ceiling is the engine's
+    ``max_model_len``, as in TRL's loop with vLLM."""
     chat_template_kwargs = chat_template_kwargs or {}
-    eos_ids = end_of_sequence_ids(model.generation_config, tokenizer)
-    max_model_len = getattr(model.config, "max_position_embeddings", None) or float("inf")
+    eos_ids = end_of_sequence_ids(getattr(model, "generation_config", None), tokenizer)
     max_iterations = max_tool_calling_iterations if max_tool_calling_iterations is not None else float("inf")
-    sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, synced_gpus=synced_gpus)
+    if llm is None:
+        max_model_len = getattr(model.config, "max_position_embeddings", None) or float("inf")
+        sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, synced_gpus=synced_gpus)
+
+        def generate(id_lists, seeds, new_tokens):
+            greedy = any(s is None for s in seeds)
+            return generate_token_rows(model, tokenizer.pad_token_id, id_lists, None if greedy else seeds,
+                                       max_new_tokens=max(new_tokens), **sampling)
+    else:
+        from trl_rlvr.evaluation.vllm_generation import engine_end_of_sequence_ids, generate_token_rows_vllm
+
+        eos_ids = eos_ids | engine_end_of_sequence_ids(llm)
+        max_model_len = llm.llm_engine.model_config.max_model_len
+
+        def generate(id_lists, seeds, new_tokens):
+            greedy = any(s is None for s in seeds)
+            return generate_token_rows_vllm(llm, id_lists, None if greedy else seeds, max_new_tokens=new_tokens,
+                                            eos_ids=eos_ids, temperature=temperature, top_p=top_p, top_k=top_k)
+
     for rollout, row in zip(rollouts, rows):
         _start(rollout, row, tokenizer, chat_template, chat_template_kwargs)
-
-    def generate(id_lists, seeds, new_tokens):
-        greedy = any(s is None for s in seeds)
-        return generate_token_rows(model, tokenizer.pad_token_id, id_lists, None if greedy else seeds,
-                                   max_new_tokens=new_tokens, **sampling)
 
     # the first turn: TRL's `_generate_single_turn` on the prompts
     if rollouts:
         for rollout, (ids, _) in zip(rollouts, generate([r.prompt_ids for r in rollouts], [r.seed for r in rollouts],
-                                                        max_new_tokens)):
+                                                        [max_new_tokens] * len(rollouts))):
             rollout.completion_ids, rollout.tool_mask = ids, [1] * len(ids)
             _turn(rollout, ids, rollout.prompt_ids, tokenizer)
     active = [r for r in rollouts if r.pending]
@@ -278,12 +296,12 @@ def run_tool_rollouts(model, tokenizer, rows: Sequence[dict], rollouts: Sequence
             break
         iteration += 1
         if not contexts:  # keep in step with the processes that still generate
-            generate([[tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0]], ["idle"], 1)
+            generate([[tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0]], ["idle"], [1])
             active = []
             continue
         left = [max_new_tokens - (len(ids) - len(r.prompt_ids)) for r, ids in contexts]
         seeds = [None if r.seed is None else f"{r.seed}:{iteration}" for r, _ in contexts]
-        outputs = generate([ids for _, ids in contexts], seeds, max(left))
+        outputs = generate([ids for _, ids in contexts], seeds, left)
         for (rollout, ids), (new, _), room in zip(contexts, outputs, left):
             new = new[:room]  # TRL truncates the turn to the completion budget
             tool_length = len(ids) - len(rollout.prompt_ids) - len(rollout.completion_ids)
@@ -324,6 +342,7 @@ def generate_tool_completions(
     chat_template_kwargs: dict | None = None,
     max_tool_calling_iterations: int | None = None,
     keep_going: Callable[[bool], bool] | None = None,
+    llm=None,
 ) -> list[list[tuple[str, list[int], bool, dict]]]:
     """:func:`trl_rlvr.evaluation.generation.generate_completions` for tool rollouts: ``n`` rollouts per prompt
     (conversational), each ``(transcript, completion ids, finished with EOS, info)`` where ``info`` holds the
@@ -333,6 +352,8 @@ def generate_tool_completions(
     A batch takes ``max(1, batch_size // n)`` questions; its environments are constructed once (one per rollout of
     a batch, as TRL's pool) and reset before each rollout. ``chat_template``: the template text to render with
     (default: as TRL's trainer decides, :func:`tool_chat_template`, which must have run on ``tokenizer``).
+    ``llm``: a ``vllm.LLM`` to generate the turns with (:func:`run_tool_rollouts`); ``batch_size`` then still sets
+    how many rollouts (and environments) are in flight at once.
     """
     from trl_rlvr.evaluation.generation import check_request
 
@@ -365,7 +386,7 @@ def generate_tool_completions(
                               temperature=temperature, top_p=top_p, top_k=top_k, chat_template=chat_template,
                               chat_template_kwargs=chat_template_kwargs,
                               max_tool_calling_iterations=max_tool_calling_iterations, synced_gpus=synced_gpus,
-                              keep_going=keep_going)
+                              keep_going=keep_going, llm=llm)
             if lo >= len(prompts):
                 continue
             for q in range(len(idx)):

@@ -24,10 +24,15 @@ from collections.abc import Callable, Sequence
 from trl_rlvr.evaluation.generation import check_request, render_prompt, row_seed
 
 
+def stream_seed(stream: str) -> int:
+    """vLLM's seed for one random stream named by a string (the HF path seeds ``random.Random(stream)``): the first
+    63 bits of its SHA-256 (a non-negative int64)."""
+    return int.from_bytes(hashlib.sha256(stream.encode()).digest()[:8], "big") >> 1
+
+
 def request_seed(seed: int, question_id: int, sample: int) -> int:
-    """One sample's vLLM seed: the first 63 bits of SHA-256 of :func:`row_seed` (a non-negative int64)."""
-    digest = hashlib.sha256(row_seed(seed, question_id, sample).encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
+    """One sample's vLLM seed: :func:`stream_seed` of :func:`row_seed`."""
+    return stream_seed(row_seed(seed, question_id, sample))
 
 
 def sampling_params(*, greedy: bool, temperature: float, top_p: float, top_k: int, max_new_tokens: int,
@@ -96,6 +101,35 @@ def completion_from_output(output, eos_ids) -> tuple[list[int], bool]:
     if finished and ids and ids[-1] in eos_ids:
         ids = ids[:-1]
     return ids, finished
+
+
+def generate_token_rows_vllm(llm, id_lists: Sequence[Sequence[int]], streams: Sequence[str] | None, *,
+                             max_new_tokens: Sequence[int], eos_ids, temperature: float = 1.0, top_p: float = 1.0,
+                             top_k: int = 0) -> list[tuple[list[int], bool]]:
+    """:func:`trl_rlvr.evaluation.generation.generate_token_rows` on a vLLM engine: row ``i`` continues
+    ``id_lists[i]`` as a request of its own, at most ``max_new_tokens[i]`` tokens, seeded with
+    :func:`stream_seed` of ``streams[i]`` (greedy when ``streams`` is None). Returns per row its new tokens up to and
+    including the first end-of-sequence token (the tool loop renders what follows after it, as TRL's does), and
+    whether it ended so."""
+    if not id_lists:
+        return []
+    from vllm import TokensPrompt
+
+    from trl_rlvr.evaluation.generation import cut_after_eos
+
+    stop = sorted(eos_ids)
+    requests = [TokensPrompt(prompt_token_ids=list(ids)) for ids in id_lists]
+    params = [sampling_params(greedy=streams is None, temperature=temperature, top_p=top_p, top_k=top_k,
+                              max_new_tokens=int(budget), seed=None if streams is None else stream_seed(streams[i]),
+                              stop_token_ids=stop)
+              for i, budget in enumerate(max_new_tokens)]
+    outputs = []
+    for call in split_calls([len(ids) for ids in id_lists], cpu_call_limits(llm)):
+        outputs += llm.generate([requests[i] for i in call], sampling_params=[params[i] for i in call],
+                                use_tqdm=False)
+    if len(outputs) != len(requests):
+        raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(requests)} requests")
+    return [cut_after_eos(list(output.outputs[0].token_ids), eos_ids) for output in outputs]
 
 
 def generate_completions_vllm(

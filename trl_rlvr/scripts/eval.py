@@ -64,7 +64,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     v.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.9)
     v.add_argument("--vllm_max_model_length", type=int, default=None, help="default: the model's")
     v.add_argument("--vllm_enforce_eager", action="store_true", help="no CUDA graphs / torch.compile (starts faster)")
-    t = p.add_argument_group("tools (multi-turn tool rollouts, as TRL's trainer runs them; HF generate only)")
+    t = p.add_argument_group("tools (multi-turn tool rollouts, as TRL's trainer runs them; on HF generate or --vllm)")
     t.add_argument("--environment", default=None, metavar="MODULE:CLASS", help="an environment class (TRL's "
                    "environment_factory), e.g. reward_plugins.code_sandbox:PythonEnvironment: every sample is a tool "
                    "rollout, and the tool figures are reported")
@@ -107,10 +107,6 @@ def tool_options(args) -> dict:
             if getattr(args, name) is not None:
                 raise ValueError(f"--{name} is set but --environment is not: name the environment class")
         return {}
-    if args.vllm:
-        from trl_rlvr.evaluation.evaluate import NO_VLLM_TOOL_ROLLOUTS
-
-        raise ValueError(f"--environment with --vllm: {NO_VLLM_TOOL_ROLLOUTS}")
     if args.prompt_style != "chat":
         raise ValueError(f"--environment needs conversational prompts: --prompt_style chat (not {args.prompt_style}), "
                          "or a --prompt_column of conversations")
