@@ -68,6 +68,9 @@ class ToolR1Arguments:
     num_train_samples: int = field(default=256, metadata={"help": "RL questions (cold-start and RL wordings)."})
     num_eval_samples: int = field(default=50, metadata={"help": "Held-out questions (held-out wordings)."})
     dataset_seed: int = field(default=0, metadata={"help": "Seed of the questions and traces."})
+    extra_rl_wordings: bool = field(default=False, metadata={"help": "RL questions also in three more wordings per "
+                                    "operation (trl_rlvr.scripts.word_problems, split rl_extra): an experiment, "
+                                    "examples/README.md."})
     sft_traces: int = field(default=48, metadata={"help": "Cold-start traces (0: no cold start, RL from the base)."})
     sft_epochs: float = field(default=2.0, metadata={"help": "Cold-start epochs."})
     sft_learning_rate: float = field(default=5e-5, metadata={"help": "Cold-start learning rate (constant)."})
@@ -433,7 +436,8 @@ def main(script_args, training_args, model_args):
     training_args.model_init_kwargs = {"dtype": model_args.dtype or "float32", **(training_args.model_init_kwargs or {})}
     with state.main_process_first():
         base_path = resolve_model_path(model_args.model_name_or_path, quiet=not state.is_main_process)
-    train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed)
+    train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed,
+                              extra_rl_wordings=script_args.extra_rl_wordings)
     heldout = word_problem_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
     say(f"model {base_path}; {len(train)} RL questions, {len(heldout)} held-out questions (held-out wordings); "
         f"arm {script_args.arm}; torch threads {__import__('torch').get_num_threads()}, "

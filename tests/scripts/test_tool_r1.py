@@ -35,7 +35,7 @@ def test_word_problems_are_right_deterministic_and_held_out():
     assert not {(r["a"], r["op"], r["b"]) for r in train} & {(r["a"], r["op"], r["b"]) for r in heldout}
 
     def template_of(question):
-        for _op, text in wordings(("sft", "rl", "heldout")):
+        for _op, text in wordings(("sft", "rl", "rl_extra", "heldout")):
             pattern = re.escape(text).replace(re.escape("{a}"), r"\d+").replace(re.escape("{b}"), r"\d+")
             pattern = pattern.replace(re.escape("{name}"), r"\w+").replace(re.escape("{item}"), r"\w+")
             if re.fullmatch(pattern, question):
@@ -52,6 +52,12 @@ def test_word_problems_are_right_deterministic_and_held_out():
         assert row["solution"] == row["answer"] and len(row["answer"]) >= 3 and max(a, b) >= 100
     with pytest.raises(ValueError, match="split"):
         word_problem_rows("test", 3)
+    extra_texts = {text for op in WORDINGS for split, text in WORDINGS[op] if split == "rl_extra"}
+    assert not {template_of(r["question"]) for r in train} & extra_texts  # off by default
+    extra = word_problem_rows("train", 300, seed=3, extra_rl_wordings=True)
+    used = {template_of(r["question"]) for r in extra}
+    assert used & extra_texts == extra_texts and not used & held_texts
+    assert not {(r["a"], r["op"], r["b"]) for r in extra} & {(r["a"], r["op"], r["b"]) for r in heldout}
 
 
 def test_cold_start_traces_call_the_tool_and_box_its_reply():

@@ -6,7 +6,9 @@ in words no training stage has seen:
 
 * ``sft``: the few wordings of the cold-start traces (:func:`cold_start_traces`);
 * ``rl``: those and more wordings for RL (:func:`word_problem_rows` with ``split="train"``);
-* ``heldout``: wordings used only by the evaluation (``split="heldout"``).
+* ``heldout``: wordings used only by the evaluation (``split="heldout"``);
+* ``rl_extra``: three more RL wordings per operation, off by default (``extra_rl_wordings=True``; an experiment
+  of the tool job, examples/README.md).
 
 Operands of the held-out problems are drawn from their own seed and never asked in training. Every function is
 pure and seeded: the same arguments give the same rows.
@@ -27,6 +29,9 @@ WORDINGS: dict[str, list[tuple[str, str]]] = {
         ("heldout", "A truck carries {a} crates and every crate weighs {b} kilograms. What is the total weight in "
                     "kilograms?"),
         ("heldout", "{name} saves {b} dollars every week for {a} weeks. How many dollars has {name} saved?"),
+        ("rl_extra", "There are {a} classrooms and each classroom has {b} desks. How many desks are there in total?"),
+        ("rl_extra", "A printer prints {b} pages per minute. How many pages does it print in {a} minutes?"),
+        ("rl_extra", "A baker makes {b} loaves every day for {a} days. How many loaves does the baker make?"),
     ],
     "+": [
         ("sft", "A library has {a} books and gets {b} new books. How many books does it have now?"),
@@ -39,6 +44,10 @@ WORDINGS: dict[str, list[tuple[str, str]]] = {
                     "are on the train?"),
         ("heldout", "{name} walked {a} meters in the morning and {b} meters in the evening. How many meters did "
                     "{name} walk that day?"),
+        ("rl_extra", "{name} scored {a} points in the first game and {b} points in the second game. How many points "
+                     "did {name} score in total?"),
+        ("rl_extra", "A farm has {a} chickens and {b} ducks. How many birds are on the farm?"),
+        ("rl_extra", "A pool holds {a} liters and {b} liters are poured in. How many liters are in the pool now?"),
     ],
     "-": [
         ("sft", "A tank holds {a} liters of water and {b} liters leak out. How many liters are left?"),
@@ -50,13 +59,17 @@ WORDINGS: dict[str, list[tuple[str, str]]] = {
                     "it still have to fly?"),
         ("heldout", "{name} had {a} dollars and spent {b} dollars on a bike. How many dollars does {name} have "
                     "now?"),
+        ("rl_extra", "A bakery baked {a} cookies and {b} of them were eaten. How many cookies remain?"),
+        ("rl_extra", "{name} needs {a} points to win and already has {b}. How many more points does {name} need?"),
+        ("rl_extra", "A rope is {a} centimeters long and {b} centimeters are cut off. How many centimeters long is "
+                     "the rope now?"),
     ],
 }
 
 NAMES = ("Ann", "Ben", "Cara", "Dan", "Eva", "Finn", "Gia", "Hugo", "Ivy", "Jon", "Kim", "Leo", "Mia", "Ned")
 ITEMS = ("apples", "pens", "cards", "stamps", "marbles", "stickers", "shells", "coins")
 OPERATIONS = tuple(WORDINGS)
-SPLITS = ("sft", "rl", "heldout")
+SPLITS = ("sft", "rl", "rl_extra", "heldout")
 
 
 def operands(rng: random.Random, op: str) -> tuple[int, int]:
@@ -94,17 +107,18 @@ def _problems(n: int, seed: int, splits: tuple[str, ...], exclude=frozenset()) -
     return rows
 
 
-def word_problem_rows(split: str, n: int, seed: int = 0) -> list[dict]:
-    """``n`` problems: ``split="train"`` in the ``sft`` and ``rl`` wordings, ``"heldout"`` in the held-out wordings
-    (their operands drawn first, from their own seed, and excluded from training). Rows: ``question``,
-    ``answer`` (= ``solution``, the integer as a string), and the problem ``a``, ``op``, ``b``."""
+def word_problem_rows(split: str, n: int, seed: int = 0, extra_rl_wordings: bool = False) -> list[dict]:
+    """``n`` problems: ``split="train"`` in the ``sft`` and ``rl`` wordings (and ``rl_extra`` with
+    ``extra_rl_wordings``), ``"heldout"`` in the held-out wordings (their operands drawn first, from their own seed,
+    and excluded from training). Rows: ``question``, ``answer`` (= ``solution``, the integer as a string), and the
+    problem ``a``, ``op``, ``b``."""
     if split not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
     heldout_seed = seed + 1_000_003
     if split == "heldout":
         return _problems(n, heldout_seed, ("heldout",))
     taken = {(r["a"], r["op"], r["b"]) for r in _problems(1000, heldout_seed, ("heldout",))}
-    return _problems(n, seed, ("sft", "rl"), exclude=taken)
+    return _problems(n, seed, ("sft", "rl", "rl_extra") if extra_rl_wordings else ("sft", "rl"), exclude=taken)
 
 
 def tool_code(row: dict) -> str:
