@@ -4,9 +4,9 @@ folder (vLLM): ``scripted_tool_model`` steers HF ``forward``, which such an engi
 :func:`build_trained_tool_model` trains the tiny model (``build_tiny_model``, character tokenizer,
 ``TOOL_CHAT_TEMPLATE``) on a handful of whole conversations until it has them by heart: the question
 ``What is A*B?``, a ``python`` tool call that prints the product, the tool's reply, and ``\\boxed{<the reply>}``.
-Greedy decoding then replays the trace; sampling at temperature 1 mostly does, and now and then leaves it (a call
-that does not parse, another answer), which is what seeded sampling needs to show. The questions it learns are
-:data:`QUESTIONS` (the same as the scripted model's harness).
+Greedy decoding then replays the trace; sampling at temperature 1 replays it whole about half the time and
+otherwise leaves it somewhere (a call that does not parse, other digits, another answer), which is what seeded
+sampling needs to show. The questions it learns are :data:`QUESTIONS` (those of tests/harness/tool_eval_harness.py).
 """
 
 from __future__ import annotations
