@@ -103,6 +103,18 @@ def completion_from_output(output, eos_ids) -> tuple[list[int], bool]:
     return ids, finished
 
 
+def run_requests(llm, requests: list, params: list) -> list:
+    """``llm.generate`` on ``requests`` (``TokensPrompt``s) with their ``params``, in as many calls as
+    :func:`split_calls` needs on a CPU; the outputs in request order."""
+    outputs = []
+    for call in split_calls([len(r["prompt_token_ids"]) for r in requests], cpu_call_limits(llm)):
+        outputs += llm.generate([requests[i] for i in call], sampling_params=[params[i] for i in call],
+                                use_tqdm=False)
+    if len(outputs) != len(requests):
+        raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(requests)} requests")
+    return outputs
+
+
 def generate_token_rows_vllm(llm, id_lists: Sequence[Sequence[int]], streams: Sequence[str] | None, *,
                              max_new_tokens: Sequence[int], eos_ids, temperature: float = 1.0, top_p: float = 1.0,
                              top_k: int = 0) -> list[tuple[list[int], bool]]:
@@ -123,13 +135,7 @@ def generate_token_rows_vllm(llm, id_lists: Sequence[Sequence[int]], streams: Se
                               max_new_tokens=int(budget), seed=None if streams is None else stream_seed(streams[i]),
                               stop_token_ids=stop)
               for i, budget in enumerate(max_new_tokens)]
-    outputs = []
-    for call in split_calls([len(ids) for ids in id_lists], cpu_call_limits(llm)):
-        outputs += llm.generate([requests[i] for i in call], sampling_params=[params[i] for i in call],
-                                use_tqdm=False)
-    if len(outputs) != len(requests):
-        raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(requests)} requests")
-    return [cut_after_eos(list(output.outputs[0].token_ids), eos_ids) for output in outputs]
+    return [cut_after_eos(list(output.outputs[0].token_ids), eos_ids) for output in run_requests(llm, requests, params)]
 
 
 def generate_completions_vllm(
@@ -166,12 +172,7 @@ def generate_completions_vllm(
             params.append(sampling_params(greedy=greedy, temperature=temperature, top_p=top_p, top_k=top_k,
                                           max_new_tokens=max_new_tokens,
                                           seed=None if greedy else request_seed(seed, qid, j), stop_token_ids=stop))
-    outputs = []
-    for call in split_calls([len(r["prompt_token_ids"]) for r in requests], cpu_call_limits(llm)):
-        outputs += llm.generate([requests[i] for i in call], sampling_params=[params[i] for i in call],
-                                use_tqdm=False)
-    if len(outputs) != len(requests):
-        raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(requests)} requests")
+    outputs = run_requests(llm, requests, params)
     groups = []
     for q in range(len(prompts)):
         group = []
