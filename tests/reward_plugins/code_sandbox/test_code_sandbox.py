@@ -117,11 +117,17 @@ def test_pickle_roundtrip(reward):
 
 
 def test_dead_worker_is_replaced(reward):
+    """Workers that died while idle are replaced before they get a job: no sample pays for them. (A worker
+    killed while it runs a sample costs that sample: tests/faults/test_killed_reward_workers.py.)"""
     reward.pool.start()
     for slot in list(reward.pool._idle.queue):
         os.killpg(slot[1].proc.pid, signal.SIGKILL)
-    r = reward(prompts=[""] * 4, completions=[ADD, "def add(a, b): return 0", ADD, ADD], tests=[TESTS] * 4)
-    assert r == [1.0, 0.0, 1.0, 1.0]
+    for slot in list(reward.pool._idle.queue):  # dead, not only signalled: a kill still in flight is the other case
+        slot[1].proc.wait(timeout=30)
+    metrics = {}
+    r = reward(prompts=[""] * 4, completions=[ADD, "def add(a, b): return 0", ADD, ADD], tests=[TESTS] * 4,
+               log_metric=metrics.__setitem__)
+    assert r == [1.0, 0.0, 1.0, 1.0], metrics  # errors: a worker lost with the job; timeouts: the machine's load
     assert reward.pool.restarts >= 1
 
 
