@@ -2,11 +2,11 @@
 
     python -m benchmarks.tool_r1 [--busy N] [--save FILE] [--smoke] [-- EXTRA JOB ARGUMENTS]
 
-Runs the job once in its own session (``accelerate launch --num_processes 1 ... examples/tool_r1.py``), and reports
-its wall time, the peak RSS of the largest process of the tree (``wait4``'s ``ru_maxrss`` over the launcher and the
-job it waited for, as ``/usr/bin/time -v`` reports it), the load average before and after, and the job's own
-timings and held-out figures from its metrics file. ``--busy N``: N pure-Python spinning processes run alongside
-(one core taken by another process: how the job holds up on shared cores). The default output directory is a
+Runs the job once (``accelerate launch --num_processes 1 ... examples/tool_r1.py``, ``benchmarks._jobs``), and reports
+its wall time, the peak RSS of the largest process of the tree (``wait4``'s ``ru_maxrss``, as ``/usr/bin/time -v``),
+the load average before and after, and the job's own timings and held-out figures from its metrics file.
+``--busy N``: N pure-Python spinning processes run alongside (one core taken by another process: how the job holds
+up on shared cores; ``benchmarks.shared_cores`` runs both ways back to back). The default output directory is a
 temporary one. ``--smoke``: the job's ``--smoke`` mode on a tiny random model with ChatML tokens
 (``trl_rlvr.testing.build_tiny_chatml_model``): one short step of each stage, seconds to minutes. Quoted in
 docs/benchmarks.md.
@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from benchmarks._jobs import launch_job, tool_job_smoke_args
 from benchmarks._status import finish
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None) -> int:
@@ -39,30 +35,10 @@ def main(argv=None) -> int:
     out = args.output_dir or tempfile.mkdtemp(prefix="tool_r1_")
     job = ["--output_dir", out, *args.extra]
     if args.smoke:
-        from trl_rlvr.testing import build_tiny_chatml_model
-
-        model = build_tiny_chatml_model(Path(out) / "tiny_model")
-        job += ["--smoke", "--model_name_or_path", str(model), "--max_completion_length", "24",
-                "--overlong_buffer_length", "8", "--save_model", "false", "--plot", "false"]
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "examples" / "tool_r1.py"), *job]
-    print("$ " + " ".join(command), flush=True)
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
-    load_before = os.getloadavg()
-    start = time.perf_counter()
-    try:
-        proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        for p in spinners:
-            p.kill()
-            p.wait()
-    wall = time.perf_counter() - start
-    rc = os.waitstatus_to_exitcode(status)
+        job += tool_job_smoke_args(Path(out))
+    result = launch_job("tool_r1", job, args.busy)
+    rc = result["exit_status"]
     failures = [] if rc == 0 else [f"the job exited with {rc}"]
-    result = {"command": " ".join(command), "busy_processes": args.busy, "wall_s": round(wall, 1),
-              "peak_rss_kib": usage.ru_maxrss, "load_before": load_before, "load_after": os.getloadavg(),
-              "cores": len(os.sched_getaffinity(0)), "exit_status": rc}
     metrics_file = Path(out) / "tool_r1_metrics.json"
     if rc == 0 and "--arm" not in args.extra:
         if not metrics_file.is_file():
@@ -73,9 +49,6 @@ def main(argv=None) -> int:
                           pass_at_1={k: v["pass@1"] for k, v in metrics["arms"].items() if v})
             if not args.smoke and not metrics["history"]:
                 failures.append("the job logged no training step")
-    print(f"wall {wall:.0f} s, peak RSS {usage.ru_maxrss / 1024:.0f} MiB ({usage.ru_maxrss * 1024 / 1e9:.2f} GB), "
-          f"load average {load_before[0]:.2f} before, {result['load_after'][0]:.2f} after, {result['cores']} cores, "
-          f"{args.busy} spinning process(es) alongside")
     for key in ("timings_s", "pass_at_1", "goals"):
         if key in result:
             print(f"{key}: {result[key]}")
