@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 
 
 def make_trainer(model_dir, output_dir, max_steps, **overrides):
@@ -66,7 +67,10 @@ def main(argv=None):
 
         TrainerState.save_to_json = crash_first
     trainer.train(resume_from_checkpoint=True if args.resume else None)
-    print(json.dumps({"rank": rank, "global_step": trainer.state.global_step}), flush=True)
+    # one write, the newline in it: print's two writes (text, then "\n") from two ranks on one unbuffered pipe
+    # can interleave into '{...}{...}' on one line
+    sys.stdout.write(json.dumps({"rank": rank, "global_step": trainer.state.global_step}) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
