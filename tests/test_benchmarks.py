@@ -39,3 +39,25 @@ def test_a_failing_case_fails_the_dynamic_sampling_benchmark():
     assert failures([{**ok, "crashed_in_update_per_seed": [2], "error": "RuntimeError: boom"}])
     assert failures([{**ok, "method": "c", "seeds": 0, "error": "No module named 'trl.experimental...'",
                       "skipped": True}]) == []
+
+
+def test_the_shared_cores_benchmark_compares_what_was_learned_not_how_long_it_took():
+    """Two runs of a seeded job are 'the same' when every step's reward and every held-out figure agree; the
+    seconds each took may differ (they are what the benchmark measures)."""
+    from benchmarks.shared_cores import job_figures
+
+    def r1zero(after_accuracy, seconds):
+        return {"history": [{"reward": 0.5, "step_time": seconds}, {"loss": 0.1}],
+                "before": None, "after": {"accuracy": after_accuracy, "format_rate": 1.0, "mean_length": 40.0,
+                                          "seconds": seconds}}
+
+    assert job_figures("r1zero", r1zero(0.2, 10.0)) == job_figures("r1zero", r1zero(0.2, 99.0))
+    assert job_figures("r1zero", r1zero(0.2, 10.0)) != job_figures("r1zero", r1zero(0.22, 10.0))
+
+    def tool(pass_at_1, rewards, seconds):
+        return {"history": [{"reward": r} for r in rewards],
+                "arms": {"cold start (tool)": {"pass@1": pass_at_1, "seconds": seconds}, "base (no tool)": None}}
+
+    assert job_figures("tool_r1", tool(0.855, [1.5], 1.0)) == job_figures("tool_r1", tool(0.855, [1.5], 2.0))
+    assert job_figures("tool_r1", tool(0.855, [1.5], 1.0)) != job_figures("tool_r1", tool(0.855, [1.75], 1.0))
+    assert job_figures("tool_r1", tool(0.855, [1.5], 1.0)) != job_figures("tool_r1", tool(0.86, [1.5], 1.0))
