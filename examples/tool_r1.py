@@ -261,24 +261,30 @@ def history_callback(say):
     from transformers import TrainerCallback
 
     class History(TrainerCallback):
-        """Keeps every training log line (for the JSON and the curves) and prints one line per step."""
+        """Keeps every training step's log line (for the JSON and the curves) and prints one line per step. A step
+        whose dynamic sampling found no informative group trained on nothing, so it logs no reward figures (the
+        trainer logs what it trained): it is kept, and said, all the same."""
 
         def __init__(self):
             self.history, self.t0 = [], time.time()
 
         def on_log(self, args, state, control, logs=None, **kw):
             logs = dict(logs or {})
-            if "reward" not in logs:
+            if "reward" not in logs and "loss" not in logs:  # the train summary (train_loss, ...) is not a step
                 return
             logs["step"], logs["time"] = state.global_step, time.time()
             self.history.append(logs)
+            head = f"step {state.global_step}/{state.max_steps} ({time.time() - self.t0:.0f}s) "
+            if "reward" not in logs:
+                say(head + "no informative group: nothing trained, no update")
+                return
             parts = [f"reward {logs['reward']:.2f}"]
             for key, label in (("rlvr/accuracy", "acc"), ("rewards/tool_format/mean", "format"),
                                ("rewards/think_format/mean", "format"), ("rlvr/tool_calls_per_rollout", "calls"),
                                ("rlvr/zero_signal_frac", "zero-signal"), ("completions/mean_length", "len")):
                 if isinstance(logs.get(key), (int, float)):
                     parts.append(f"{label} {logs[key]:.2f}")
-            say(f"step {state.global_step}/{state.max_steps} ({time.time() - self.t0:.0f}s) " + " | ".join(parts))
+            say(head + " | ".join(parts))
 
     return History()
 

@@ -127,6 +127,24 @@ def test_tool_format_reward():
     ]) == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
 
 
+def test_a_step_that_trained_nothing_stays_in_the_history():
+    """A step whose dynamic sampling found no informative group logs its loss but no reward figures (the trainer
+    logs what it trained): the job keeps it and says so, so that the JSON has every step the run took (the default
+    run's last step was missing from its history); the train summary is not a step."""
+    from types import SimpleNamespace
+
+    said = []
+    history = _load_script().history_callback(said.append)
+    state = SimpleNamespace(global_step=1, max_steps=2)
+    history.on_log(None, state, None, logs={"loss": 0.1, "reward": 1.5, "rlvr/accuracy": 0.75})
+    state.global_step = 2
+    history.on_log(None, state, None, logs={"loss": 0.0, "rlvr/sampling_rounds": 2.0})
+    history.on_log(None, state, None, logs={"train_loss": 0.05, "train_runtime": 9.0})
+    assert [h["step"] for h in history.history] == [1, 2] and "reward" not in history.history[1]
+    assert said[0].startswith("step 1/2") and "reward 1.50" in said[0] and "acc 0.75" in said[0]
+    assert said[1].startswith("step 2/2") and "nothing trained" in said[1] and len(said) == 2
+
+
 def test_parser_defaults_and_smoke():
     script = _load_script()
     script_args, train_args, _ = script.parse_args([])
