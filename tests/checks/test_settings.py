@@ -119,6 +119,13 @@ def test_no_warning_where_options_act():
         config(token_count_scope="generation_batch", advantage_std="sample")
 
 
-def test_bf16_on_cpu_warns():
+def test_bf16_on_cpu_warns_once_per_process(monkeypatch):
+    from trl_rlvr.checks import settings
+
+    monkeypatch.setattr(settings, "_warned_bf16_on_cpu", False)
     with pytest.warns(UserWarning, match=r"bf16=True on a CPU .* Set bf16=False"):
         config(bf16=True)
+    with warnings.catch_warnings(record=True) as caught:  # a second config (a test suite, a sweep): said already
+        warnings.simplefilter("always")
+        config(bf16=True)
+    assert not [w for w in caught if "bf16=True on a CPU" in str(w.message)]

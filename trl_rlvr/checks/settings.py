@@ -62,6 +62,9 @@ def check_tool_settings(config, train_dataset, environment_factory) -> None:
         )
 
 
+_warned_bf16_on_cpu = False
+
+
 def check_settings(config) -> None:
     """Errors and warnings that need no model: options without effect (warn), bf16 on a CPU (warn), ``use_vllm``
     without vLLM installed (``ImportError`` now rather than after the model and data have loaded)."""
@@ -76,7 +79,9 @@ def check_settings(config) -> None:
             "'trl-rlvr[vllm]' (GPU) or see docs for vLLM's CPU build; or set use_vllm=False to generate with "
             "transformers"
         )
-    if config.bf16 and _on_cpu(config):
+    global _warned_bf16_on_cpu
+    if config.bf16 and not _warned_bf16_on_cpu and _on_cpu(config):
+        _warned_bf16_on_cpu = True  # once per process: a suite or a sweep builds many configs on one machine
         warnings.warn(
             "bf16=True on a CPU (use_cpu=True or no GPU; TRL's GRPOConfig turns bf16 on by default): bfloat16 "
             "autocast is slower than float32 on a CPU (measured in docs/benchmarks.md). Set bf16=False.",
