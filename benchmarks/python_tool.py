@@ -14,7 +14,7 @@ Measures, in one run and on the same cores:
 * peak RSS of this process, and the RSS of the sandbox's processes at the end;
 * the host's wall time of one tool round over 16 and 64 rollouts, each with one cell that sleeps 0.2 s or one
   that computes (~0.05 CPU-s), called one rollout after another as TRL 1.16 calls them ("sequential") and with
-  the round's cells sent ahead together (``trl_rlvr.sampling.tool_rounds``, what ``RLVRTrainer`` does: "dispatched");
+  the round's cells sent ahead together (``trl_rlvr.rollouts.tool_round``, what ``RLVRTrainer`` does: "dispatched");
 * cleanup of a hostile rollout: one that left a directory chain ten times deeper than PATH_MAX and as many
   entries as its filesystem takes; the time until its interpreter (and with it its tmpfs) is gone after
   ``reset()``, and until the next interpreter answers.
@@ -158,8 +158,8 @@ ROUND_CELLS = {
 
 def tool_round(envs: list[PythonEnvironment], cell: str, want: str, dispatched: bool) -> float:
     """Host wall seconds of one tool round: every rollout's call, in TRL's order, over its sync tool dicts
-    (with ``dispatched``, the round's cells first sent ahead by ``trl_rlvr.sampling.tool_rounds``, as RLVRTrainer does)."""
-    from trl_rlvr.sampling.tool_rounds import dispatch_rounds_ahead
+    (with ``dispatched``, the round's cells first sent ahead by ``trl_rlvr.rollouts.tool_round``, as RLVRTrainer does)."""
+    from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead
 
     tools = [{"python": e.python} for e in envs]
     completions = [[{"role": "assistant", "content": "", "tool_calls": [

@@ -102,6 +102,7 @@ _PURE = ("trl_rlvr.trainer", "trl_rlvr.config", "trl_rlvr.scripts", "trl_rlvr.ev
 DIRECTIONS = [
     ("trl_rlvr.algorithms", (*_PURE, "trl_rlvr.checks", "trl_rlvr.sampling", "trl_rlvr.rewards", "trl_rlvr.audit")),
     ("trl_rlvr.sampling", (*_PURE, "trl_rlvr.checks", "trl_rlvr.audit")),
+    ("trl_rlvr.rollouts", (*_PURE, "trl_rlvr.checks", "trl_rlvr.sampling", "trl_rlvr.rewards", "trl_rlvr.audit")),
     ("trl_rlvr.rewards", (*_PURE, "trl_rlvr.checks", "trl_rlvr.audit")),
     ("trl_rlvr.checks", (*_PURE, "trl_rlvr.presets", "trl_rlvr.sampling", "trl_rlvr.rewards", "trl_rlvr.audit")),
     ("trl_rlvr.audit", (*_PURE, "trl_rlvr.checks")),

@@ -86,3 +86,30 @@ def test_table_and_figures_are_the_trained_rows_with_tools(tiny_model_dir):
 
     trainer = make_trainer(tiny_model_dir, log_completions=True, mask_truncated_completions=False)
     _check(trainer, _record(trainer))
+
+
+def test_a_figure_trl_adds_to_its_block_is_not_left_describing_untrained_rows(tiny_model_dir, monkeypatch):
+    """A TRL release that logs a new figure of every generated row (here faked in TRL's own ``_generate``): under
+    dynamic sampling it is not logged under its own name, where it would read as the trained rows' figure, but as
+    ``generated/<name>``; TRL's known figures stay those of the trained rows."""
+    from trl import GRPOTrainer
+
+    from tests.harness.loss_harness import make_trainer
+
+    generate = GRPOTrainer._generate
+
+    def generate_with_a_new_figure(self, prompts):
+        out = generate(self, prompts)
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode]["completions/new_trl_figure"].append(float(len(prompts)))  # of every generated row
+        return out
+
+    monkeypatch.setattr(GRPOTrainer, "_generate", generate_with_a_new_figure)
+    trainer = make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], dynamic_sampling=True, max_steps=2,
+                           per_device_train_batch_size=8, gradient_accumulation_steps=2, num_generations=4,
+                           max_completion_length=8, logging_steps=1, learning_rate=1e-3)
+    steps = _record(trainer)
+    _check(trainer, steps)
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert logged and all("completions/new_trl_figure" not in entry for entry in logged)
+    assert all(entry["generated/completions/new_trl_figure"] == 16.0 for entry in logged)

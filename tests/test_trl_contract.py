@@ -67,3 +67,58 @@ def test_a_changed_trl_is_named_clearly():
     assert "MovedTRL._prepare_inputs is gone" in problems
     assert "no longer have ._buffered_inputs" in problems
     assert "tested with trl>=1.16,<1.17" in problems
+
+
+def test_a_trl_whose_round_changed_is_named_piece_by_piece():
+    """Each kind of coupling fails the check on its own: an overridden private method's signature, an attribute TRL
+    no longer uses where we change it, a copied path whose anchor moved, a figure TRL logs that no list classifies."""
+    from trl import GRPOTrainer
+
+    class ChangedTRL(GRPOTrainer):
+        def _tool_call_loop(self, prompts, completions):  # prompt_ids, completion_ids, logprobs dropped
+            return self._run_tools_concurrently(prompts)  # the per-rollout tool dicts no longer read
+
+        def _generate(self, prompts):
+            self._metrics[mode]["completions/median_length"].append(0.0)  # noqa: F821 - source text only
+            return ()
+
+        def _generate_and_score_completions(self, inputs):  # the reference path rewritten, the table kept
+            return self._metrics, self._logs, self.beta, self._sync_tool_dicts, 'not member_name.startswith("_")'
+
+    problems = "\n".join(trl_contract.contract_violations(ChangedTRL))
+    assert "ChangedTRL._tool_call_loop" in problems and "'prompt_ids'" in problems
+    assert "ChangedTRL._tool_call_loop no longer uses self._sync_tool_dicts" in problems
+    assert "the reference log-probs (RLVRTrainer._reference_logps) copy TRL's ChangedTRL._generate_and_score_" in problems
+    assert "lines 2709-2739" in problems
+    assert "'completions/median_length'" in problems and "generated/<name>" in problems
+
+
+def test_the_environment_dispatch_hook_is_private_and_has_its_signature():
+    """The tool round sends calls ahead through ``_dispatch_call(name, arguments)``; TRL must keep not offering an
+    environment's private methods to the model as tools (the check above reads its discovery)."""
+    import inspect
+
+    from reward_plugins.code_sandbox.environment import PythonEnvironment
+
+    name, params = trl_contract.ENVIRONMENT_DISPATCH
+    assert name.startswith("_")
+    assert list(inspect.signature(getattr(PythonEnvironment, name)).parameters)[1:] == list(params)
+
+
+def test_trained_figures_are_trls_row_figures_by_name():
+    """The figures recomputed on the trained rows are exactly the per-row figures TRL logs (its names)."""
+    import torch
+
+    from trl_rlvr.sampling.figures import trained_figures
+
+    figures = trained_figures(torch.ones(4, 2), torch.ones(2), ["a", "b"], torch.full((4,), 3.0),
+                              torch.zeros(4, dtype=torch.bool), 2, "group")
+    assert sorted(figures) == sorted(trl_contract.trl_row_figure_names(["a", "b"]))
+
+
+def test_a_broken_contract_is_said_when_the_trainer_is_built(tiny_model_dir, monkeypatch):
+    """Checked at construction, not only by this suite: one RuntimeWarning naming what moved."""
+    monkeypatch.setattr(trl_contract, "READ_ATTRIBUTES", (*trl_contract.READ_ATTRIBUTES, "_renamed_in_a_new_trl"))
+    monkeypatch.setattr(trl_contract, "_warned", set())
+    with pytest.warns(RuntimeWarning, match=r"(?s)differs from the one trl-rlvr was tested with.*_renamed_in_a_new_trl"):
+        make_trainer(tiny_model_dir)

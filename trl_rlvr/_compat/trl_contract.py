@@ -65,36 +65,62 @@ import re
 #: range that TRL declares (:func:`trl_vllm_requirement`).
 TESTED_TRL = ">=1.16,<1.17"
 
-#: Methods RLVRTrainer overrides or calls -> the parameters (after ``self``) it passes and expects.
+#: TRL's private methods RLVRTrainer overrides (each calls ``super()``) -> (the parameters, after ``self``, it passes
+#: and expects; why TRL's public API cannot do it: the hook TRL would need, docs/trainer.md "Upstreaming").
 OVERRIDDEN_METHODS = {
-    "_generate_and_score_completions": ("inputs",),  # returns the row dict of ROW_KEYS + num_items_in_batch
-    "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),  # -> (N_global, n_funcs)
-    "_prepare_inputs": ("generation_batch",),  # fills self._buffered_inputs once per generation round
-    "_compute_loss": ("model", "inputs"),
-    "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep"),
-    "log": ("logs", "start_time"),
-    "_generate_single_turn": ("prompt_ids",),  # where TRL syncs vLLM's weights before generating (vllm_cpu)
-    "_generate": ("prompts",),  # -> (prompt_ids, completion_ids, tool_mask, ...): the tool mask, read for lengths
-    # transformers.Trainer
-    "_save_checkpoint": ("model", "trial"),
-    "_load_optimizer_and_scheduler": ("checkpoint",),
-    "_save_rng_state": ("output_dir",),  # the last per-process file of a checkpoint (a barrier follows it)
-    "train": ("resume_from_checkpoint", "trial", "ignore_keys_for_eval"),  # complete checkpoints, SIGTERM
-    "_get_output_dir": ("trial",),
-    "_determine_best_metric": ("metrics", "trial"),  # SampledEvalCallback's metrics for load_best_model_at_end
+    "_generate_and_score_completions": (("inputs",),
+        "the round driver's entry: TRL's training loop asks it for a generation batch; dynamic sampling answers with "
+        "several rounds' kept rows, and every round's advantages are ours (no advantages hook in TRL)"),
+    "_generate": (("prompts",),
+        "its third result, the tool mask, is the only place TRL exposes which tokens a tool wrote; rewards and "
+        "lengths need it (TRL passes no tool_mask to reward functions)"),
+    "_tool_call_loop": (("prompts", "prompt_ids", "completion_ids", "completions", "logprobs"),
+        "the first point where the rollouts' pending tool calls (completions) and this batch's tool dicts both "
+        "exist: the round's calls are sent ahead together (trl_rlvr.rollouts.tool_round); TRL runs them in turn"),
+    "_calculate_rewards": (("inputs", "prompts", "completions", "completion_ids_list"),
+        "the tool mask to the reward functions, the finite-reward check and the round's gathered rewards noted; "
+        "TRL has no hook between scoring and advantages"),
+    "_prepare_inputs": (("generation_batch",),
+        "the one place the shuffled micro-batches of a generation batch exist together: each gets its optimizer "
+        "step's exact token count (DAPO)"),
+}
+
+#: TRL's methods RLVRTrainer calls (not overrides) -> the parameters it passes.
+CALLED_METHODS = {
+    "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep"),  # ref log-probs
+}
+
+#: Public methods overridden (the documented way to extend a Trainer; listed so that a renamed parameter is seen).
+PUBLIC_OVERRIDES = {
+    "compute_loss": ("model", "inputs", "return_outputs", "num_items_in_batch"),  # Dr. GRPO's loss_constant
+    "log": ("logs", "start_time"),  # clip_ratio/* re-published as rlvr/clip_*_frac before Trainer.log records them
+    "train": ("resume_from_checkpoint", "trial", "ignore_keys_for_eval"),  # complete checkpoints, SIGTERM, stream
+}
+
+#: transformers ``Trainer``'s private methods overridden or called -> (parameters, why).
+TRANSFORMERS_METHODS = {
+    "_save_checkpoint": (("model", "trial"),
+        "the prompt stream's position is written before the model, optimizer and trainer state (a checkpoint that "
+        "rotation keeps always has it); on_save runs after trainer_state.json, too late"),
+    "_save_rng_state": (("output_dir",),
+        "the last per-process file of a checkpoint: a barrier after it, before process 0 writes trainer_state.json"),
+    "_get_output_dir": (("trial",), "called: the checkpoint folder _save_checkpoint writes into"),
+    "_determine_best_metric": (("metrics", "trial"), "called: SampledEvalCallback's metrics for load_best_model_at_end"),
 }
 
 #: Instance attributes GRPOTrainer.__init__ sets and RLVRTrainer reads.
 READ_ATTRIBUTES = (
     "_buffered_inputs",  # the micro-batches of the current generation round (exact DAPO token counts)
     "_metrics",  # {"train"|"eval": defaultdict(list)}: where rlvr/ diagnostics go
-    "_logs",  # {"completion": deque, ...}: the decoded completions trl-rlvr doctor shows
+    "_logs",  # {"completion": deque, ...}: the completions table (held back per round, the trained rows written)
     "_tokenizer",  # pad token id for padding gathered rows
+    "_pending_metrics",  # the names reward functions logged through log_metric this round (passed through)
     "eos_token_ids",  # truncation = last token not a stop token
     "reward_funcs",
     "reward_func_names",
     "reward_weights",
     "multi_objective_aggregation",
+    "mask_truncated_completions",
     "num_generations",
     "num_generations_eval",
     "scale_rewards",
@@ -108,18 +134,97 @@ READ_ATTRIBUTES = (
     "use_vllm",  # with use_vllm=True, also .vllm_generation: a trl.generation.vllm_generation.VLLMGeneration
 )
 
+#: Set by GRPOTrainer.__init__ only with use_vllm=True (checked in its source): the VLLMGeneration, and the step its
+#: weights were last synced at (read and set by trl_rlvr.evaluation.vllm_generation).
+VLLM_TRAINER_ATTRIBUTES = ("vllm_generation", "_last_loaded_step")
+
+#: Attributes set by TRL while it generates (not at construction) and read or changed by RLVRTrainer -> where.
+ROUND_ATTRIBUTES = {
+    # per-rollout {tool name: bound method}, built in _generate_and_score_completions before _generate; wrapped in
+    # place by trl_rlvr.rollouts.tool_round inside _tool_call_loop (which reads it for its calls)
+    "_sync_tool_dicts": ("_generate_and_score_completions", "_tool_call_loop"),
+}
+
+#: The method trl_rlvr.rollouts.tool_round calls on an environment (where it has it) to send a tool call ahead ->
+#: its parameters. Private on purpose: TRL offers every public method of an environment to the model as a tool (its
+#: discovery skips names with a leading underscore, checked in its source), and the model must not call this one.
+ENVIRONMENT_DISPATCH = ("_dispatch_call", ("name", "arguments"))
+
 #: Attributes swapped for the duration of one call -> where TRL must read them for the swap to mean anything
 #: (guarded by behaviour tests, see the module docstring).
 SWAPPED_ATTRIBUTES = {
-    # Dr. GRPO's constant divisor: loss_normalization="constant" with loss_constant swaps it inside _compute_loss.
+    # Dr. GRPO's constant divisor: loss_normalization="constant" with loss_constant swaps it inside compute_loss.
     "max_completion_length": "_compute_loss",
     # dynamic sampling generates with beta=0 (no reference log-probs for rows it then drops) and computes them
-    # for the kept rows itself.
+    # for the kept rows itself (COPIED_PATHS["reference log-probs"]).
     "beta": "_generate_and_score_completions",
     # the completions-table entries TRL writes in a round are held back (a fresh table for the call) until the rows
     # trained on are known (guarded by tests/test_logged_is_trained.py).
     "_logs": "_generate_and_score_completions",
+    # _metrics["train"]: what dynamic sampling's rounds log is held back, then merged (trl_rlvr.sampling.driver)
+    "_metrics": "_generate_and_score_completions",
 }
+
+#: TRL code paths re-implemented here -> (TRL function, its line range in trl 1.16.0's trl/trainer/grpo_trainer.py,
+#: a line of it that must still be there, where ours lives, why it is not called).
+COPIED_PATHS = {
+    "reference log-probs": ("_generate_and_score_completions", (2709, 2739),
+        "# Compute the per-token log probabilities for the reference model", "RLVRTrainer._reference_logps",
+        "TRL computes them for every generated row or none (beta); dynamic sampling wants the kept rows only"),
+    "length figures": ("_generate", (2295, 2310), "# Log completion lengths, mean, min, max",
+        "trl_rlvr.sampling.figures.trained_figures",
+        "TRL's figures of every generated row, evaluated on the rows dynamic sampling trains on"),
+    "reward figures": ("_generate_and_score_completions", (2820, 2830),
+        "# Calculate mean reward per function, but only for samples where the function was applied",
+        "trl_rlvr.sampling.figures.trained_figures", "as the length figures"),
+}
+
+#: What TRL logs while it generates and scores one round (``_generate``, ``_generate_and_score_completions``), by
+#: what it describes. Checked against TRL's source (:func:`trl_round_figures`): a figure TRL adds there is named.
+#: Per row (recomputed on the rows trained on under dynamic sampling; ``{name}`` is each reward function's name):
+TRL_ROW_FIGURES = (
+    "reward", "reward_std", "frac_reward_zero_std", "rewards/{name}/mean", "rewards/{name}/std",
+    "completions/mean_length", "completions/min_length", "completions/max_length", "completions/clipped_ratio",
+    "completions/mean_terminated_length", "completions/min_terminated_length", "completions/max_terminated_length",
+)
+#: Of the generation as a whole (passed through): tokens seen, tool calls, vLLM's sampling mismatch.
+TRL_GENERATION_FIGURES = (
+    "num_tokens", "tools/call_frequency", "tools/failure_frequency", "sampling/sampling_logp_difference/mean",
+    "sampling/sampling_logp_difference/max", "sampling/importance_sampling_ratio/min",
+    "sampling/importance_sampling_ratio/mean", "sampling/importance_sampling_ratio/max",
+)
+#: Set, not appended, by TRL (a running total).
+TRL_ASSIGNED_FIGURES = ("num_tokens",)
+#: The variable TRL logs reward functions' ``log_metric`` counters under (``self._metrics[mode][name]``).
+TRL_REWARD_METRIC_VARIABLE = "name"
+
+#: Why TRL's public extension points do not replace the overrides above.
+PUBLIC_API_NOT_USED = {
+    "rollout_func": "a user's slot (GRPOTrainer(rollout_func=...)), forwarded untouched: taking it would break the "
+                    "drop-in, and it replaces generation, not the advantages or the choice of rows",
+    "callbacks": "used where they suffice (skipping empty updates, alarms); none runs between scoring and the loss, "
+                 "and on_save runs after trainer_state.json",
+    "compute_loss": "overridden instead of the private _compute_loss (loss_constant)",
+}
+
+
+def trl_row_figure_names(reward_func_names) -> list[str]:
+    """:data:`TRL_ROW_FIGURES` with each reward function's name filled in."""
+    return [n.format(name=r) for n in TRL_ROW_FIGURES for r in (reward_func_names if "{name}" in n else [None])]
+
+
+def trl_round_figures(trainer_cls=None) -> set[str]:
+    """The metric names the installed TRL logs in ``_generate`` and ``_generate_and_score_completions``, read from
+    its source (an f-string's field as ``{name}``; a variable as its name)."""
+    if trainer_cls is None:
+        from trl import GRPOTrainer as trainer_cls
+    found = set()
+    for method in ("_generate", "_generate_and_score_completions"):
+        source = inspect.getsource(getattr(trainer_cls, method))
+        for literal, variable in re.findall(r'self\._metrics\[mode\]\[(f?"[^"]+")\]|self\._metrics\[mode\]\[(\w+)\]', source):
+            found.add(re.sub(r"\{[^}]*\}", "{name}", literal.lstrip("f").strip('"')) if literal else variable)
+    return found
+
 
 #: Module-level helpers imported from TRL.
 MODULE_FUNCTIONS = {"trl.trainer.utils": ("use_adapter", "nanstd")}  # nanstd: TRL's figures of the trained rows
@@ -161,28 +266,60 @@ def trl_vllm_requirement() -> str | None:
     return None
 
 
-def contract_violations(trainer_cls=None, trainer=None) -> list[str]:
-    """What of the contract above the installed TRL breaks (empty when it holds).
-
-    ``trainer_cls`` defaults to ``trl.GRPOTrainer``; pass a built ``trainer`` to check the instance attributes too.
-    """
-    import importlib
-
-    import trl
-
-    if trainer_cls is None:
-        trainer_cls = trl.GRPOTrainer
-    where = f"trl {trl.__version__} (trl-rlvr is tested with trl{TESTED_TRL})"
+def _signature_problems(cls, methods: dict, where: str) -> list[str]:
     problems = []
-    for name, params in OVERRIDDEN_METHODS.items():
-        method = getattr(trainer_cls, name, None)
+    for name, spec in methods.items():
+        params = spec[0] if isinstance(spec[0], tuple) else spec
+        method = getattr(cls, name, None)
         if not callable(method):
-            problems.append(f"{trainer_cls.__name__}.{name} is gone in {where}")
+            problems.append(f"{cls.__name__}.{name} is gone in {where}")
             continue
         have = list(inspect.signature(method).parameters)[1:]
         missing = [p for p in params if p not in have]
         if missing:
-            problems.append(f"{trainer_cls.__name__}.{name}{tuple(have)} lacks parameter(s) {missing} in {where}")
+            problems.append(f"{cls.__name__}.{name}{tuple(have)} lacks parameter(s) {missing} in {where}")
+    return problems
+
+
+def _source(cls, name: str) -> str:
+    method = getattr(cls, name, None)
+    try:
+        return inspect.getsource(method) if callable(method) else ""
+    except (OSError, TypeError):
+        return ""
+
+
+def _class_violations(trainer_cls, where: str) -> list[str]:
+    """What of the contract the class ``trainer_cls`` (TRL's GRPOTrainer or a stand-in) breaks."""
+    import importlib
+
+    cls = trainer_cls.__name__
+    problems = _signature_problems(trainer_cls, {**OVERRIDDEN_METHODS, **CALLED_METHODS, **PUBLIC_OVERRIDES,
+                                                 **TRANSFORMERS_METHODS}, where)
+    gone = {m for m in ({*SWAPPED_ATTRIBUTES.values(), *(p[0] for p in COPIED_PATHS.values()),
+                         *(m for ms in ROUND_ATTRIBUTES.values() for m in ms)}) if not _source(trainer_cls, m)}
+    problems += [f"{cls}.{m} is gone in {where}" for m in sorted(gone) if f"{cls}.{m} is gone" not in str(problems)]
+    for attribute, methods in ROUND_ATTRIBUTES.items():
+        problems += [f"{cls}.{m} no longer uses self.{attribute} in {where}" for m in methods
+                     if m not in gone and f"self.{attribute}" not in _source(trainer_cls, m)]
+    for attribute, method in SWAPPED_ATTRIBUTES.items():
+        if method not in gone and f"self.{attribute}" not in _source(trainer_cls, method):
+            problems.append(f"{cls}.{method} no longer reads self.{attribute} (swapped around it) in {where}")
+    for path, (method, (first, last), anchor, ours, _why) in COPIED_PATHS.items():
+        if method not in gone and anchor not in _source(trainer_cls, method):
+            problems.append(f"the {path} ({ours}) copy TRL's {cls}.{method}, lines {first}-{last} of trl 1.16.0, "
+                            f"which no longer has {anchor!r} in {where}: compare and update the copy")
+    init_source = _source(trainer_cls, "__init__")
+    problems += [f"{cls}.__init__ no longer sets self.{a} (use_vllm) in {where}" for a in VLLM_TRAINER_ATTRIBUTES
+                 if init_source and f"self.{a} =" not in init_source]
+    tool_discovery = _source(trainer_cls, "_generate_and_score_completions")
+    if tool_discovery and 'not member_name.startswith("_")' not in tool_discovery:
+        problems.append(f"{cls} may now offer an environment's private methods (_dispatch_call) as tools in {where}")
+    declared = {*TRL_ROW_FIGURES, *TRL_GENERATION_FIGURES, TRL_REWARD_METRIC_VARIABLE}
+    undeclared = sorted(trl_round_figures(trainer_cls) - declared)
+    if undeclared:
+        problems.append(f"{cls} logs {undeclared} while it generates, which trl_contract does not classify (per row "
+                        f"or of the generation) in {where}: dynamic sampling logs them as generated/<name>")
     for module_name, names in MODULE_FUNCTIONS.items():
         module = importlib.import_module(module_name)
         problems += [f"{module_name}.{n} is gone in {where}" for n in names if not hasattr(module, n)]
@@ -197,9 +334,49 @@ def contract_violations(trainer_cls=None, trainer=None) -> list[str]:
     problems += [
         f"VLLMGeneration no longer sets .{a} in {where}" for a in VLLM_GENERATION_ATTRIBUTES if f"self.{a} =" not in class_source
     ]
+    return problems
+
+
+def contract_violations(trainer_cls=None, trainer=None) -> list[str]:
+    """What of the contract above the installed TRL breaks (empty when it holds).
+
+    ``trainer_cls`` defaults to ``trl.GRPOTrainer``; pass a built ``trainer`` to check the instance attributes too.
+    """
+    import trl
+
+    if trainer_cls is None:
+        trainer_cls = trl.GRPOTrainer
+    where = f"trl {trl.__version__} (trl-rlvr is tested with trl{TESTED_TRL})"
+    problems = list(_cached_class_violations(trainer_cls, where))
     if trainer is not None:
         problems += [f"GRPOTrainer instances no longer have .{a} in {where}" for a in READ_ATTRIBUTES if not hasattr(trainer, a)]
     return problems
+
+
+@functools.cache
+def _cached_class_violations(trainer_cls, where: str) -> tuple[str, ...]:
+    return tuple(_class_violations(trainer_cls, where))
+
+
+def warn_on_contract_violations(trainer) -> list[str]:
+    """At trainer construction: one warning naming every piece of the contract the installed TRL breaks (the class
+    checked once per process, the instance's attributes each time); returns the problems."""
+    import warnings
+
+    from trl import GRPOTrainer
+
+    problems = contract_violations(GRPOTrainer, trainer)
+    if problems and tuple(problems) not in _warned:
+        _warned.add(tuple(problems))
+        warnings.warn(
+            "RLVRTrainer: the installed TRL differs from the one trl-rlvr was tested with (run `pytest -m "
+            "trl_contract`; trl_rlvr/_compat/trl_contract.py says what each piece is for):\n  " + "\n  ".join(problems),
+            RuntimeWarning, stacklevel=3,
+        )
+    return problems
+
+
+_warned: set[tuple[str, ...]] = set()
 
 
 def vllm_contract_violations() -> list[str]:

@@ -1,7 +1,8 @@
 """What a run survives: checkpoints a crash cannot make unusable, and a checkpoint on SIGTERM (docs/faults.md).
 
 - :mod:`.checkpoints`: whether a ``checkpoint-N`` folder is complete, and which one ``resume_from_checkpoint=True``
-  takes (the newest complete one, with a warning naming any newer partial one);
+  takes (the newest complete one, with a warning naming any newer partial one), and
+  :func:`write_json_atomically`, how a checkpoint's own files are written;
 - :mod:`.preemption`: SIGTERM -> a checkpoint at the end of the optimizer step in progress (every process agreeing
   on the step), then :class:`TrainingPreempted` (exit status 143).
 """
@@ -11,6 +12,7 @@ from trl_rlvr.faults.checkpoints import (
     checkpoint_problem,
     checkpoint_to_resume,
     newest_complete_checkpoint,
+    write_json_atomically,
 )
 from trl_rlvr.faults.preemption import PREEMPTED_EXIT_STATUS, SaveOnSigterm, TrainingPreempted, sigterm_saves
 
@@ -23,4 +25,5 @@ __all__ = [
     "checkpoint_to_resume",
     "newest_complete_checkpoint",
     "sigterm_saves",
+    "write_json_atomically",
 ]

@@ -162,3 +162,20 @@ def checkpoint_to_resume(resume_from_checkpoint, output_dir: str, required: Sequ
         hint = f"; the newest complete checkpoint next to it is {newest}" if newest else ""
         raise UnusableCheckpointError(f"resume_from_checkpoint={path!r} is not a complete checkpoint: {problem}{hint}")
     return path
+
+
+def write_json_atomically(path: str, data) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file in the same folder and ``os.replace``: a reader
+    (or a crash) sees the old file or the whole new one, never a part. Creates the folder if needed."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

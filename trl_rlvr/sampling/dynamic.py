@@ -13,9 +13,7 @@ re-sliced so that every rank ends with the same number of rows.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 
 import torch
 
@@ -153,20 +151,3 @@ class PromptStream:
         self.position = int(state["position"])
         if self.history is not None and "history" in state:
             self.history.load_state_dict(state["history"])
-
-
-def write_json_atomically(path: str, data) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file in the same folder and ``os.replace``: a reader
-    (or a crash) sees the old file or the whole new one, never a part. Creates the folder if needed."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)

@@ -3,23 +3,15 @@
 ``GRPOTrainer`` logs ``reward``, ``reward_std``, ``frac_reward_zero_std``, ``rewards/<name>/mean|std`` (in
 ``_generate_and_score_completions``) and ``completions/*`` lengths (in ``_generate``) for every row it generated.
 Under dynamic sampling the rows trained on are a subset (the kept groups of several rounds): these are the same
-definitions (TRL's ``nanstd``, the sample std), evaluated on the trained rows instead.
+definitions (TRL's ``nanstd``, the sample std), evaluated on the trained rows instead: a copy of TRL's code, declared
+with its line ranges in :data:`trl_rlvr._compat.trl_contract.COPIED_PATHS` and its names in
+:data:`~trl_rlvr._compat.trl_contract.TRL_ROW_FIGURES` (checked against TRL's source by ``pytest -m trl_contract``).
 """
 
 from __future__ import annotations
 
 import torch
 from trl.trainer.utils import nanstd
-
-
-def trained_figure_names(reward_func_names: list[str]) -> list[str]:
-    """The metric names :func:`trained_figures` returns (TRL's names)."""
-    names = ["reward", "reward_std", "frac_reward_zero_std"]
-    names += [f"rewards/{name}/{stat}" for name in reward_func_names for stat in ("mean", "std")]
-    names += [f"completions/{stat}_length" for stat in ("mean", "min", "max")]
-    names += ["completions/clipped_ratio"]
-    names += [f"completions/{stat}_terminated_length" for stat in ("mean", "min", "max")]
-    return names
 
 
 def trained_figures(rewards_per_func: torch.Tensor, weights: torch.Tensor, reward_func_names: list[str],

@@ -1,23 +1,43 @@
-"""What one round of generation carries from TRL's generation to the loss and the logs, as typed records.
+"""What one round of generation carries from TRL's generation to the loss and the logs, as immutable records.
 
 A *round* is one call of TRL's ``_generate_and_score_completions``: generate for a batch of prompts, score, compute
 advantages. A *generation batch* is what :class:`~trl_rlvr.RLVRTrainer` hands to TRL's training loop: one round, or
 (dynamic sampling) the kept rows of several rounds. Shapes: ``N`` rows of the round over all processes, ``B`` this
 process's rows, ``F`` reward functions, ``G`` answers per prompt, ``K`` rows trained on over all processes.
 "Global" tensors are identical on every process, rows in global order (process r's rows at ``[r*B, (r+1)*B)``), the
-order TRL gathers rewards in.
+order TRL gathers rewards in. (The layout of torchtune's ``GRPOTrajectory``: one record, each field's shape beside it.)
+
+TRL's hooks cannot be given arguments, so what they see of a round is noted, while TRL runs, in a
+:class:`RoundNotes` (the one mutable piece); the round then ends as a frozen :class:`RoundRecord`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 
 @dataclass
+class RoundNotes:
+    """What TRL's hooks note of the round in progress (``_generate``, then ``_calculate_rewards``)."""
+
+    prompt_indices: list[int] | None = None
+    tool_mask: list[list[int]] | None = None
+    rewards_per_func: torch.Tensor | None = None
+    rewards: torch.Tensor | None = None
+    lengths: torch.Tensor | None = None
+    truncated: torch.Tensor | None = None
+    reward_metrics: tuple[str, ...] = ()
+
+    def finish(self, advantages: torch.Tensor, table: dict) -> RoundRecord:
+        return RoundRecord(self.prompt_indices, self.tool_mask, self.rewards_per_func, self.rewards, self.lengths,
+                           self.truncated, advantages, table, self.reward_metrics)
+
+
+@dataclass(frozen=True)
 class RoundRecord:
-    """One round, filled as TRL's hooks run (``_generate``, then ``_calculate_rewards``), then by the trainer."""
+    """One scored round."""
 
     prompt_indices: list[int] | None = None  # (N / G,) dataset row of each group (prompt stream); None: TRL's sampler
     tool_mask: list[list[int]] | None = None  # B lists, per completion token 1 = the model's, 0 = a tool's; or None
@@ -26,30 +46,33 @@ class RoundRecord:
     lengths: torch.Tensor | None = None  # (N,) global, float: tokens the model wrote (tool results not counted)
     truncated: torch.Tensor | None = None  # (N,) global, bool: the answer ends without a stop token
     advantages: torch.Tensor | None = None  # (N,) global: the advantages given to the rows (before batch re-scaling)
-    keep: torch.Tensor | None = None  # (N,) global, bool: rows of groups with signal (dynamic / selective sampling)
-    widths: dict[str, int] = field(default_factory=dict)  # 2-D row key -> its widest width over the processes
     table: dict | None = None  # the completions-table entries TRL wrote for the round, N per column, held back
+    reward_metrics: tuple[str, ...] = ()  # the names the reward functions logged through TRL's log_metric
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerationRecord:
     """One generation batch: the rows it trains on, as positions in its rounds, and what was logged for it."""
 
-    rounds: list[RoundRecord]  # the rounds whose rows are trained on (dynamic sampling: those with a kept row)
-    trained: list[torch.Tensor]  # per round, (K_t,) long: global row indices trained on; sum of K_t = K
+    rounds: tuple[RoundRecord, ...]  # the rounds whose rows are trained on (dynamic sampling: those with a kept row)
+    trained: tuple[torch.Tensor, ...]  # per round, (K_t,) long: global row indices trained on; sum of K_t = K
     advantages: torch.Tensor | None  # (K,) global: the advantages the loss uses, in the order of ``trained``
     has_signal: bool = True  # False: no informative group at all (the optimizer steps it alone feeds are skipped)
 
     @classmethod
     def whole(cls, record: RoundRecord) -> GenerationRecord:
         """A round trained on whole (no dynamic sampling)."""
-        rows = torch.arange(len(record.rewards))
-        return cls([record], [rows], record.advantages)
+        return cls((record,), (torch.arange(len(record.rewards)),), record.advantages)
+
+    @classmethod
+    def empty(cls) -> GenerationRecord:
+        """No row to train on (dynamic sampling found no informative group)."""
+        return cls((), (), None, has_signal=False)
 
     def column(self, name: str) -> torch.Tensor:
         """(K, ...) global: a tensor field of the rounds (``rewards_per_func``, ``lengths``, ...) at the trained rows."""
-        return torch.cat([getattr(r, name)[rows.to(getattr(r, name).device)] for r, rows in zip(self.rounds,
-                                                                                              self.trained, strict=True)])
+        return torch.cat([getattr(r, name)[rows.to(getattr(r, name).device)]
+                          for r, rows in zip(self.rounds, self.trained, strict=True)])
 
     def table_entries(self, key: str, column: str | None = None) -> list:
         """The completions-table entries of the trained rows, in order: ``key`` ``"prompt"``, ``"completion"``,
@@ -60,3 +83,15 @@ class GenerationRecord:
             if values:
                 entries.extend(values[i] for i in rows.tolist())
         return entries
+
+    def write_table(self, logs: dict, reward_func_names: list[str]) -> None:
+        """Append the trained rows' completions-table entries to TRL's table ``logs``, each with the advantage the
+        loss uses."""
+        for key in ("prompt", "completion", "images"):
+            logs[key].extend(self.table_entries(key))
+        for name in reward_func_names:
+            logs["rewards"][name].extend(self.table_entries("rewards", name))
+        for column in sorted({column for record in self.rounds for column in record.table["extra"]}):
+            logs["extra"][column].extend(self.table_entries("extra", column))
+        if self.advantages is not None:
+            logs["advantages"].extend(self.advantages.tolist())

@@ -208,7 +208,7 @@ def _trl_round(envs_and_codes):
 
 
 def test_a_tool_round_costs_about_its_slowest_call(envs):
-    from trl_rlvr.sampling.tool_rounds import dispatch_rounds_ahead
+    from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead
 
     batch = [(envs(), f"import time\ntime.sleep(0.5)\n{k}") for k in range(8)]
     for e, _ in batch:

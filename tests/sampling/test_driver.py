@@ -1,0 +1,134 @@
+"""The round driver on its own: scripted rounds, no model, no TRL trainer (trl_rlvr/sampling/driver.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from trl_rlvr.algorithms.advantages import group_advantages
+from trl_rlvr.sampling.driver import RoundDriver
+from trl_rlvr.sampling.rounds import RoundRecord
+
+G = 4
+
+
+class OneProcess:
+    num_processes, process_index, device = 1, 0, torch.device("cpu")
+
+    @staticmethod
+    def gather(tensor):
+        return tensor
+
+
+def _args(**overrides):
+    settings = dict(selective_sampling=False, generation_batch_size=8, seed=0, dynamic_sampling_metric="reward",
+                    dynamic_sampling_tolerance=0.0, max_sampling_rounds=None, dynamic_sampling_oversample=None,
+                    steps_per_generation=2, advantage_baseline="group_mean", advantage_std="population",
+                    success_threshold=1.0)
+    return SimpleNamespace(**{**settings, **overrides})
+
+
+def scripted_rounds(rewards_by_round, metrics, extra_figure=None):
+    """A ``score_round`` that plays the given rounds (global rewards per round), logging what TRL would: its per-row
+    figure ``reward`` of every generated row, and, when given, a figure no list classifies."""
+    rounds = iter(rewards_by_round)
+
+    def score_round(rows, prompt_indices):
+        rewards = torch.tensor(next(rounds))
+        n = len(rewards)
+        metrics["train"]["reward"].append(rewards.mean().item())  # TRL's: of every generated row
+        metrics["train"]["num_tokens"] = [float(n)]
+        if extra_figure:
+            metrics["train"][extra_figure].append(rewards.mean().item())
+        ids = torch.arange(n)[:, None] + 100 * len(metrics["train"]["reward"])
+        output = {"prompt_ids": ids.repeat(1, 2), "prompt_mask": torch.ones(n, 2, dtype=torch.long),
+                  "completion_ids": ids.repeat(1, 3), "completion_mask": torch.ones(n, 3, dtype=torch.long),
+                  "advantages": group_advantages(rewards, G), "num_items_in_batch": torch.tensor(3 * n)}
+        table = {"images": [], "prompt": list(range(n)), "completion": list(range(n)), "rewards": {"r": rewards.tolist()},
+                 "advantages": [], "extra": {}}
+        record = RoundRecord(prompt_indices, None, rewards[:, None], rewards, torch.full((n,), 3.0),
+                             torch.zeros(n, dtype=torch.bool), group_advantages(rewards, G), table)
+        return output, record
+
+    return score_round
+
+
+def make_driver(rewards_by_round, row_filters=(), extra_figure=None, **args):
+    metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    driver = RoundDriver(
+        _args(**args), [{"prompt": f"q{i}"} for i in range(40)], group_size=G, accelerator=OneProcess(),
+        score_round=scripted_rounds(rewards_by_round, metrics, extra_figure), metrics=metrics, success_index=0,
+        reward_weights=torch.ones(1), reward_func_names=["r"], scale_rewards="group",
+        mask_truncated_completions=False, pad_token_id=0, row_filters=row_filters,
+    )
+    return driver, metrics
+
+
+INFORMATIVE, FLAT = [1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]
+
+
+def test_rounds_until_the_batch_is_full_of_groups_with_signal():
+    driver, metrics = make_driver([FLAT + INFORMATIVE, FLAT + FLAT, INFORMATIVE + FLAT])
+    batch, generation = driver.informative_batch(8)
+    assert metrics["train"]["rlvr/sampling_rounds"] == [3]
+    assert len(batch["advantages"]) == 8 and batch["num_items_in_batch"].item() == 8 * 3
+    assert [rows.tolist() for rows in generation.trained] == [[4, 5, 6, 7], [0, 1, 2, 3]]
+    torch.testing.assert_close(generation.advantages, batch["advantages"])
+    assert len(generation.rounds) == 2 and generation.has_signal
+    assert all(len(r.prompt_indices) == 2 for r in generation.rounds)  # a dataset row per group, from the stream
+
+
+def test_the_record_is_immutable():
+    driver, _ = make_driver([INFORMATIVE + INFORMATIVE])
+    _, generation = driver.informative_batch(8)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        generation.advantages = None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        generation.rounds[0].rewards = None
+
+
+def test_no_informative_group_gives_an_empty_batch_and_record(caplog):
+    driver, metrics = make_driver([FLAT + FLAT] * 3, max_sampling_rounds=3)
+    with caplog.at_level(logging.WARNING):
+        batch, generation = driver.informative_batch(8)
+    assert not generation.has_signal and generation.advantages is None
+    assert batch["completion_mask"].sum() == 0 and batch["num_items_in_batch"] == 0
+    assert "reward" not in metrics["train"]  # no trained row: no figure of the rows trained on
+
+
+def test_trls_per_row_figures_are_the_trained_rows_and_the_generations_pass_through():
+    driver, metrics = make_driver([FLAT + INFORMATIVE, INFORMATIVE + FLAT])
+    driver.informative_batch(8)
+    assert metrics["train"]["reward"] == [0.5]  # one value, of the 8 trained rows (TRL logged 0.75 and 0.75)
+    assert metrics["train"]["num_tokens"] == [8.0]  # TRL sets it: the last round's, not a list of rounds
+
+
+def test_a_figure_no_list_classifies_is_logged_as_of_the_generated_rows(caplog):
+    """A newer TRL's figure of every generated row is not left under its name, where it would read as the trained
+    rows' (here the generated rows' mean reward 0.75 against the trained rows' 0.5)."""
+    driver, metrics = make_driver([FLAT + INFORMATIVE, INFORMATIVE + FLAT], extra_figure="reward_median_new")
+    with caplog.at_level(logging.WARNING):
+        driver.informative_batch(8)
+    assert "reward_median_new" not in metrics["train"]
+    assert metrics["train"]["generated/reward_median_new"] == [0.75, 0.75]
+    assert any("reward_median_new" in r.getMessage() and "trl_contract" in r.getMessage() for r in caplog.records)
+
+
+def test_a_row_filter_drops_rows_before_the_hand_over():
+    """The seam for per-rollout filters: a filter's False rows never reach the batch (here: the first row of every
+    round), and the driver refills for them."""
+
+    def not_the_first_row(record):
+        keep = torch.ones(len(record.rewards), dtype=torch.bool)
+        keep[0] = False
+        return keep
+
+    driver, _ = make_driver([INFORMATIVE + INFORMATIVE, INFORMATIVE + INFORMATIVE], row_filters=[not_the_first_row])
+    batch, generation = driver.informative_batch(8)
+    assert generation.trained[0].tolist() == [1, 2, 3, 4, 5, 6, 7] and generation.trained[1].tolist() == [1]
+    assert 100 not in batch["completion_ids"][:, 0].tolist()  # round 1's first row
