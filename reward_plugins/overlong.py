@@ -7,6 +7,10 @@ the name ``overlong`` (TRL logs ``rewards/overlong/mean``). The penalty's size i
 DAPO's factor 1.0 is weight 1 (``GRPOConfig.reward_weights``; the trainer switch
 ``RLVRConfig.overlong_penalty_factor`` sets it so).
 
+The penalty itself is the core's (:func:`trl_rlvr.algorithms.shaping.overlong_penalty`, which the registry name
+``overlong`` and the trainer switch load directly); this module is its face for TRL's CLI
+(``--reward_funcs reward_plugins.overlong...``), depending on the core and never the other way round.
+
 A vanilla ``GRPOTrainer`` user adds it to ``reward_funcs`` next to the task reward (TRL sums the weighted
 reward functions). Don't use both the plugin and the trainer switch, or the penalty counts twice. Lengths
 are in tokens: TRL passes ``completion_ids`` to reward functions, and the function needs them.

@@ -29,22 +29,21 @@ piece of TRL this glue overrides, calls, reads or swaps, and why TRL's public AP
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import logging
 import os
-from collections import defaultdict
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr._compat.notices import silence_trl_generation_notice
 from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
+from trl_rlvr._compat.swaps import swapped, table_held_back
 from trl_rlvr._compat.trl_contract import warn_on_contract_violations
 from trl_rlvr.algorithms.advantages import group_advantages, require_finite_rewards
 from trl_rlvr.algorithms.losses import per_step_num_items
-from trl_rlvr.algorithms.metrics import rollout_metrics, tool_metrics
+from trl_rlvr.algorithms.metrics import rollout_metrics, tool_metrics, tool_rollout_rows
 from trl_rlvr.algorithms.shaping import overlong_penalty
 from trl_rlvr.checks.alarms import RLVRAlarms
 from trl_rlvr.checks.columns import check_dataset_columns
@@ -143,12 +142,7 @@ class RLVRTrainer(GRPOTrainer):
     @staticmethod
     def _resolve_reward_funcs(reward_funcs, args: RLVRConfig):
         """Registry names -> plugins; append the overlong penalty when ``overlong_buffer_length`` is set."""
-        if reward_funcs is None:
-            funcs = []
-        elif isinstance(reward_funcs, (list, tuple)):
-            funcs = list(reward_funcs)
-        else:
-            funcs = [reward_funcs]
+        funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [] if reward_funcs is None else [reward_funcs]
         if any(isinstance(f, str) for f in funcs):
             funcs = resolve_reward_funcs(funcs, args.reward_options)
         if args.overlong_buffer_length is not None:
@@ -196,7 +190,7 @@ class RLVRTrainer(GRPOTrainer):
         """Dynamic sampling (:meth:`RoundDriver.informative_batch`); the dataloader's batch only sets the size.
         Its rounds generate with ``beta=0`` (no reference log-probs of rows it drops); the kept rows' are computed
         here (TRL's path, :data:`~trl_rlvr._compat.trl_contract.COPIED_PATHS`)."""
-        with _swapped(self, "beta", 0.0):
+        with swapped(self, "beta", 0.0):
             batch, generation = self._driver.informative_batch(len(inputs))
         if self.beta != 0.0:
             batch["ref_per_token_logps"] = (self._reference_logps(batch) if generation.has_signal else
@@ -209,7 +203,7 @@ class RLVRTrainer(GRPOTrainer):
         see; the completions-table entries TRL writes are held in the record until the trained rows are known."""
         notes = self._round = RoundNotes(prompt_indices=prompt_indices)
         try:
-            with _table_held_back(self) as table:
+            with table_held_back(self) as table:
                 output = super()._generate_and_score_completions(inputs, **kwargs)
         finally:
             self._round = None
@@ -294,15 +288,7 @@ class RLVRTrainer(GRPOTrainer):
     def _log_tool_metrics(self, completions) -> None:
         """``rlvr/tool_*`` of the gathered batch: tool results per rollout (any tool), and the figures of
         environments that keep ``stats`` (``PythonEnvironment``: errors, timeouts, restarts)."""
-        environments = self.environments or [None] * len(completions)
-        local = []
-        for completion, env in zip(completions, environments, strict=True):
-            calls = sum(1 for m in completion if isinstance(m, dict) and m.get("role") == "tool")
-            stats = getattr(env, "stats", None)
-            if isinstance(stats, dict):
-                local.append([1.0, calls, stats.get("errors", 0), stats.get("timeouts", 0), stats.get("restarts", 0)])
-            else:
-                local.append([0.0, calls, 0.0, 0.0, 0.0])
+        local = tool_rollout_rows(completions, self.environments or [None] * len(completions))
         gathered = self.accelerator.gather(torch.tensor(local, dtype=torch.float32, device=self.accelerator.device))
         mode = "train" if self.model.training else "eval"
         for key, value in tool_metrics(gathered).items():
@@ -403,33 +389,10 @@ class RLVRTrainer(GRPOTrainer):
         if self.args.loss_normalization != "constant" or self.args.loss_constant is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         # TRL's dr_grpo divides by (rows x max_completion_length); Dr. GRPO's constant may be set apart from it.
-        with _swapped(self, "max_completion_length", self.args.loss_constant):
+        with swapped(self, "max_completion_length", self.args.loss_constant):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
 
 def _loss_mask(batch: dict) -> torch.Tensor:
     mask = batch["completion_mask"]
     return mask * batch["tool_mask"] if "tool_mask" in batch else mask
-
-
-@contextlib.contextmanager
-def _swapped(obj, name: str, value):
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
-
-
-@contextlib.contextmanager
-def _table_held_back(trainer):
-    """Within the block, TRL's completions-table entries go to a fresh table (yielded), not to ``trainer._logs``."""
-    logs = trainer._logs
-    table = {"images": [], "prompt": [], "completion": [], "rewards": defaultdict(list), "advantages": [],
-             "extra": defaultdict(list)}
-    trainer._logs = table
-    try:
-        yield table
-    finally:
-        trainer._logs = logs

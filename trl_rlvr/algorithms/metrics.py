@@ -60,6 +60,21 @@ def rollout_metrics(
     }
 
 
+def tool_rollout_rows(completions: list, environments: list) -> list[list[float]]:
+    """Per rollout ``[has_stats, tool results, errors, timeouts, restarts]`` (the input of :func:`tool_metrics`):
+    the tool messages of its completion, and the ``stats`` of its environment where it keeps them
+    (``PythonEnvironment``); an environment without ``stats`` (or none) gives zeros and ``has_stats`` 0."""
+    rows = []
+    for completion, env in zip(completions, environments, strict=True):
+        calls = sum(1 for m in completion if isinstance(m, dict) and m.get("role") == "tool")
+        stats = getattr(env, "stats", None)
+        if isinstance(stats, dict):
+            rows.append([1.0, calls, stats.get("errors", 0), stats.get("timeouts", 0), stats.get("restarts", 0)])
+        else:
+            rows.append([0.0, calls, 0.0, 0.0, 0.0])
+    return rows
+
+
 def tool_metrics(rows: torch.Tensor) -> dict[str, float]:
     """Tool figures of one generation batch from ``rows`` (N, 5): per rollout ``[has_stats, tool results,
     errors, timeouts, restarts]`` (the last three 0 where ``has_stats`` is 0; their means are over the rollouts

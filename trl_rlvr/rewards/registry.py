@@ -36,7 +36,7 @@ GROUP = "trl_rlvr.rewards"
 BUILTIN_REWARDS = {
     "boxed_math": "reward_plugins.boxed_math:boxed_math",
     "code_sandbox": "reward_plugins.code_sandbox:code_sandbox",
-    "overlong": "reward_plugins.overlong:overlong",
+    "overlong": "trl_rlvr.algorithms.shaping:overlong_penalty",  # the core's own (reward_plugins.overlong: its face)
     "think_format": "reward_plugins.think_format:think_format",
     # TRL's own reward functions (trl.rewards), under the names TRL logs them by
     **{
@@ -76,9 +76,18 @@ class RewardSpec:
         return self.value.partition(":")[0]
 
 
-def _entry_points() -> dict[str, tuple[RewardSpec, EntryPoint]]:
-    from trl_rlvr import __version__
+def _version() -> str:
+    """This distribution's version, from its installed metadata (not the package root, which imports everything)."""
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
+        return version("trl-rlvr")
+    except PackageNotFoundError:  # a checkout on sys.path, not installed
+        return "unknown"
+
+
+def _entry_points() -> dict[str, tuple[RewardSpec, EntryPoint]]:
+    __version__ = _version()
     found = {
         name: (RewardSpec(name, value, "trl-rlvr", __version__), EntryPoint(name, value, GROUP))
         for name, value in BUILTIN_REWARDS.items()
