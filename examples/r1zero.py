@@ -35,6 +35,7 @@ import time  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from trl_rlvr.presets import SMALL_MODEL_ON_CPU  # noqa: E402
 from trl_rlvr.scripts.train import RecipeArguments  # noqa: E402
 
 
@@ -66,31 +67,13 @@ class R1ZeroArguments(RecipeArguments):
 #: Settings that made SmolLM2-135M learn the format on a 2-core CPU (the run: docs/benchmarks.md).
 #: They are the parser's defaults: a YAML file (--config) or the command line overrides any of them.
 DEFAULTS = dict(
+    SMALL_MODEL_ON_CPU,
     output_dir="outputs/r1zero",
     max_steps=9,
-    per_device_train_batch_size=2,
-    gradient_accumulation_steps=8,  # 16 answers per step (2 questions x 8) in 8 micro-batches: same gradient, < 4 GB
-    num_generations=8,
     max_completion_length=64,
     learning_rate=3e-5,
-    lr_scheduler_type="constant",
-    warmup_steps=0,
-    temperature=1.0,
-    beta=0.0,  # no KL term, no reference model (R1-Zero / DAPO)
-    loss_normalization="per_batch_token",  # DAPO token-level loss
-    epsilon=0.2,
-    epsilon_high=0.28,  # clip-higher
-    dynamic_sampling=True,
-    max_sampling_rounds=2,
     overlong_buffer_length=16,  # penalty from 48 tokens, -1 at 64
-    overlong_penalty_factor=1.0,
-    success_reward="boxed_math",
     activation_checkpointing=False,
-    logging_steps=1,
-    save_strategy="no",
-    report_to="none",
-    seed=42,
-    dtype="float32",
     num_train_samples=256,
 )
 

@@ -49,6 +49,8 @@ import time  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from trl_rlvr.presets import SMALL_MODEL_ON_CPU  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE / "chat_templates" / "chatml_tools.jinja"
 SYSTEM_PROMPT = "Use the python tool to compute, then give the final answer as \\boxed{number}."
@@ -105,33 +107,15 @@ class ToolR1Arguments:
 
 #: Settings of the default run (both arms: the same steps, samples, learning rate and completion budget).
 DEFAULTS = dict(
+    SMALL_MODEL_ON_CPU,
     output_dir="outputs/tool_r1",
     max_steps=10,
-    per_device_train_batch_size=2,
-    gradient_accumulation_steps=8,  # 16 rollouts per step (2 questions x 8) in 8 micro-batches
-    num_generations=8,
     max_completion_length=96,  # model turns and tool replies together (TRL's budget)
     max_tool_calling_iterations=2,
     learning_rate=2e-5,
-    lr_scheduler_type="constant",
-    warmup_steps=0,
-    temperature=1.0,
-    beta=0.0,
-    loss_normalization="per_batch_token",  # DAPO token-level loss
-    epsilon=0.2,
-    epsilon_high=0.28,  # clip-higher
-    dynamic_sampling=True,
-    max_sampling_rounds=2,
     overlong_buffer_length=32,  # penalty from 64 model-written tokens, -1 at 96
-    overlong_penalty_factor=1.0,
-    success_reward="boxed_math",
     activation_checkpointing=True,  # recomputes the micro-batch's activations in backward: peak RSS 4.37 -> 3.70 GB,
-    logging_steps=1,                # the same figures, the same time (generation dominates a step)
-    save_strategy="no",
-    report_to="none",
-    seed=42,
-    dtype="float32",
-)
+)                                   # the same figures, the same time (generation dominates a step)
 
 SMOKE = dict(max_steps=1, num_train_samples=8, num_eval_samples=4, sft_traces=8, sft_epochs=1.0, eval_num_samples=2,
              num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=2, max_sampling_rounds=1,

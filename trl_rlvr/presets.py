@@ -90,6 +90,20 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+#: The run settings both committed example runs share (examples/r1zero.py, examples/tool_r1.py: SmolLM2-135M on a
+#: 2-core CPU, docs/benchmarks.md): DAPO's loss with clip-higher and two-round dynamic sampling, no KL term, 16 answers
+#: per step in 8 micro-batches, a constant learning rate, float32, every step logged, nothing saved. An example
+#: starts from these and names only what it changes (its budget, its learning rate, its output folder).
+SMALL_MODEL_ON_CPU: dict[str, Any] = dict(
+    per_device_train_batch_size=2, gradient_accumulation_steps=8, num_generations=8,  # 2 questions x 8 per step
+    lr_scheduler_type="constant", warmup_steps=0, temperature=1.0,
+    beta=0.0,  # no KL term, no reference model (R1-Zero / DAPO)
+    loss_normalization="per_batch_token", epsilon=0.2, epsilon_high=0.28,  # DAPO's token-level loss, clip-higher
+    dynamic_sampling=True, max_sampling_rounds=2, overlong_penalty_factor=1.0, success_reward="boxed_math",
+    logging_steps=1, save_strategy="no", report_to="none", seed=42, dtype="float32",
+)
+
+
 def preset_values(name: str, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The field values of preset ``name``; those that depend on other fields read them from ``settings``.
 
