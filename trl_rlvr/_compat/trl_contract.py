@@ -15,19 +15,32 @@ Private pieces we call, override, read or bypass, and what guards each:
 
 TRL ``GRPOTrainer`` (trl/trainer/grpo_trainer.py)
 
-- overridden, calling ``super()``: ``_generate_and_score_completions``, ``_calculate_rewards``,
-  ``_prepare_inputs``, ``_compute_loss``, ``_generate_single_turn``, ``log``; called:
-  ``_get_per_token_logps_and_entropies`` (reference log-probs of the rows dynamic sampling keeps). Signatures:
-  :data:`OVERRIDDEN_METHODS`; behaviour: every trainer test.
-- instance attributes read: :data:`READ_ATTRIBUTES` (``_buffered_inputs``, ``_metrics``, ``_tokenizer``, ...).
-- attributes swapped for one call (:data:`SWAPPED_ATTRIBUTES`): ``max_completion_length`` inside
-  ``_compute_loss`` (Dr. GRPO's ``loss_constant``; guarded by the gradient test
-  ``test_constant_normalization_uses_loss_constant``), ``beta`` inside ``_generate_and_score_completions``
-  (no reference log-probs for rows dynamic sampling drops; guarded by
-  ``test_kl_term_uses_reference_log_probs_of_kept_rows``).
-- module helper ``trl.trainer.utils.use_adapter`` (the PEFT reference model).
+- private methods overridden, calling ``super()``, each with why TRL's public API does not do it:
+  :data:`OVERRIDDEN_METHODS` (``_generate_and_score_completions``, ``_generate``, ``_tool_call_loop``,
+  ``_calculate_rewards``, ``_prepare_inputs``); called: :data:`CALLED_METHODS`; public methods overridden:
+  :data:`PUBLIC_OVERRIDES` (``compute_loss``, ``log``, ``train``). Signatures checked; behaviour: every trainer test.
+  The public extension points that do not replace them, and why: :data:`PUBLIC_API_NOT_USED`.
+- instance attributes read: :data:`READ_ATTRIBUTES` (``_buffered_inputs``, ``_metrics``, ``_tokenizer``,
+  ``_pending_metrics``, ...); set only with vLLM: :data:`VLLM_TRAINER_ATTRIBUTES`; set while TRL generates and
+  changed here: :data:`ROUND_ATTRIBUTES` (``_sync_tool_dicts``, wrapped in place by trl_rlvr.rollouts.tool_round).
+- attributes swapped for one call (:data:`SWAPPED_ATTRIBUTES`, :mod:`trl_rlvr._compat.swaps`):
+  ``max_completion_length`` around ``compute_loss`` (Dr. GRPO's ``loss_constant``; guarded by the gradient test
+  ``test_constant_normalization_uses_loss_constant``), ``beta`` around dynamic sampling's rounds (no reference
+  log-probs for rows it drops; ``test_kl_term_uses_reference_log_probs_of_kept_rows``), ``_logs`` and
+  ``_metrics["train"]`` (what a round logs, held back until the rows trained on are known;
+  tests/test_logged_is_trained.py).
+- TRL code re-implemented here, with TRL's line range and a line that must still be in it: :data:`COPIED_PATHS`
+  (the reference log-probs, the reward and length figures).
+- the figures TRL logs while it generates, by what they describe (:data:`TRL_ROW_FIGURES`,
+  :data:`TRL_GENERATION_FIGURES`), checked against TRL's source (:func:`trl_round_figures`).
+- environments: :data:`ENVIRONMENT_DISPATCH` (``_dispatch_call``, private so that TRL never offers it as a tool;
+  TRL's discovery of an environment's tools is checked to skip private names).
+- module helpers :data:`MODULE_FUNCTIONS` (``use_adapter``: the PEFT reference model; ``nanstd``).
 - ``GRPOConfig.loss_type``'s help text, read for the list of loss types (:func:`trl_loss_types`), and
   ``GRPOConfig``'s field defaults, read by presets (``max_completion_length``).
+
+:func:`warn_on_contract_violations` runs all of this when ``RLVRTrainer`` is built (the class part once per process,
+a few milliseconds) and warns once, naming each piece that moved.
 
 TRL ``VLLMGeneration`` (trl/generation/vllm_generation.py), used by :mod:`trl_rlvr._compat.vllm_cpu`
 
@@ -38,14 +51,14 @@ TRL ``VLLMGeneration`` (trl/generation/vllm_generation.py), used by :mod:`trl_rl
 
 transformers ``Trainer``
 
-- overridden, calling ``super()``: ``_save_checkpoint`` (the prompt stream's position goes into the checkpoint),
-  ``_load_optimizer_and_scheduler`` (restored on resume), ``_save_rng_state`` (every process's files are written
+- overridden, calling ``super()`` (:data:`TRANSFORMERS_METHODS`): ``_save_checkpoint`` (the prompt stream's
+  position goes into the checkpoint; restored in ``train``), ``_save_rng_state`` (every process's files are written
   before process 0 writes ``trainer_state.json``), ``train`` (``resume_from_checkpoint=True`` takes the newest
   complete checkpoint; SIGTERM handling, :mod:`trl_rlvr.faults`); called: ``_get_output_dir``. The order in
   which ``_save_checkpoint`` writes (``trainer_state.json`` after every other file, then rotation) is what
   :mod:`trl_rlvr.faults.checkpoints` relies on; guarded by ``tests/faults/test_checkpoint_crash.py``.
 - bypassed: ``optimizer.step`` and ``lr_scheduler.step`` are shadowed by no-ops on their instances for an
-  optimizer step fed only by empty dynamic-sampling batches (``trl_rlvr.trainer._SkipEmptyUpdates``, between
+  optimizer step fed only by empty dynamic-sampling batches (``trl_rlvr.sampling.empty_updates.SkipEmptyUpdates``, between
   the callbacks ``on_pre_optimizer_step`` and ``on_step_end``); guarded by
   ``test_an_empty_update_leaves_the_optimizer_and_the_weights_alone``.
 
@@ -220,7 +233,7 @@ def trl_round_figures(trainer_cls=None) -> set[str]:
         from trl import GRPOTrainer as trainer_cls
     found = set()
     for method in ("_generate", "_generate_and_score_completions"):
-        source = inspect.getsource(getattr(trainer_cls, method))
+        source = _source(trainer_cls, method)
         for literal, variable in re.findall(r'self\._metrics\[mode\]\[(f?"[^"]+")\]|self\._metrics\[mode\]\[(\w+)\]', source):
             found.add(re.sub(r"\{[^}]*\}", "{name}", literal.lstrip("f").strip('"')) if literal else variable)
     return found
@@ -282,11 +295,17 @@ def _signature_problems(cls, methods: dict, where: str) -> list[str]:
 
 
 def _source(cls, name: str) -> str:
-    method = getattr(cls, name, None)
-    try:
-        return inspect.getsource(method) if callable(method) else ""
-    except (OSError, TypeError):
+    """The source text of ``cls.name`` ("" when it is gone), from its code object's line range: what
+    ``inspect.getsource`` gives without tokenizing the method (TRL's ``__init__`` is 900 lines; this runs when every
+    trainer is built)."""
+    import linecache
+
+    method = inspect.unwrap(getattr(cls, name, None) or (lambda: None))
+    code = getattr(method, "__code__", None)
+    if code is None or getattr(cls, name, None) is None:
         return ""
+    last = max((line for _, _, line in code.co_lines() if line is not None), default=code.co_firstlineno)
+    return "".join(linecache.getlines(code.co_filename)[code.co_firstlineno - 1 : last])
 
 
 def _class_violations(trainer_cls, where: str) -> list[str]:
@@ -330,7 +349,8 @@ def _class_violations(trainer_cls, where: str) -> list[str]:
     problems += [
         f"VLLMGeneration.{m} is gone in {where}" for m in VLLM_GENERATION_METHODS if not callable(getattr(VLLMGeneration, m, None))
     ]
-    class_source = inspect.getsource(VLLMGeneration)  # source text: vLLM is absent where the main suite runs
+    # source text: vLLM is absent where the main suite runs
+    class_source = "".join(_source(VLLMGeneration, m) for m in ("__init__", "_init_vllm"))
     problems += [
         f"VLLMGeneration no longer sets .{a} in {where}" for a in VLLM_GENERATION_ATTRIBUTES if f"self.{a} =" not in class_source
     ]
