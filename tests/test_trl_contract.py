@@ -122,3 +122,18 @@ def test_a_broken_contract_is_said_when_the_trainer_is_built(tiny_model_dir, mon
     monkeypatch.setattr(trl_contract, "_warned", set())
     with pytest.warns(RuntimeWarning, match=r"(?s)differs from the one trl-rlvr was tested with.*_renamed_in_a_new_trl"):
         make_trainer(tiny_model_dir)
+
+
+def test_each_copied_path_names_the_lines_it_copies_in_the_installed_trl():
+    """The line range each copy cites holds its anchor in the installed TRL's grpo_trainer.py (and that range lies
+    inside the TRL method named): a TRL that moved the code fails here, naming the copy to compare."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    lines = Path(inspect.getsourcefile(GRPOTrainer)).read_text().splitlines()
+    for path, (method, (first, last), anchor, ours, why) in trl_contract.COPIED_PATHS.items():
+        assert any(anchor in line for line in lines[first - 1 : last]), f"{path} ({ours}): {anchor!r} not in {first}-{last}"
+        source, start = inspect.getsourcelines(getattr(GRPOTrainer, method))
+        assert start <= first and last <= start + len(source) - 1, f"{path}: {first}-{last} is outside {method}"
+        assert why

@@ -30,7 +30,7 @@ TRL ``GRPOTrainer`` (trl/trainer/grpo_trainer.py)
   ``_metrics["train"]`` (what a round logs, held back until the rows trained on are known;
   tests/test_logged_is_trained.py).
 - TRL code re-implemented here, with TRL's line range and a line that must still be in it: :data:`COPIED_PATHS`
-  (the reference log-probs, the reward and length figures).
+  (the reference log-probs, the reward and length figures, the evaluation's tool loop).
 - the figures TRL logs while it generates, by what they describe (:data:`TRL_ROW_FIGURES`,
   :data:`TRL_GENERATION_FIGURES`), checked against TRL's source (:func:`trl_round_figures`).
 - environments: :data:`ENVIRONMENT_DISPATCH` (``_dispatch_call``, private so that TRL never offers it as a tool;
@@ -190,6 +190,13 @@ COPIED_PATHS = {
     "reward figures": ("_generate_and_score_completions", (2820, 2830),
         "# Calculate mean reward per function, but only for samples where the function was applied",
         "trl_rlvr.sampling.figures.trained_figures", "as the length figures"),
+    "evaluation tool loop": ("_tool_call_loop", (1945, 2191),
+        "# Tool execution loop: execute tools, then regenerate completions with tool results appended to the prompt",
+        "trl_rlvr.evaluation.tool_rollouts",
+        "the evaluation's rollouts are seeded per sample and run without a GRPOTrainer (HF generate or vLLM)"),
+    "tool reply header": ("_get_tool_suffix_ids", (1893, 1943),
+        "# Use the real tool name instead of a dummy", "trl_rlvr.evaluation.tool_rollouts",
+        "as the evaluation tool loop"),
 }
 
 #: What TRL logs while it generates and scores one round (``_generate``, ``_generate_and_score_completions``), by
