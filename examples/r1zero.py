@@ -138,7 +138,8 @@ def progress_callback():
                 TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
             )
             self.lines = not self.progress.console.is_terminal  # redirected output: one line per step instead
-            self.progress.start()
+            if not self.lines:  # a bar only on a terminal (stopped, it would print its last frame into the log)
+                self.progress.start()
             self.task = self.progress.add_task("train", total=state.max_steps, stats="generating...")
 
         def on_log(self, args, state, control, logs=None, **kw):
@@ -170,7 +171,8 @@ def progress_callback():
 
         def on_train_end(self, args, state, control, **kw):
             if self.progress is not None:
-                self.progress.stop()
+                if not self.lines:
+                    self.progress.stop()
                 self.progress = None
 
     return RichProgress()
@@ -246,9 +248,11 @@ def main(script_args, training_args, model_args):
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from trl_rlvr.evaluation import evaluate, release_memory
+    from trl_rlvr.evaluation.progress import plain_library_bars
     from trl_rlvr.scripts.distributed import distributed_state
     from trl_rlvr.scripts.train import build_trainer, use_cpu_threads
 
+    plain_library_bars()  # redirected to a file: no \r bars from transformers (the steps are lines already)
     t_start = time.time()
     timings = {}
     state = distributed_state(training_args.use_cpu)  # right on a CPU launch too (trl_rlvr.scripts.distributed)

@@ -247,11 +247,13 @@ def main(argv: list[str] | None = None) -> int:
         _read_config,
         _setting,
         build_trainer,
+        log_file_defaults,
         make_parser,
         use_cpu_threads,
     )
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    log_file_defaults()  # a log file gets plain lines, not the libraries' bars
     try:
         recipe, args, model_args = make_parser(DoctorArguments, prog="trl-rlvr doctor").parse_args_and_config(argv)
     except UnusableSettingsError as e:  # the machine check fails before anything else can be measured

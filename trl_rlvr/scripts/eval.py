@@ -252,8 +252,11 @@ def load_vllm_engine(path: str, args):
 # ------------------------------------------------------------------------------------------------ main
 def run(args) -> int:
     from trl_rlvr.evaluation.evaluate import evaluate_sampled, resolve_ks
+    from trl_rlvr.evaluation.progress import plain_library_bars
     from trl_rlvr.evaluation.report import format_table, plot_passk
     from trl_rlvr.scripts.distributed import distributed_state
+
+    plain_library_bars()  # redirected to a file: the sampling bar is plain lines, the libraries' bars off
 
     labels = args.label or [Path(m.rstrip("/")).name or m for m in args.models]
     try:

@@ -430,5 +430,18 @@ def main(argv: list[str] | None = None):
         argv = ["--help"]
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     passive_openmp_waits()
-    recipe, training_args, model_args = make_parser(prog="trl-rlvr train").parse_args_and_config(argv)
+    recipe, training_args, model_args = make_parser(
+        prog="trl-rlvr train", defaults=log_file_defaults()).parse_args_and_config(argv)
     return train(recipe, training_args, model_args)
+
+
+def log_file_defaults() -> dict:
+    """When stderr is not a terminal (a log file, CI): ``disable_tqdm=True``, so that the Trainer prints one line
+    per logging step instead of redrawing a bar with ``\r`` (a recipe or ``--disable_tqdm false`` still wins), and
+    the bars of transformers, datasets and the hub off (:func:`trl_rlvr.evaluation.progress.plain_library_bars`)."""
+    from trl_rlvr.evaluation.progress import is_terminal, plain_library_bars
+
+    if is_terminal():
+        return {}
+    plain_library_bars()
+    return {"disable_tqdm": True}
