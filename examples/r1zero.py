@@ -179,10 +179,12 @@ def progress_callback():
 
 
 # ------------------------------------------------------------------------------------------------ outputs
-def _fmt(v, pct=False):
+def _fmt(v, pct=False, digits=1):
+    """A figure as the summary prints it (and the READMEs quote it): percentages and lengths with one decimal,
+    rewards with two."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
-    return f"{v:.1%}" if pct else f"{v:.1f}"
+    return f"{v:.{digits}%}" if pct else f"{v:.{digits}f}"
 
 
 def _mean(history, key):
@@ -211,9 +213,12 @@ def summary_table(before, after, history, timings):
     table.add_row("truncated answers", _fmt(b.get("truncated_frac"), True), _fmt(a.get("truncated_frac"), True))
     first, last = (history[0] if history else {}), (history[-1] if history else {})
     table.add_section()
-    table.add_row("training reward (first / last step)", _fmt(first.get("reward")), _fmt(last.get("reward")))
+    table.add_row("training reward (first / last step)", _fmt(first.get("reward"), digits=2),
+                  _fmt(last.get("reward"), digits=2))
     table.add_row("training accuracy (first / last step)", _fmt(first.get("rlvr/accuracy"), True),
                   _fmt(last.get("rlvr/accuracy"), True))
+    table.add_row("training format rate (first / last step)", _fmt(first.get("rewards/think_format/mean"), True),
+                  _fmt(last.get("rewards/think_format/mean"), True))
     table.add_row("train length right / wrong (mean over steps)", _fmt(_mean(history, "rlvr/length_right")),
                   _fmt(_mean(history, "rlvr/length_wrong")))
     table.add_row("wasted-group share (zero-signal, mean)", "", _fmt(_mean(history, "rlvr/zero_signal_frac"), True))
