@@ -131,7 +131,9 @@ def _quotes(m: dict) -> dict[str, list[str]]:
         f"truncated {pct(b['truncated_frac'])} -> {pct(a['truncated_frac'])}",
         passk["1"], passk["8"], maj8,
     ]
-    return {"examples/README.md": examples, "README.md": readme}
+    evaluation = [m["sampled"]["table"], f"accuracy {pct(b['accuracy'])} -> {pct(a['accuracy'])}, format "
+                  f"{pct(b['format_rate'])} -> {pct(a['format_rate'])}"]
+    return {"examples/README.md": examples, "README.md": readme, "docs/evaluation.md": evaluation}
 
 
 def test_the_readmes_quote_the_committed_figures_as_the_job_prints_them(committed):
