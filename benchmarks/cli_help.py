@@ -7,7 +7,7 @@ Per command: the median and the slowest wall time of ``python -m trl_rlvr.script
 transformers (it must not: tests/scripts/test_cli_help.py checks that without a clock). The goal is under 1 s each;
 a slower command is a failure (exit 1). ``trl-rlvr train --help-all`` (TRL's full parser, which imports TRL) is
 timed alongside for comparison, without a goal. The command line and the load average are printed with the table.
-``--smoke``: one repeat.
+``--smoke``: one repeat, and only the imports fail it (CI's shared cores make one timing meaningless).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
         r = time_help(full, repeats if command[-1:] != ["--help-all"] else 1)
         name = "trl-rlvr " + " ".join(full)
         print(f"{name:<32} {r['median_s']:>7.2f}s {r['max_s']:>7.2f}s {r['lines']:>6}  {r['heavy'] or 'none'}")
-        if full[-1] == "--help" and r["max_s"] >= GOAL_S:
+        if full[-1] == "--help" and r["max_s"] >= GOAL_S and not args.smoke:  # a smoke run on a loaded CI box
             failures.append(f"{name} took {r['max_s']:.2f} s (goal: under {GOAL_S:.0f} s)")
         if full[-1] == "--help" and r["heavy"]:
             failures.append(f"{name} imported {r['heavy']}")

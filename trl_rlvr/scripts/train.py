@@ -215,7 +215,7 @@ def _unknown_keys(parser, from_config: list[str], from_cli: list[str], config_pa
             close = difflib.get_close_matches(key, known, n=1)
             parts.append(f"{key!r} {where}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return ("Unknown recipe key(s): " + "; ".join(parts) + ". A recipe takes the fields of RecipeArguments, "
-            "RLVRConfig (GRPOConfig) and trl.ModelConfig (`trl-rlvr train --help`).")
+            "RLVRConfig (GRPOConfig) and trl.ModelConfig (`trl-rlvr train --help-all` lists them all).")
 
 
 # ------------------------------------------------------------------------------------------------ 2. data
