@@ -7,15 +7,17 @@ its wall time, the peak RSS of the largest process of the tree (``wait4``'s ``ru
 the load average before and after, and the job's own timings and held-out figures from its metrics file.
 ``--busy N``: N pure-Python spinning processes run alongside (one core taken by another process: how the job holds
 up on shared cores; ``benchmarks.shared_cores`` runs both ways back to back). The default output directory is a
-temporary one. ``--smoke``: the job's ``--smoke`` mode on a tiny random model with ChatML tokens
-(``trl_rlvr.testing.build_tiny_chatml_model``): one short step of each stage, seconds to minutes. Quoted in
-docs/benchmarks.md.
+temporary one, removed at the end (``--output_dir DIR`` keeps the job's model, metrics and curves). ``--smoke``: the
+job's ``--smoke`` mode on a tiny random model with ChatML tokens (``trl_rlvr.testing.build_tiny_chatml_model``): one
+short step of each stage, seconds to minutes; its table marks this run's columns ``[smoke]`` beside the committed
+real-model ``[committed]`` ones, and the summary says so. Quoted in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -32,14 +34,28 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("extra", nargs="*", help="more arguments of examples/tool_r1.py (after --)")
     args = parser.parse_args(argv)
+    temporary = args.output_dir is None
     out = args.output_dir or tempfile.mkdtemp(prefix="tool_r1_")
-    job = ["--output_dir", out, *args.extra]
+    try:
+        return measure(args, Path(out))
+    finally:
+        if temporary:
+            shutil.rmtree(out, ignore_errors=True)
+            print(f"removed the temporary output directory {out} (--output_dir DIR keeps it)")
+
+
+def measure(args, out: Path) -> int:
+    """Run the job into ``out`` and report it; the exit status."""
+    job = ["--output_dir", str(out), *args.extra]
     if args.smoke:
-        job += tool_job_smoke_args(Path(out))
+        from trl_rlvr.evaluation.progress import plain_library_bars
+
+        plain_library_bars()  # building the tiny model: no \r bars in a log
+        job += tool_job_smoke_args(out)
     result = launch_job("tool_r1", job, args.busy)
     rc = result["exit_status"]
     failures = [] if rc == 0 else [f"the job exited with {rc}"]
-    metrics_file = Path(out) / "tool_r1_metrics.json"
+    metrics_file = out / "tool_r1_metrics.json"
     if rc == 0 and "--arm" not in args.extra:
         if not metrics_file.is_file():
             failures.append(f"no {metrics_file}")
@@ -49,6 +65,10 @@ def main(argv=None) -> int:
                           pass_at_1={k: v["pass@1"] for k, v in metrics["arms"].items() if v})
             if not args.smoke and not metrics["history"]:
                 failures.append("the job logged no training step")
+    if args.smoke:
+        result["smoke"] = True
+        print("SMOKE RUN (a tiny random model, one short step per stage): timings_s and pass_at_1 below test the "
+              "code path; they are not the job's results (examples/README.md, docs/benchmarks.md)")
     for key in ("timings_s", "pass_at_1", "goals"):
         if key in result:
             print(f"{key}: {result[key]}")

@@ -121,7 +121,8 @@ def progress_callback():
                 TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"),
             )
             self.lines = not self.progress.console.is_terminal  # redirected output: one line per step instead
-            self.progress.start()
+            if not self.lines:  # a bar only on a terminal (stopped, it would print its last frame into the log)
+                self.progress.start()
             self.task = self.progress.add_task("train", total=state.max_steps, stats="generating...")
 
         def on_log(self, args, state, control, logs=None, **kw):
@@ -153,17 +154,20 @@ def progress_callback():
 
         def on_train_end(self, args, state, control, **kw):
             if self.progress is not None:
-                self.progress.stop()
+                if not self.lines:
+                    self.progress.stop()
                 self.progress = None
 
     return RichProgress()
 
 
 # ------------------------------------------------------------------------------------------------ outputs
-def _fmt(v, pct=False):
+def _fmt(v, pct=False, digits=1):
+    """A figure as the summary prints it (and the READMEs quote it): percentages and lengths with one decimal,
+    rewards with two."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
-    return f"{v:.1%}" if pct else f"{v:.1f}"
+    return f"{v:.{digits}%}" if pct else f"{v:.{digits}f}"
 
 
 def _mean(history, key):
@@ -192,9 +196,12 @@ def summary_table(before, after, history, timings):
     table.add_row("truncated answers", _fmt(b.get("truncated_frac"), True), _fmt(a.get("truncated_frac"), True))
     first, last = (history[0] if history else {}), (history[-1] if history else {})
     table.add_section()
-    table.add_row("training reward (first / last step)", _fmt(first.get("reward")), _fmt(last.get("reward")))
+    table.add_row("training reward (first / last step)", _fmt(first.get("reward"), digits=2),
+                  _fmt(last.get("reward"), digits=2))
     table.add_row("training accuracy (first / last step)", _fmt(first.get("rlvr/accuracy"), True),
                   _fmt(last.get("rlvr/accuracy"), True))
+    table.add_row("training format rate (first / last step)", _fmt(first.get("rewards/think_format/mean"), True),
+                  _fmt(last.get("rewards/think_format/mean"), True))
     table.add_row("train length right / wrong (mean over steps)", _fmt(_mean(history, "rlvr/length_right")),
                   _fmt(_mean(history, "rlvr/length_wrong")))
     table.add_row("wasted-group share (zero-signal, mean)", "", _fmt(_mean(history, "rlvr/zero_signal_frac"), True))
@@ -229,9 +236,11 @@ def main(script_args, training_args, model_args):
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from trl_rlvr.evaluation import evaluate, release_memory
+    from trl_rlvr.evaluation.progress import plain_library_bars
     from trl_rlvr.scripts.distributed import distributed_state
     from trl_rlvr.scripts.train import build_trainer, use_cpu_threads
 
+    plain_library_bars()  # redirected to a file: no \r bars from transformers (the steps are lines already)
     t_start = time.time()
     timings = {}
     state = distributed_state(training_args.use_cpu)  # right on a CPU launch too (trl_rlvr.scripts.distributed)

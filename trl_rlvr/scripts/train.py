@@ -29,6 +29,17 @@ from typing import Any
 
 from trl_rlvr.scripts.data import PROMPT_STYLES
 
+#: What ``trl-rlvr train --help`` says first.
+DESCRIPTION = (
+    "Train a model with RLVRTrainer (TRL's GRPOTrainer plus the RLVR switches) from a recipe: a YAML file of fields "
+    "of RecipeArguments (preset, data, prompt, rewards), RLVRConfig (every GRPOConfig field and the RLVR switches) "
+    "and trl.ModelConfig (model, dtype, 4-bit, PEFT). Precedence, lowest first: the preset's switches, the YAML, the "
+    "command line; an unknown key is an error that names it. Checks the data, the rewards and the settings before "
+    "the model loads, trains, and saves the model (or adapter) to output_dir. Without a model and a dataset it "
+    "trains SmolLM2-135M-Instruct on built-in arithmetic word problems, offline. Recipes: examples/recipes/, "
+    "docs/recipes.md."
+)
+
 
 @dataclass
 class RecipeArguments:
@@ -204,7 +215,7 @@ def _unknown_keys(parser, from_config: list[str], from_cli: list[str], config_pa
             close = difflib.get_close_matches(key, known, n=1)
             parts.append(f"{key!r} {where}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return ("Unknown recipe key(s): " + "; ".join(parts) + ". A recipe takes the fields of RecipeArguments, "
-            "RLVRConfig (GRPOConfig) and trl.ModelConfig (`trl-rlvr train --help`).")
+            "RLVRConfig (GRPOConfig) and trl.ModelConfig (`trl-rlvr train --help-all` lists them all).")
 
 
 # ------------------------------------------------------------------------------------------------ 2. data
@@ -397,9 +408,40 @@ def train(recipe, training_args, model_args):
     return trainer
 
 
+def help_text() -> str:
+    """``trl-rlvr train --help``: what the command does, the recipe's fields, the RLVR switches and the most-used
+    TRL/transformers fields (:mod:`trl_rlvr.scripts.recipe_help`; every field: ``--help-all``)."""
+    from trl_rlvr.scripts.recipe_help import own_fields, short_help
+
+    return short_help("trl-rlvr train", "--config RECIPE.yaml [--FIELD VALUE ...]", DESCRIPTION,
+                      [("Recipe fields (RecipeArguments: preset, data, prompt, rewards)", own_fields(RecipeArguments))])
+
+
 def main(argv: list[str] | None = None):
-    """Entry point of ``trl-rlvr train``."""
+    """Entry point of ``trl-rlvr train``; ``--help`` prints :func:`help_text` (no TRL import), ``--help-all`` every
+    field (TRL's parser)."""
+    from trl_rlvr.scripts.recipe_help import wants_help
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if wants_help(argv) == "short":
+        print(help_text(), end="")
+        return None
+    if wants_help(argv) == "all":
+        argv = ["--help"]
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     passive_openmp_waits()
-    recipe, training_args, model_args = make_parser(prog="trl-rlvr train").parse_args_and_config(argv)
+    recipe, training_args, model_args = make_parser(
+        prog="trl-rlvr train", defaults=log_file_defaults()).parse_args_and_config(argv)
     return train(recipe, training_args, model_args)
+
+
+def log_file_defaults() -> dict:
+    """When stderr is not a terminal (a log file, CI): ``disable_tqdm=True``, so that the Trainer prints one line
+    per logging step instead of redrawing a bar with ``\r`` (a recipe or ``--disable_tqdm false`` still wins), and
+    the bars of transformers, datasets and the hub off (:func:`trl_rlvr.evaluation.progress.plain_library_bars`)."""
+    from trl_rlvr.evaluation.progress import is_terminal, plain_library_bars
+
+    if is_terminal():
+        return {}
+    plain_library_bars()
+    return {"disable_tqdm": True}
