@@ -111,10 +111,20 @@ def _states_values_cached(normalized: str, gold_kind: str, gold_notations: froze
     return states_values(normalized, gold_kind, gold_notations, question_forms)
 
 
+_HALF_RE = re.compile(r"\s*0?\.50*\s*")
+
+
+def _as_written(latex: str, normalized: str) -> str:
+    """The normalised text whose tree is read for its value forms: math-verify's normalisation turns the whole
+    text ``0.5`` into ``\\frac{1}{2}`` (its only rewrite of one notation into another), which would make a
+    decimal read as a fraction."""
+    return "0.5" if normalized == "\\frac{1}{2}" and _HALF_RE.fullmatch(latex) else normalized
+
+
 @functools.lru_cache(maxsize=4096)
 def _gold_notations(gold_latex: str) -> frozenset:
     parsed = _parse_whole(gold_latex)
-    return notations(str(parsed[1])) if parsed else frozenset()
+    return notations(_as_written(gold_latex, str(parsed[1]))) if parsed else frozenset()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -174,12 +184,13 @@ def _number(expr):
     if getattr(value, "free_symbols", True) or not hasattr(value, "evalf"):
         return None
     try:
+        value = value.doit()  # a percentage: X * UnevaluatedExpr(1/100)
         number = complex(value.evalf(50))
-    except (TypeError, ValueError, AttributeError, OverflowError):
+        if number.imag != 0 or not abs(number.real) < 1e300:
+            return None
+        return Decimal(str(value.evalf(50)))
+    except (TypeError, ValueError, AttributeError, OverflowError, ArithmeticError):
         return None
-    if number.imag != 0 or not abs(number.real) < 1e300:
-        return None
-    return Decimal(str(value.evalf(50)))
 
 
 def _rounded(gold, precision: tuple):
@@ -381,8 +392,8 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
         if gold_kind is not None:  # a value is asked for: an operation or function of values restates the question
             parsed = _parse_whole(form.exact)
             named = form.approx and parsed and is_name(str(parsed[1]))  # x \approx 11: the value is the decimal
-            if parsed and not named and not _states_values_cached(str(parsed[1]), gold_kind, gold_notations,
-                                                                   question.forms):
+            if parsed and not named and not _states_values_cached(_as_written(form.exact, str(parsed[1])), gold_kind,
+                                                                   gold_notations, question.forms):
                 return "unevaluated", None
         status, parsed = read_answer(form, gold_is_relation)
         if status != "ok":
@@ -391,8 +402,8 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
             return "wrong", form
         if _verify(gold_parsed, parsed):
             return "correct", form
-        close = _close_enough(gold_parsed, gold_latex, parsed, str(parsed[1]) if len(parsed) > 1 else "", question,
-                              relative_tolerance)
+        written = _as_written(form.exact, str(parsed[1])) if len(parsed) > 1 else ""
+        close = _close_enough(gold_parsed, gold_latex, parsed, written, question, relative_tolerance)
         return ("correct" if close else "wrong"), form
 
     status, final_form = verdict(candidates[-1])
