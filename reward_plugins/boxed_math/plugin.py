@@ -81,7 +81,7 @@ class BoxedMathReward:
 
     def __init__(self, *, gold_column: str | None, timeout: float, batch_timeout: float | None, answer_line: bool,
                  think_tag: str, max_answer_chars: int, num_workers: int | None, prestart: bool, prefilled: bool,
-                 memory_limit_mb: int, relative_tolerance: float | None = None):  # fmt: skip
+                 memory_limit_mb: int, relative_tolerance: float | None):  # fmt: skip
         if not timeout > 0:
             raise ValueError(f"boxed_math: timeout must be > 0 seconds, got {timeout!r}")
         if batch_timeout is not None and not batch_timeout > 0:
