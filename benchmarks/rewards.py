@@ -54,7 +54,9 @@ def agreement(data: Path, with_trl: bool) -> list[str]:
     rows = _load(data / "math_dev.jsonl")
     reward = boxed_math()
     boxed = [r for r in rows if r["has_boxed"]]
-    preds = reward(None, [r["completion_text"] for r in boxed], answer=[r["gold_answer"] for r in boxed])
+    # the problem is the prompt, as in training: the judging reads the value forms and the precision it states
+    preds = reward([r["problem"] for r in boxed], [r["completion_text"] for r in boxed],
+                   answer=[r["gold_answer"] for r in boxed])
     _agreement("math_dev, answers with a box (boxed_math defaults)", preds, [r["expected_label"] for r in boxed])
     for r, p in zip(boxed, preds):
         if (p == 1.0) != r["expected_label"]:
@@ -62,7 +64,8 @@ def agreement(data: Path, with_trl: bool) -> list[str]:
             print(f"    disagree: id={r['id']} label={r['expected_label']} gold={r['gold_answer']!r} "
                   f"tail={r['completion_text'][-120:]!r}")
     line = boxed_math(answer_line=True)
-    preds_all = line(None, [r["completion_text"] for r in rows], answer=[r["gold_answer"] for r in rows])
+    preds_all = line([r["problem"] for r in rows], [r["completion_text"] for r in rows],
+                     answer=[r["gold_answer"] for r in rows])
     _agreement("math_dev, all answers (answer_line=True)", preds_all, [r["expected_label"] for r in rows])
     if with_trl:
         from trl.rewards import accuracy_reward

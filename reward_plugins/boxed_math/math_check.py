@@ -26,7 +26,15 @@ from collections import OrderedDict
 
 from reward_plugins.boxed_math.answer_form import Form, answer_key, gold_text, read_form
 from reward_plugins.boxed_math.boxes import find_boxes
-from reward_plugins.boxed_math.value_form import gold_values, is_name, states_values
+from reward_plugins.boxed_math.question import Question
+from reward_plugins.boxed_math.value_form import (
+    MAX_VALUE_DIGITS,
+    forms_of,
+    gold_values,
+    is_name,
+    notations,
+    states_values,
+)
 
 _SEPARATOR_RE = re.compile(r"(?:\s|\$|,|;|\\[,;!]|\\q?quad|\\text\{\s*(?:and|,)?\s*\}|\\[()\[\]]|and|&|\\\\)*")
 _GOLD_CACHE: OrderedDict[str, list] = OrderedDict()
@@ -99,8 +107,24 @@ def parse_gold(gold: str) -> list:
 
 
 @functools.lru_cache(maxsize=4096)
-def _states_values_cached(normalized: str, gold_kind: str) -> bool:
-    return states_values(normalized, gold_kind)
+def _states_values_cached(normalized: str, gold_kind: str, gold_notations: frozenset, question_forms: frozenset) -> bool:
+    return states_values(normalized, gold_kind, gold_notations, question_forms)
+
+
+_HALF_RE = re.compile(r"\s*0?\.50*\s*")
+
+
+def _as_written(latex: str, normalized: str) -> str:
+    """The normalised text whose tree is read for its value forms: math-verify's normalisation turns the whole
+    text ``0.5`` into ``\\frac{1}{2}`` (its only rewrite of one notation into another), which would make a
+    decimal read as a fraction."""
+    return "0.5" if normalized == "\\frac{1}{2}" and _HALF_RE.fullmatch(latex) else normalized
+
+
+@functools.lru_cache(maxsize=4096)
+def _gold_notations(gold_latex: str) -> frozenset:
+    parsed = _parse_whole(gold_latex)
+    return notations(_as_written(gold_latex, str(parsed[1]))) if parsed else frozenset()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -113,21 +137,109 @@ def _parse_whole_cached(latex: str) -> tuple:
         return ()
 
 
+#: math-verify's ``numeric_precision`` (digits of ``(a - b).evalf(chop=True)``): with its default, 15, the
+#: difference of ``\\frac{\\pi}{2^{98}}`` and ``\\frac{\\pi}{2^{99}}`` is chopped to 0.
+NUMERIC_PRECISION = 60
+
+
+def _exact(parsed: list) -> list:
+    """A parse with every decimal read as the rational it writes (``0.375`` is 3/8 exactly): math-verify then
+    compares numbers exactly, never by its ``float_rounding`` (``\\pi`` would equal 3.14159265)."""
+    import sympy
+
+    out = []
+    for e in parsed:
+        if isinstance(e, (sympy.Basic, sympy.MatrixBase)):
+            floats = e.atoms(sympy.Float)
+            if floats:
+                e = e.xreplace({f: sympy.Rational(str(f)) for f in floats})
+        out.append(e)
+    return out
+
+
 def _verify(gold: list, target: list) -> bool:
-    """math-verify's ``verify`` (any gold parse equals any target parse), pair by pair, except that a
-    ``MemoryError`` propagates (``verify`` turns every exception into False): the worker's memory bound is
-    then reported as such. Any other error makes that pair unequal, as in ``verify``."""
+    """math-verify's ``verify`` (any gold parse equals any target parse), on exact numbers (:func:`_exact`), pair
+    by pair, except that a ``MemoryError`` propagates (``verify`` turns every exception into False): the
+    worker's memory bound is then reported as such. Any other error makes that pair unequal, as in ``verify``."""
     mv = _math_verify()[0]
-    for g in gold:
-        for t in target:
+    for g in _exact(gold):
+        for t in _exact(target):
             try:
-                if mv.verify([g], [t], timeout_seconds=None, raise_on_error=True):
+                if mv.verify([g], [t], timeout_seconds=None, raise_on_error=True,
+                             numeric_precision=NUMERIC_PRECISION):
                     return True
             except MemoryError:
                 raise
             except Exception:  # noqa: BLE001, S112 - what verify itself does with a pair that raises
                 continue
     return False
+
+
+def _number(expr):
+    """The real number an expression (or the last side of an equation) is, as a ``Decimal`` of 50 digits;
+    ``None`` if it is not one."""
+    from decimal import Decimal
+
+    value = _value(expr)
+    if getattr(value, "free_symbols", True) or not hasattr(value, "evalf"):
+        return None
+    try:
+        value = value.doit()  # a percentage: X * UnevaluatedExpr(1/100)
+        number = complex(value.evalf(50))
+        if number.imag != 0 or not abs(number.real) < 1e300:
+            return None
+        return Decimal(str(value.evalf(50)))
+    except (TypeError, ValueError, AttributeError, OverflowError, ArithmeticError):
+        return None
+
+
+def _rounded(gold, precision: tuple):
+    """The gold rounded to the stated precision (``("decimals", n)`` or ``("significant", n)``), both ways a tie
+    may go."""
+    from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
+
+    places = precision[1]
+    if precision[0] == "significant":
+        if gold == 0:
+            return {gold}
+        places = precision[1] - 1 - gold.adjusted()
+    step = Decimal(1).scaleb(-places)
+    return {gold.quantize(step, rounding=r) for r in (ROUND_HALF_UP, ROUND_HALF_EVEN)}
+
+
+def _close_enough(gold_parsed: list, gold_latex: str, parsed: list, normalized: str, question: Question,
+                  relative_tolerance: float | None) -> bool:
+    """Where an inexact number is an answer (docs/rewards.md, "Exact answers"): a decimal answer for a problem
+    that states a precision (the gold rounded to it), any answer that rounds or truncates to a gold written as
+    a decimal of more than ``MAX_VALUE_DIGITS`` significant digits (the gold is itself a rounding), and a number
+    within ``relative_tolerance`` of a numeric gold when that option is set."""
+    import sympy
+
+    gold_expr = _exact(gold_parsed)[0]
+    answer = _exact(parsed)[0]
+    if isinstance(gold_parsed[0], sympy.Float) and len(_significant(gold_parsed[0])) > MAX_VALUE_DIGITS:
+        text = gold_latex.strip()
+        if _DECIMAL_TEXT_RE.fullmatch(text) and _approximates(_value(answer), text):
+            return True
+    g, a = _number(gold_expr), _number(answer)
+    if g is None or a is None:
+        return False
+    if question.precision is not None:
+        forms = forms_of(normalized) or []
+        if len(forms) == 1 and forms[0] is not None and forms[0][0] in ("decimal", "integer", "percent"):
+            scale = 100 if forms[0][0] == "percent" else 1
+            if a * scale in _rounded(g * scale, question.precision):
+                return True
+    if relative_tolerance is not None:
+        return abs(a - g) <= abs(g) * type(g)(repr(relative_tolerance))
+    return False
+
+
+_DECIMAL_TEXT_RE = re.compile(r"-?\d+\.\d+")
+
+
+def _significant(value) -> str:
+    return str(value).lstrip("-").split("e")[0].replace(".", "").strip("0")
 
 
 def _parse_whole(latex: str) -> list:
@@ -257,7 +369,9 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
     right but another box holds a different answer, or a box asserts two values), ``"unparsed"`` (a box the
     rules do not read), ``"unevaluated"`` (an operation or function of values where the gold is a value) or
     ``"bad_gold"``."""
-    gold, candidates = task
+    gold, candidates = task[0], task[1]
+    question = task[2] if len(task) > 2 else Question()
+    relative_tolerance = task[3] if len(task) > 3 else None
     gold_parsed = parse_gold(gold)
     if not gold_parsed:
         return "bad_gold"
@@ -267,6 +381,7 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
 
     gold_is_relation = is_relation(gold_parsed[0])
     gold_kind = gold_values(gold_parsed[0])  # "integer" | "number" | None: not a value
+    gold_notations = _gold_notations(gold_latex) if gold_kind == "number" else frozenset()
 
     def verdict(candidate: str) -> tuple[str, Form | None]:
         if answer_key(candidate) == gold_key:  # the gold's own text: no parsing needed (fast path)
@@ -277,14 +392,19 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
         if gold_kind is not None:  # a value is asked for: an operation or function of values restates the question
             parsed = _parse_whole(form.exact)
             named = form.approx and parsed and is_name(str(parsed[1]))  # x \approx 11: the value is the decimal
-            if parsed and not named and not _states_values_cached(str(parsed[1]), gold_kind):
+            if parsed and not named and not _states_values_cached(_as_written(form.exact, str(parsed[1])), gold_kind,
+                                                                   gold_notations, question.forms):
                 return "unevaluated", None
         status, parsed = read_answer(form, gold_is_relation)
         if status != "ok":
             return status, None
         if _surely_different(gold_parsed, parsed):
             return "wrong", form
-        return ("correct" if _verify(gold_parsed, parsed) else "wrong"), form
+        if _verify(gold_parsed, parsed):
+            return "correct", form
+        written = _as_written(form.exact, str(parsed[1])) if len(parsed) > 1 else ""
+        close = _close_enough(gold_parsed, gold_latex, parsed, written, question, relative_tolerance)
+        return ("correct" if close else "wrong"), form
 
     status, final_form = verdict(candidates[-1])
     forms = [final_form]
@@ -335,3 +455,4 @@ def warm() -> None:
     _GOLD_CACHE.clear()
     _parse_whole_cached.cache_clear()
     _states_values_cached.cache_clear()
+    _gold_notations.cache_clear()

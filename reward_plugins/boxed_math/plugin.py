@@ -58,6 +58,7 @@ from collections import Counter
 from reward_plugins._text import answer_part, check_tag_name, column, completion_text, log_counts
 from reward_plugins.boxed_math.answer_form import answer_key
 from reward_plugins.boxed_math.boxes import answer_line, find_boxes, is_layout, unwrap_boxes
+from reward_plugins.boxed_math.question import Question, prompt_text, read_question
 
 _MAX_DISTINCT_BOXES = 8  # more distinct boxes than this is hedging, whatever they hold
 #: The smallest ``memory_limit_mb``: a warmed worker maps about 70 MB and normal checks peak well below this.
@@ -80,7 +81,7 @@ class BoxedMathReward:
 
     def __init__(self, *, gold_column: str | None, timeout: float, batch_timeout: float | None, answer_line: bool,
                  think_tag: str, max_answer_chars: int, num_workers: int | None, prestart: bool, prefilled: bool,
-                 memory_limit_mb: int):  # fmt: skip
+                 memory_limit_mb: int, relative_tolerance: float | None):  # fmt: skip
         if not timeout > 0:
             raise ValueError(f"boxed_math: timeout must be > 0 seconds, got {timeout!r}")
         if batch_timeout is not None and not batch_timeout > 0:
@@ -96,6 +97,12 @@ class BoxedMathReward:
                 f"boxed_math: memory_limit_mb must be an integer >= {MIN_MEMORY_LIMIT_MB} (MiB of address space per "
                 f"worker), got {memory_limit_mb!r}"
             )
+        if relative_tolerance is not None and (isinstance(relative_tolerance, bool)
+                                               or not isinstance(relative_tolerance, (int, float))
+                                               or not 0 < relative_tolerance < 1):
+            raise ValueError(f"boxed_math: relative_tolerance must be a number in (0, 1) or None, got "
+                             f"{relative_tolerance!r}")
+        self.relative_tolerance = None if relative_tolerance is None else float(relative_tolerance)
         self.gold_column = gold_column
         self.timeout = float(timeout)
         self.batch_timeout = batch_timeout
@@ -169,6 +176,10 @@ class BoxedMathReward:
         counts: Counter[str] = Counter()
         rewards: list[float | None] = [0.0] * n
         jobs: dict[tuple, list[int]] = {}
+        prompts = list(prompts) if prompts is not None else [None] * n
+        if len(prompts) != n:
+            raise ValueError(f"boxed_math: {len(prompts)} prompts for {n} completions")
+        questions: dict[str, Question] = {}  # a group shares its prompt: read once
         for i, (completion, gold) in enumerate(zip(completions, golds)):
             if gold is None or not str(gold).strip():
                 rewards[i] = None
@@ -181,10 +192,13 @@ class BoxedMathReward:
             if isinstance(cands, str):
                 counts[cands] += 1
                 continue
-            jobs.setdefault((str(gold), cands), []).append(i)
+            text = prompt_text(prompts[i])
+            if text not in questions:
+                questions[text] = read_question(text)
+            jobs.setdefault((str(gold), cands, questions[text]), []).append(i)
 
         if jobs:
-            tasks = [(gold, (gold, cands)) for gold, cands in jobs]
+            tasks = [(gold, (gold, cands, question, self.relative_tolerance)) for gold, cands, question in jobs]
             for (status, value), rows in zip(self._run(tasks), jobs.values()):
                 key = {"ok": value, "timeout": "timeouts", "skipped": "timeouts", "oom": "oom"}.get(status, "errors")
                 counts[key] += len(rows)
@@ -251,6 +265,7 @@ def boxed_math(
     prestart: bool = True,
     prefilled: bool = False,
     memory_limit_mb: int = 1024,
+    relative_tolerance: float | None = None,
 ) -> BoxedMathReward:
     """Math answer correctness: the last \\boxed{} after the reasoning, checked against the gold by math-verify.
 
@@ -270,11 +285,14 @@ def boxed_math(
             completion starts inside the reasoning: without ``</think>`` there is no answer (scores 0).
         memory_limit_mb: address-space bound of each worker process in MiB (default 1024, at least 256); a
             check that runs out of it scores 0 (metric ``boxed_math/oom``) and its worker is replaced.
+        relative_tolerance: accept a number within this relative distance of a numeric gold (for golds that are
+            measurements); default ``None``: an exact gold needs an exact answer, or the gold rounded to the
+            precision the problem states (docs/rewards.md, "Exact answers").
     """
     return BoxedMathReward(
         gold_column=gold_column, timeout=timeout, batch_timeout=batch_timeout, answer_line=answer_line,
         think_tag=think_tag, max_answer_chars=max_answer_chars, num_workers=num_workers, prestart=prestart,
-        prefilled=prefilled, memory_limit_mb=memory_limit_mb,
+        prefilled=prefilled, memory_limit_mb=memory_limit_mb, relative_tolerance=relative_tolerance,
     )  # fmt: skip
 
 

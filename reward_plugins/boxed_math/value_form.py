@@ -29,6 +29,8 @@ expression is then what is asked for, and math-verify's equivalence decides.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
+from math import gcd
 
 #: A numeral with thousands separators: latex2sympy reads it as one number before its grammar does (which
 #: would see a list).
@@ -168,83 +170,120 @@ def _group_inner(node):
     return None
 
 
-def _fraction(node, *, signed_numerator: bool = True) -> bool:
-    """``\\frac{a}{b}`` of two numerals (the numerator may carry a sign)."""
+def _numeral_value(node) -> Fraction:
+    return Fraction(_children(_unwrap(node))[0].getText())
+
+
+def _fraction(node, *, signed_numerator: bool = True) -> tuple | None:
+    """``("fraction", n, d)`` of ``\\frac{n}{d}``: two integer numerals (the numerator may carry a sign), ``d > 0``.
+    A fraction of decimals (``\\frac{2.5}{0.4}``) is a division still to be done, not a value."""
     node = _unwrap(node)
     if _rule(node) != "frac":
-        return False
+        return None
     subs = _subtrees(node)
     if len(subs) != 2:
-        return False
+        return None
     sign, numerator = _signed(subs[0])
     if sign and not signed_numerator:
-        return False
-    return _numeral(numerator, False) and _numeral(subs[1], False)
+        return None
+    if not (_numeral(numerator, True) and _numeral(subs[1], True)):
+        return None
+    n, d = _numeral_value(numerator), _numeral_value(subs[1])
+    if d == 0:
+        return None
+    return ("fraction", -n if sign == "-" else n, d)
 
 
-def _power_of_ten(node) -> bool:
-    """``10^{k}`` with ``k`` a signed integer numeral."""
+def _power_of_ten(node) -> Fraction | None:
+    """``k`` of ``10^{k}``, ``k`` a signed integer numeral."""
     node = _unwrap(node)
     subs = _subtrees(node)
     if _rule(node) != "exp" or len(subs) != 2 or "^" not in _tokens(node):
-        return False
+        return None
     base = _unwrap(subs[0])
     if _rule(base) != "number_subexpr" or _children(base)[0].getText() != "10":
-        return False
-    _, exponent = _signed(subs[1])
-    return _numeral(exponent, True)
+        return None
+    sign, exponent = _signed(subs[1])
+    if not _numeral(exponent, True):
+        return None
+    k = _numeral_value(exponent)
+    return -k if sign == "-" else k
 
 
-def _scientific(node) -> bool:
-    """``m \\times 10^{k}`` (or ``\\cdot``) with ``1 <= m < 10`` a decimal numeral."""
+def _scientific(node) -> tuple | None:
+    """``("scientific", m, k)`` of ``m \\times 10^{k}`` (or ``\\cdot``), ``1 <= m < 10`` a decimal numeral."""
     node = _unwrap(node)
     subs = _subtrees(node)
     if _rule(node) != "mp" or len(subs) != 2 or _tokens(node) not in (["\\times"], ["\\cdot"]):
-        return False
+        return None
     mantissa = _unwrap(subs[0])
     if not _numeral(mantissa, False):
-        return False
-    text = _children(mantissa)[0].getText()
-    try:
-        m = float(text)
-    except ValueError:
-        return False
-    return 1 <= m < 10 and _power_of_ten(subs[1])
+        return None
+    m = _numeral_value(mantissa)
+    k = _power_of_ten(subs[1])
+    return ("scientific", m, k) if 1 <= m < 10 and k is not None else None
 
 
-def _mixed_number(node) -> bool:
-    """``2\\frac{1}{2}``: an integer numeral beside a fraction of numerals (latex2sympy reads 2 + 1/2)."""
+def _mixed_number(node) -> tuple | None:
+    """``("mixed", w, n, d)`` of ``w\\frac{n}{d}``: an integer numeral beside a **proper** fraction of integer
+    numerals, ``0 < n < d`` (latex2sympy reads w + n/d; ``3\\frac{7}{4}`` is the sum 3 + 7/4, not a mixed number)."""
     node = _unwrap(node)
     subs = _subtrees(node)
     if _rule(node) not in ("unary", "mp") or len(subs) != 2 or _tokens(node):
-        return False
-    return _numeral(subs[0], True) and _fraction(subs[1], signed_numerator=False)
+        return None
+    if not _numeral(subs[0], True):
+        return None
+    fraction = _fraction(subs[1], signed_numerator=False)
+    if fraction is None or not 0 < fraction[1] < fraction[2]:
+        return None
+    return ("mixed", _numeral_value(subs[0]), fraction[1], fraction[2])
 
 
-def _value(node, integer: bool, signed_ok: bool = True) -> bool:
-    """One component written as a value (see the module docstring)."""
+def _form(node, integer: bool, signed_ok: bool = True) -> tuple | None:
+    """The value form of one component (see the module docstring): ``(kind, *terms)`` with kind ``integer``,
+    ``decimal``, ``percent``, ``degree``, ``infinity`` and, unless ``integer``, ``fraction``, ``mixed``,
+    ``scientific``; ``None``: not a value (an operation or function of values, or a tree not known)."""
     sign, inner = _signed(node)
     if sign:
-        return signed_ok and _value(inner, integer, signed_ok=False)
+        return _form(inner, integer, signed_ok=False) if signed_ok else None
     node = _unwrap(inner)
     group = _group_inner(node)
     if group is not None:
-        return _value(group, integer, signed_ok)
+        return _form(group, integer, signed_ok)
     rule = _rule(node)
     if rule == "number_subexpr":  # a decimal numeral is a value for an integer gold too (42.0)
-        return _numeral(node)
+        if not _numeral(node):
+            return None
+        return ("integer" if _numeral(node, True) else "decimal", _numeral_value(node))
     if rule == "atom":  # an atom that is one token: 10\%, \infty
         text = node.getText()
         if text == "\\infty":
-            return True
-        return bool(_PERCENT_ATOM_RE.match(text))
+            return ("infinity",)
+        m = _PERCENT_ATOM_RE.match(text)
+        return ("percent", Fraction(m.group(1))) if m else None
     if rule == "postfix":  # 30^\circ: a numeral and the degree sign
         subs = _subtrees(node)
-        return (len(subs) == 2 and _rule(subs[1]) == "postfix_op"
-                and [_rule(s) for s in _subtrees(subs[1])] == ["degree"] and _numeral(subs[0]))
+        if (len(subs) == 2 and _rule(subs[1]) == "postfix_op"
+                and [_rule(s) for s in _subtrees(subs[1])] == ["degree"] and _numeral(subs[0])):
+            return ("degree", _numeral_value(subs[0]))
+        return None
     if integer:
-        return False
+        return None
     return _fraction(node) or _mixed_number(node) or _scientific(node)
+
+
+def _restates(form: tuple, gold_notations: frozenset, question_forms: frozenset) -> bool:
+    """A value form that restates the question: not in the gold's own notation (a fraction in lowest terms
+    where the gold is a fraction, a decimal where it is a decimal, ...) and written as one of the value forms of
+    the question (signs aside): ``\\frac{3}{8}`` for "Convert 3/8 to a decimal", ``0.375`` for "Write 0.375 as a
+    fraction", ``\\frac{84}{144}`` for "Simplify 84/144"."""
+    kind = form[0]
+    if kind in ("integer", "infinity", "degree"):
+        return False
+    canonical = kind != "fraction" or gcd(form[1].numerator, form[2].numerator) == 1
+    if kind in gold_notations and canonical:
+        return False
+    return (kind, abs(form[1]), *form[2:]) in question_forms  # the sign of the number aside, not of an exponent
 
 
 def _is_name(node) -> bool:
@@ -277,7 +316,8 @@ def _relation_sides(node) -> list | None:
     return None
 
 
-def _components_are_values(node, integer: bool) -> bool:
+def _components(node) -> list | None:
+    """The components of an answer's tree, each to be a value; ``None``: a relation that states no value."""
     sides = _relation_sides(node)
     if sides is not None:
         # the value a chain states: its last side, and every side before a relation other than "=" (2 < x < 5);
@@ -285,13 +325,45 @@ def _components_are_values(node, integer: bool) -> bool:
         # the steps equal it), and a name (x, a_1, f(x)) is never a value
         values = [side for i, (side, relation) in enumerate(sides)
                   if (i == len(sides) - 1 or relation != "=") and not _is_name(side)]
-        return bool(values) and all(_components_are_values(s, integer) for s in values)
+        if not values:
+            return None
+        out = []
+        for side in values:
+            parts = _components(side)
+            if parts is None:
+                return None
+            out += parts
+        return out
     node_u = _unwrap(node)
     rule = _rule(node_u)
     if rule in _CONTAINERS and rule not in ("math", "set_atom") or rule == "math" and len(_subtrees(node_u)) > 1:
         subs = _subtrees(node_u)
-        return bool(subs) and all(_components_are_values(s, integer) for s in subs)
-    return _value(node_u, integer)
+        if not subs:
+            return None
+        out = []
+        for sub in subs:
+            parts = _components(sub)
+            if parts is None:
+                return None
+            out += parts
+        return out
+    return [node_u]
+
+
+def forms_of(normalized: str, integer: bool = False) -> list | None:
+    """The value form of each component of an answer, ``None`` in place of one that is not a value; ``None``
+    when the grammar does not read the answer (default-deny)."""
+    if _COMMA_NUMERAL_RE.match(normalized):
+        text = normalized.strip().replace(",", "")
+        return [("decimal" if "." in text else "integer", Fraction(text))]
+    tree = _parse_tree(normalized)
+    if tree is None:
+        return None
+    try:
+        components = _components(tree)
+        return None if components is None else [_form(c, integer) for c in components]
+    except RecursionError:  # a tree deeper than the interpreter's stack: not read as a value
+        return None
 
 
 def _parse_tree(normalized: str):
@@ -312,15 +384,20 @@ def is_name(normalized: str) -> bool:
     return tree is not None and _is_name(tree)
 
 
-def states_values(normalized: str, gold_kind: str) -> bool:
+def notations(normalized: str) -> frozenset:
+    """The kinds of value form the gold is written in (``fraction``, ``decimal``, ``mixed``, ...): an answer in
+    one of them, in canonical form, is the gold's own notation, never a restatement (:func:`states_values`)."""
+    forms = forms_of(normalized, False) or []
+    return frozenset(f[0] for f in forms if f is not None)
+
+
+def states_values(normalized: str, gold_kind: str, gold_notations: frozenset = frozenset(),
+                  question_forms: frozenset = frozenset()) -> bool:
     """Every component of the answer (its LaTeX as math-verify normalises it) is written as a value, where the
-    gold's components are all of kind ``gold_kind`` (``"integer"`` or ``"number"``, :func:`gold_values`).
-    ``False`` when the grammar does not parse it (default-deny)."""
-    integer = gold_kind == "integer"
-    if _COMMA_NUMERAL_RE.match(normalized):
-        return True
-    tree = _parse_tree(normalized)
-    try:
-        return tree is not None and _components_are_values(tree, integer)
-    except RecursionError:  # a tree deeper than the interpreter's stack: not read as a value
-        return False
+    gold's components are all of kind ``gold_kind`` (``"integer"`` or ``"number"``, :func:`gold_values`), and
+    none restates the question: is written, in another notation than the gold's (``gold_notations``,
+    :func:`notations`), as one of the question's own value forms (``question_forms``,
+    :func:`reward_plugins.boxed_math.question.value_forms`). ``False`` when the grammar does not parse it
+    (default-deny)."""
+    forms = forms_of(normalized, gold_kind == "integer")
+    return bool(forms) and all(f is not None and not _restates(f, gold_notations, question_forms) for f in forms)
