@@ -79,6 +79,9 @@ class ToolR1Arguments:
                                       "accumulation makes up sft_batch_size; the step's peak memory scales with it: "
                                       "8 at once peaked at 4.9 GB on a CPU, most of it the vocabulary-wide logits)."})
     tool_timeout: float = field(default=5.0, metadata={"help": "Seconds one tool cell may run (PythonEnvironment)."})
+    short_tool_errors: bool = field(default=False, metadata={"help": "A cell that raised replies with the last line "
+                                    "of its traceback only (ToRL; trl_rlvr.algorithms.multi_turn.last_error_line), "
+                                    "in training and in the evaluation."})
     eval_num_samples: int = field(default=4, metadata={"help": "Sampled answers per held-out question (pass@1 is "
                                   "their mean accuracy)."})
     eval_batch_size: int = field(default=64, metadata={"help": "Rollouts per generate() call in the evaluation."})
@@ -289,18 +292,51 @@ def history_callback(say):
     return History()
 
 
-def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_rows, tool: bool):
-    """``RLVRTrainer`` for one arm: with the tool (``environment_factory=PythonEnvironment``, ``boxed_math`` +
-    ``tool_format``) or without (``think_format`` + ``boxed_math``, pre-filled prompts)."""
+def tool_environment(script_args):
+    """The environment factory of the tool arm: ``PythonEnvironment`` with the run's cell timeout, or, with
+    ``short_tool_errors``, :func:`short_errors_environment`'s subclass."""
     from functools import partial
 
     from reward_plugins.code_sandbox import PythonEnvironment
+
+    cls = short_errors_environment() if script_args.short_tool_errors else PythonEnvironment
+    return partial(cls, timeout=script_args.tool_timeout)
+
+
+_SHORT_ERRORS = None
+
+
+def short_errors_environment():
+    """``PythonEnvironment`` whose replies to cells that raised are cut to their traceback's last line (ToRL, arXiv
+    2503.23383: :func:`trl_rlvr.algorithms.multi_turn.last_error_line`). Judged by the environment's own error
+    count, never by the reply's text (a cell can print a fake traceback); the same tool schema (docstring)."""
+    global _SHORT_ERRORS
+    if _SHORT_ERRORS is None:
+        from reward_plugins.code_sandbox import PythonEnvironment
+        from trl_rlvr.algorithms.multi_turn import last_error_line
+
+        class ShortErrorsPythonEnvironment(PythonEnvironment):
+            def python(self, code: str) -> str:
+                errors = self.stats["errors"]
+                reply = super().python(code)
+                return last_error_line(reply) if self.stats["errors"] > errors else reply
+
+            python.__doc__ = PythonEnvironment.python.__doc__
+
+        _SHORT_ERRORS = ShortErrorsPythonEnvironment
+    return _SHORT_ERRORS
+
+
+def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_rows, tool: bool):
+    """``RLVRTrainer`` for one arm: with the tool (``environment_factory=PythonEnvironment``, ``boxed_math`` +
+    ``tool_format``) or without (``think_format`` + ``boxed_math``, pre-filled prompts)."""
+
     from trl_rlvr.rewards.registry import load_reward
     from trl_rlvr.trainer import RLVRTrainer
 
     if tool:
         rewards = [load_reward("boxed_math"), tool_format]
-        environment_factory = partial(PythonEnvironment, timeout=script_args.tool_timeout)
+        environment_factory = tool_environment(script_args)
     else:
         rewards = [load_reward("think_format", prefilled=True), load_reward("boxed_math", prefilled=True)]
         environment_factory = None
@@ -313,12 +349,10 @@ def evaluate_arm(model, tokenizer, rows, success_fn, format_fn, script_args, tra
                  accelerator=None):
     """The held-out evaluation every arm gets: ``n`` samples per question at the training temperature and budget,
     seeded; with the tool, TRL's tool loop (:mod:`trl_rlvr.evaluation.tool_rollouts`)."""
-    from functools import partial
 
-    from reward_plugins.code_sandbox import PythonEnvironment
     from trl_rlvr.evaluation import evaluate_sampled
 
-    extra = dict(environment_factory=partial(PythonEnvironment, timeout=script_args.tool_timeout),
+    extra = dict(environment_factory=tool_environment(script_args),
                  max_tool_calling_iterations=training_args.max_tool_calling_iterations) if tool else {}
     result = evaluate_sampled(
         model, tokenizer, dataset(rows), success_fn, format_fn, n=n, accelerator=accelerator,
