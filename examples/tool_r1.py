@@ -68,6 +68,9 @@ class ToolR1Arguments:
     num_train_samples: int = field(default=256, metadata={"help": "RL questions (cold-start and RL wordings)."})
     num_eval_samples: int = field(default=50, metadata={"help": "Held-out questions (held-out wordings)."})
     dataset_seed: int = field(default=0, metadata={"help": "Seed of the questions and traces."})
+    task: str = field(default="templates", metadata={"help": "'templates': the fixed wordings (word_problems.WORDINGS); "
+                      "'composed': questions composed from parts, held out by combination (word_problems.composed_rows; "
+                      "balanced streams)", "choices": ["templates", "composed"]})
     extra_rl_wordings: bool = field(default=False, metadata={"help": "RL questions also in three more wordings per "
                                     "operation (trl_rlvr.scripts.word_problems, split rl_extra): an experiment, "
                                     "examples/README.md."})
@@ -99,6 +102,10 @@ class ToolR1Arguments:
     def __post_init__(self):
         if self.arm not in ARMS:
             raise ValueError(f"arm={self.arm!r} is not valid; allowed values: {ARMS}")
+        if self.task not in ("templates", "composed"):
+            raise ValueError(f"task={self.task!r} is not valid; allowed values: 'templates', 'composed'")
+        if self.task == "composed" and self.extra_rl_wordings:
+            raise ValueError("extra_rl_wordings=True is for task='templates' (the composed task has its own wordings)")
         if self.sft_micro_batch_size < 1 or self.sft_batch_size % self.sft_micro_batch_size:
             raise ValueError(f"sft_batch_size={self.sft_batch_size} must be a multiple of sft_micro_batch_size="
                              f"{self.sft_micro_batch_size} (>= 1)")
@@ -222,10 +229,10 @@ def cold_start(model_path, tokenizer, script_args, training_args, out_dir, tools
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from trl_rlvr.scripts.word_problems import cold_start_traces
+    from trl_rlvr.scripts.word_problems import cold_start_traces, composed_cold_start_traces
 
-    traces = cold_start_traces(script_args.sft_traces, seed=script_args.dataset_seed,
-                               system_prompt=script_args.system_prompt)
+    make = composed_cold_start_traces if script_args.task == "composed" else cold_start_traces
+    traces = make(script_args.sft_traces, seed=script_args.dataset_seed, system_prompt=script_args.system_prompt)
     data = Dataset.from_list([{"messages": t["messages"], "tools": json.dumps(tools)} for t in traces])
     config = SFTConfig(
         output_dir=str(out_dir), num_train_epochs=script_args.sft_epochs, learning_rate=script_args.sft_learning_rate,
@@ -464,7 +471,7 @@ def main(script_args, training_args, model_args):
     from trl_rlvr.scripts.distributed import distributed_state
     from trl_rlvr.scripts.models import load_tokenizer, resolve_model_path
     from trl_rlvr.scripts.train import use_cpu_threads
-    from trl_rlvr.scripts.word_problems import word_problem_rows
+    from trl_rlvr.scripts.word_problems import composed_rows, word_problem_rows
 
     t_start = time.time()
     timings = {}
@@ -476,9 +483,13 @@ def main(script_args, training_args, model_args):
     training_args.model_init_kwargs = {"dtype": model_args.dtype or "float32", **(training_args.model_init_kwargs or {})}
     with state.main_process_first():
         base_path = resolve_model_path(model_args.model_name_or_path, quiet=not state.is_main_process)
-    train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed,
-                              extra_rl_wordings=script_args.extra_rl_wordings)
-    heldout = word_problem_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
+    if script_args.task == "composed":
+        train = composed_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed)
+        heldout = composed_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
+    else:
+        train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed,
+                                  extra_rl_wordings=script_args.extra_rl_wordings)
+        heldout = word_problem_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
     say(f"model {base_path}; {len(train)} RL questions, {len(heldout)} held-out questions (held-out wordings); "
         f"arm {script_args.arm}; torch threads {__import__('torch').get_num_threads()}, "
         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
