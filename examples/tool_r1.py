@@ -70,6 +70,9 @@ class ToolR1Arguments:
     num_train_samples: int = field(default=256, metadata={"help": "RL questions (cold-start and RL wordings)."})
     num_eval_samples: int = field(default=50, metadata={"help": "Held-out questions (held-out wordings)."})
     dataset_seed: int = field(default=0, metadata={"help": "Seed of the questions and traces."})
+    task: str = field(default="templates", metadata={"help": "'templates': the fixed wordings (word_problems.WORDINGS); "
+                      "'composed': questions composed from parts, held out by combination (word_problems.composed_rows; "
+                      "balanced streams)", "choices": ["templates", "composed"]})
     extra_rl_wordings: bool = field(default=False, metadata={"help": "RL questions also in three more wordings per "
                                     "operation (trl_rlvr.scripts.word_problems, split rl_extra): an experiment, "
                                     "examples/README.md."})
@@ -81,6 +84,9 @@ class ToolR1Arguments:
                                       "accumulation makes up sft_batch_size; the step's peak memory scales with it: "
                                       "8 at once peaked at 4.9 GB on a CPU, most of it the vocabulary-wide logits)."})
     tool_timeout: float = field(default=5.0, metadata={"help": "Seconds one tool cell may run (PythonEnvironment)."})
+    short_tool_errors: bool = field(default=False, metadata={"help": "A cell that raised replies with the last line "
+                                    "of its traceback only (ToRL; trl_rlvr.algorithms.multi_turn.last_error_line), "
+                                    "in training and in the evaluation."})
     eval_num_samples: int = field(default=4, metadata={"help": "Sampled answers per held-out question (pass@1 is "
                                   "their mean accuracy)."})
     eval_batch_size: int = field(default=64, metadata={"help": "Rollouts per generate() call in the evaluation."})
@@ -98,6 +104,10 @@ class ToolR1Arguments:
     def __post_init__(self):
         if self.arm not in ARMS:
             raise ValueError(f"arm={self.arm!r} is not valid; allowed values: {ARMS}")
+        if self.task not in ("templates", "composed"):
+            raise ValueError(f"task={self.task!r} is not valid; allowed values: 'templates', 'composed'")
+        if self.task == "composed" and self.extra_rl_wordings:
+            raise ValueError("extra_rl_wordings=True is for task='templates' (the composed task has its own wordings)")
         if self.sft_micro_batch_size < 1 or self.sft_batch_size % self.sft_micro_batch_size:
             raise ValueError(f"sft_batch_size={self.sft_batch_size} must be a multiple of sft_micro_batch_size="
                              f"{self.sft_micro_batch_size} (>= 1)")
@@ -203,10 +213,10 @@ def cold_start(model_path, tokenizer, script_args, training_args, out_dir, tools
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from trl_rlvr.scripts.word_problems import cold_start_traces
+    from trl_rlvr.scripts.word_problems import cold_start_traces, composed_cold_start_traces
 
-    traces = cold_start_traces(script_args.sft_traces, seed=script_args.dataset_seed,
-                               system_prompt=script_args.system_prompt)
+    make = composed_cold_start_traces if script_args.task == "composed" else cold_start_traces
+    traces = make(script_args.sft_traces, seed=script_args.dataset_seed, system_prompt=script_args.system_prompt)
     data = Dataset.from_list([{"messages": t["messages"], "tools": json.dumps(tools)} for t in traces])
     config = SFTConfig(
         output_dir=str(out_dir), num_train_epochs=script_args.sft_epochs, learning_rate=script_args.sft_learning_rate,
@@ -273,18 +283,51 @@ def history_callback(say):
     return History()
 
 
-def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_rows, tool: bool):
-    """``RLVRTrainer`` for one arm: with the tool (``environment_factory=PythonEnvironment``, ``boxed_math`` +
-    ``tool_format``) or without (``think_format`` + ``boxed_math``, pre-filled prompts)."""
+def tool_environment(script_args):
+    """The environment factory of the tool arm: ``PythonEnvironment`` with the run's cell timeout, or, with
+    ``short_tool_errors``, :func:`short_errors_environment`'s subclass."""
     from functools import partial
 
     from reward_plugins.code_sandbox import PythonEnvironment
+
+    cls = short_errors_environment() if script_args.short_tool_errors else PythonEnvironment
+    return partial(cls, timeout=script_args.tool_timeout)
+
+
+_SHORT_ERRORS = None
+
+
+def short_errors_environment():
+    """``PythonEnvironment`` whose replies to cells that raised are cut to their traceback's last line (ToRL, arXiv
+    2503.23383: :func:`trl_rlvr.algorithms.multi_turn.last_error_line`). Judged by the environment's own error
+    count, never by the reply's text (a cell can print a fake traceback); the same tool schema (docstring)."""
+    global _SHORT_ERRORS
+    if _SHORT_ERRORS is None:
+        from reward_plugins.code_sandbox import PythonEnvironment
+        from trl_rlvr.algorithms.multi_turn import last_error_line
+
+        class ShortErrorsPythonEnvironment(PythonEnvironment):
+            def python(self, code: str) -> str:
+                errors = self.stats["errors"]
+                reply = super().python(code)
+                return last_error_line(reply) if self.stats["errors"] > errors else reply
+
+            python.__doc__ = PythonEnvironment.python.__doc__
+
+        _SHORT_ERRORS = ShortErrorsPythonEnvironment
+    return _SHORT_ERRORS
+
+
+def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_rows, tool: bool):
+    """``RLVRTrainer`` for one arm: with the tool (``environment_factory=PythonEnvironment``, ``boxed_math`` +
+    ``tool_format``) or without (``think_format`` + ``boxed_math``, pre-filled prompts)."""
+
     from trl_rlvr.rewards.registry import load_reward
     from trl_rlvr.trainer import RLVRTrainer
 
     if tool:
         rewards = [load_reward("boxed_math"), tool_format]
-        environment_factory = partial(PythonEnvironment, timeout=script_args.tool_timeout)
+        environment_factory = tool_environment(script_args)
     else:
         rewards = [load_reward("think_format", prefilled=True), load_reward("boxed_math", prefilled=True)]
         environment_factory = None
@@ -297,12 +340,10 @@ def evaluate_arm(model, tokenizer, rows, success_fn, format_fn, script_args, tra
                  accelerator=None):
     """The held-out evaluation every arm gets: ``n`` samples per question at the training temperature and budget,
     seeded; with the tool, TRL's tool loop (:mod:`trl_rlvr.evaluation.tool_rollouts`)."""
-    from functools import partial
 
-    from reward_plugins.code_sandbox import PythonEnvironment
     from trl_rlvr.evaluation import evaluate_sampled
 
-    extra = dict(environment_factory=partial(PythonEnvironment, timeout=script_args.tool_timeout),
+    extra = dict(environment_factory=tool_environment(script_args),
                  max_tool_calling_iterations=training_args.max_tool_calling_iterations) if tool else {}
     result = evaluate_sampled(
         model, tokenizer, dataset(rows), success_fn, format_fn, n=n, accelerator=accelerator,
@@ -414,7 +455,7 @@ def main(script_args, training_args, model_args):
     from trl_rlvr.scripts.distributed import distributed_state
     from trl_rlvr.scripts.models import load_tokenizer, resolve_model_path
     from trl_rlvr.scripts.train import use_cpu_threads
-    from trl_rlvr.scripts.word_problems import word_problem_rows
+    from trl_rlvr.scripts.word_problems import composed_rows, word_problem_rows
 
     t_start = time.time()
     timings = {}
@@ -426,9 +467,13 @@ def main(script_args, training_args, model_args):
     training_args.model_init_kwargs = {"dtype": model_args.dtype or "float32", **(training_args.model_init_kwargs or {})}
     with state.main_process_first():
         base_path = resolve_model_path(model_args.model_name_or_path, quiet=not state.is_main_process)
-    train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed,
-                              extra_rl_wordings=script_args.extra_rl_wordings)
-    heldout = word_problem_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
+    if script_args.task == "composed":
+        train = composed_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed)
+        heldout = composed_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
+    else:
+        train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed,
+                                  extra_rl_wordings=script_args.extra_rl_wordings)
+        heldout = word_problem_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
     say(f"model {base_path}; {len(train)} RL questions, {len(heldout)} held-out questions (held-out wordings); "
         f"arm {script_args.arm}; torch threads {__import__('torch').get_num_threads()}, "
         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")

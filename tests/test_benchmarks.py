@@ -116,3 +116,18 @@ def test_the_tool_job_table_marks_smoke_and_committed_columns():
     shown, heading = module.shown_arms(arms, committed, smoke=False, model="/cache/SmolLM2-135M-Instruct")
     assert list(shown) == ["R1-Zero (no tool) [committed]", "cold start (tool)"] and "SMOKE" not in heading
     assert module.shown_arms(arms, None, smoke=False, model="m")[0] == arms
+
+
+def test_the_tool_rl_throughput_benchmark_counts_tokens_to_eos_and_bounds_by_the_slower_resource():
+    import torch
+
+    from benchmarks.tool_rl_throughput import model_limits, new_tokens
+
+    out = torch.tensor([[9, 9, 1, 2, 0, 5], [9, 9, 1, 1, 1, 1]])  # prompt of 2; EOS = 0
+    assert new_tokens(out, 2, {0}) == 3 + 4
+    model = torch.nn.Linear(1000, 1000, bias=False)  # 1e6 fp32 parameters: 4e6 bytes
+    machine = {"matmul_flops": 1e11, "copy_bandwidth_bytes": 1e10}
+    lim = model_limits(model, machine, batch=16, activation_checkpointing=False)
+    assert lim["gen_tokens_s_memory_bound"] == 16 * 1e10 / 4e6 and lim["gen_tokens_s_compute_bound"] == 1e11 / 2e6
+    assert lim["gen_tokens_s_limit"] == min(40_000, 50_000) and lim["train_tokens_s_limit"] == 1e11 / 6e6
+    assert model_limits(model, machine, 16, True)["train_tokens_s_limit"] == 1e11 / 8e6

@@ -127,6 +127,29 @@ def test_tool_format_reward():
     ]) == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
 
 
+def test_short_tool_errors_cut_a_raising_cells_reply_to_its_last_line_only():
+    """ToRL's error replies: a cell that raised answers with its traceback's last line; a cell that *printed* a
+    traceback is output, kept whole; the tool's schema is PythonEnvironment's."""
+    from types import SimpleNamespace
+
+    from transformers.utils import get_json_schema
+
+    from reward_plugins.code_sandbox import PythonEnvironment
+
+    script = _load_script()
+    factory = script.tool_environment(SimpleNamespace(short_tool_errors=True, tool_timeout=5.0))
+    assert get_json_schema(factory.func.python) == get_json_schema(PythonEnvironment.python)
+    assert script.tool_environment(SimpleNamespace(short_tool_errors=False, tool_timeout=5.0)).func is PythonEnvironment
+    with factory() as env:
+        env.reset()
+        assert env.python("x = 12\nprint(x * 28)") == "336\n"
+        assert env.python("print(y * 28)") == "NameError: name 'y' is not defined"
+        fake = "print('Traceback (most recent call last):\\n  File x\\nValueError: no')"
+        assert env.python(fake) == "Traceback (most recent call last):\n  File x\nValueError: no\n"
+        assert env.python("print(347 *)").startswith("SyntaxError: ")
+        assert env.stats["errors"] == 2 and env.stats["calls"] == 4
+
+
 def test_a_step_that_trained_nothing_stays_in_the_history():
     """A step whose dynamic sampling found no informative group logs its loss but no reward figures (the trainer
     logs what it trained): the job keeps it and says so, so that the JSON has every step the run took (the default

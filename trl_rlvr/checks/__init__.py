@@ -6,7 +6,8 @@
 - during a run: :mod:`~trl_rlvr.checks.alarms` (pure rules over metric histories, and the callback
   ``RLVRTrainer`` adds);
 - on one measured batch: :mod:`~trl_rlvr.checks.verdicts` (the doctor's verdicts: pure functions of measured
-  numbers, each returning a :class:`~trl_rlvr.checks.verdicts.Check`).
+  numbers, each returning a :class:`~trl_rlvr.checks.verdicts.Check`); :mod:`~trl_rlvr.checks.batch_size` (rollouts
+  per optimizer step against the learning rate, from the settings alone).
 
 ``check_*`` functions raise (or warn) on bad input; ``*_verdict`` functions return a verdict to print. The commands
 over them are ``trl-rlvr doctor`` (:mod:`trl_rlvr.scripts.doctor`) and ``trl-rlvr rewards audit``

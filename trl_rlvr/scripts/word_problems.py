@@ -12,6 +12,17 @@ in words no training stage has seen:
 
 Operands of the held-out problems are drawn from their own seed and never asked in training. Every function is
 pure and seeded: the same arguments give the same rows.
+
+**Composed wordings** (:func:`composed_rows`, :func:`composed_cold_start_traces`): a question is built from parts,
+an operation's *frame* (the story: ``{subj} collects {a} {obj} on Monday and {b} {obj} on Tuesday.``), a *question
+form* (``What is the total number of {obj}?``), a *number format* (``4821`` or ``4,821``; for ``*``, ``52`` or ``fifty-two``), and fillers (a subject, a
+countable object). A *wording* is one (operation, frame, form, format) combination: 5 x 4 x 2 = 40 per operation.
+A quarter of the combinations (:func:`is_heldout_combination`, a Latin-square rule) is held out: every frame, form and
+format is seen in training, but not in those combinations, so "unseen wording" asks the model to generalise to new
+compositions of parts it knows, not to recognise one of a handful of sentences. The cold start uses two combinations
+per operation (:data:`SFT_COMBINATIONS`), so RL has the other 28 training wordings to learn. Streams are operation-
+and wording-balanced: row i has operation ``OPERATIONS[i % 3]``, and each operation's wordings come in seeded
+rounds, every wording once per round.
 """
 
 from __future__ import annotations
@@ -132,6 +143,153 @@ def cold_start_traces(n: int, seed: int = 0, system_prompt: str | None = None) -
     Operands come from ``seed + 7`` and skip the held-out problems."""
     taken = {(r["a"], r["op"], r["b"]) for r in _problems(1000, seed + 1_000_003, ("heldout",))}
     rows = _problems(n, seed + 7, ("sft",), exclude=taken)
+    return _traces(rows, system_prompt)
+
+
+# ------------------------------------------------------------------------------------------------ composed wordings
+#: Frames per operation: the story around the operands. ``{a}``, ``{b}``: operands; ``{subj}``: a subject; ``{obj}``:
+#: a countable object (plural).
+FRAMES: dict[str, tuple[str, ...]] = {
+    "+": (
+        "{subj} has {a} {obj} and gets {b} more.",
+        "{subj} collects {a} {obj} on Monday and {b} {obj} on Tuesday.",
+        "There are {a} {obj} in one box and {b} {obj} in another box.",
+        "{subj} buys {a} {obj} and then {b} more {obj}.",
+        "A crate holds {a} {obj}, and {b} {obj} are added to it.",
+    ),
+    "-": (
+        "{subj} has {a} {obj} and gives away {b} of them.",
+        "A shop had {a} {obj} and sold {b} of them.",
+        "{subj} packed {a} {obj}, then {b} {obj} were lost.",
+        "There were {a} {obj} in a store room, and {b} {obj} were taken out.",
+        "{subj} starts with {a} {obj} and uses {b} of them.",
+    ),
+    "*": (
+        "{subj} buys {a} packs of {obj} with {b} {obj} in each pack.",
+        "There are {a} boxes and each box holds {b} {obj}.",
+        "{subj} collects {b} {obj} every day for {a} days.",
+        "A shelf has {a} rows with {b} {obj} in each row.",
+        "Each of {a} bags contains {b} {obj}.",
+    ),
+}
+_TOTAL_FORMS = ("How many {obj} are there in total?", "What is the total number of {obj}?",
+                "How many {obj} is that altogether?", "Find the number of {obj} in all.")
+#: Question forms per operation (each fits every frame of its operation).
+QUESTION_FORMS: dict[str, tuple[str, ...]] = {
+    "+": _TOTAL_FORMS,
+    "*": _TOTAL_FORMS,
+    "-": ("How many {obj} are left?", "How many {obj} remain?", "What is the number of {obj} that are left?",
+          "Find how many {obj} are still there."),
+}
+#: Number formats per operation: how the operands are written. ``comma``: a thousands separator (4,821); ``words``:
+#: the two-digit factor spelled out (fifty-two); both change the text for every problem of their operation.
+NUMBER_FORMATS: dict[str, tuple[str, ...]] = {"+": ("plain", "comma"), "-": ("plain", "comma"), "*": ("plain", "words")}
+_ONES = ("", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen")
+_TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+SUBJECTS = NAMES + ("the teacher", "a farmer", "the club", "a shopkeeper", "the coach")
+OBJECTS = ITEMS + ("books", "bottles", "tickets", "buttons", "beads", "cups", "nails", "seeds")
+#: The cold start's wordings, per operation: (frame, form, format).
+SFT_COMBINATIONS = ((0, 0, 0), (1, 0, 0))
+COMPOSED_SPLITS = ("sft", "train", "heldout")
+
+
+def format_number(value: int, number_format: str) -> str:
+    """``value`` as the question writes it: ``plain`` (4821), ``comma`` (4,821), ``words`` (1 to 99 spelled out,
+    ``fifty-two``; larger values stay in digits)."""
+    if number_format == "plain":
+        return str(value)
+    if number_format == "comma":
+        return f"{value:,}"
+    if number_format == "words":
+        if not 0 < value < 100:
+            return str(value)
+        if value < 20:
+            return _ONES[value]
+        return _TENS[value // 10] + ("-" + _ONES[value % 10] if value % 10 else "")
+    raise ValueError(f"number format must be 'plain', 'comma' or 'words', not {number_format!r}")
+
+
+def is_heldout_combination(frame: int, form: int, number_format: int) -> bool:
+    """Whether the (frame, form, format) combination of an operation is held out: ``(frame + form + format) % 4 ==
+    3``, a quarter of them, with every frame, every form and every format in both sides."""
+    return (frame + form + number_format) % 4 == 3
+
+
+def combinations(split: str) -> list[tuple[str, int, int, int]]:
+    """(operation, frame, form, format) of the wordings of ``split`` (``sft``, ``train``, ``heldout``), in a fixed
+    order. ``train`` includes the ``sft`` ones."""
+    if split not in COMPOSED_SPLITS:
+        raise ValueError(f"split must be one of {COMPOSED_SPLITS}, got {split!r}")
+    out = []
+    for op in OPERATIONS:
+        for frame in range(len(FRAMES[op])):
+            for form in range(len(QUESTION_FORMS[op])):
+                for fmt in range(len(NUMBER_FORMATS[op])):
+                    held = is_heldout_combination(frame, form, fmt)
+                    if (split == "heldout") == held and (split != "sft" or (frame, form, fmt) in SFT_COMBINATIONS):
+                        out.append((op, frame, form, fmt))
+    return out
+
+
+def compose_question(op: str, frame: int, form: int, number_format: int, a: int, b: int, subject: str, obj: str) -> str:
+    """One question from its parts (the first letter capitalised)."""
+    fmt = NUMBER_FORMATS[op][number_format]
+    fill = dict(a=format_number(a, fmt), b=format_number(b, fmt), subj=subject, obj=obj)
+    text = FRAMES[op][frame].format(**fill) + " " + QUESTION_FORMS[op][form].format(**fill)
+    return text[0].upper() + text[1:]
+
+
+def _composed(n: int, seed: int, split: str, balanced: bool, exclude=frozenset()) -> list[dict]:
+    rng = random.Random(seed)
+    by_op = {op: [c for c in combinations(split) if c[0] == op] for op in OPERATIONS}
+    queues: dict[str, list] = {op: [] for op in OPERATIONS}
+    everything = combinations(split)
+    seen, rows = set(exclude), []
+    while len(rows) < n:
+        if balanced:
+            op = OPERATIONS[len(rows) % len(OPERATIONS)]
+            if not queues[op]:  # a new round: every wording of the operation once, in a seeded order
+                queues[op] = rng.sample(by_op[op], len(by_op[op]))
+            combo = queues[op][-1]
+        else:
+            combo = everything[rng.randrange(len(everything))]
+        op, frame, form, fmt = combo
+        a, b = operands(rng, op)
+        if (a, op, b) in seen:
+            continue
+        if balanced:
+            queues[op].pop()
+        seen.add((a, op, b))
+        question = compose_question(op, frame, form, fmt, a, b, rng.choice(SUBJECTS), rng.choice(OBJECTS))
+        answer = str(compute(a, op, b))
+        rows.append({"question": question, "answer": answer, "solution": answer, "a": a, "op": op, "b": b,
+                     "wording": f"{op}|{frame}|{form}|{NUMBER_FORMATS[op][fmt]}", "frame": frame, "form": form,
+                     "number_format": NUMBER_FORMATS[op][fmt]})
+    return rows
+
+
+#: How many held-out problems' operands are drawn (from their own seed) to keep out of the other splits.
+_HELDOUT_POOL = 1000
+
+
+def composed_rows(split: str, n: int, seed: int = 0, balanced: bool = True) -> list[dict]:
+    """``n`` composed problems in the wordings of ``split`` (``train``: every training combination, ``sft`` among
+    them; ``heldout``: the held-out combinations; ``sft``: the cold start's). Rows: ``question``, ``answer`` (=
+    ``solution``), ``a``, ``op``, ``b``, and the wording (``wording`` = ``"op|frame|form|format"``, ``frame``,
+    ``form``, ``number_format``). ``balanced``: operations in turn and each operation's wordings in seeded rounds
+    (else drawn uniformly at random). The held-out problems' operands (and the first 1000 of them) come from their
+    own seed and are excluded from the other splits."""
+    if split not in COMPOSED_SPLITS:
+        raise ValueError(f"split must be one of {COMPOSED_SPLITS}, got {split!r}")
+    heldout_seed = seed + 1_000_003
+    if split == "heldout":
+        return _composed(n, heldout_seed, "heldout", balanced)
+    taken = {(r["a"], r["op"], r["b"]) for r in _composed(_HELDOUT_POOL, heldout_seed, "heldout", balanced)}
+    return _composed(n, seed + (7 if split == "sft" else 0), split, balanced, exclude=taken)
+
+
+def _traces(rows: list[dict], system_prompt: str | None) -> list[dict]:
     traces = []
     for row in rows:
         messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -144,3 +302,9 @@ def cold_start_traces(n: int, seed: int = 0, system_prompt: str | None = None) -
         ]
         traces.append({"messages": messages, "question": row["question"], "answer": row["answer"]})
     return traces
+
+
+def composed_cold_start_traces(n: int, seed: int = 0, system_prompt: str | None = None) -> list[dict]:
+    """:func:`cold_start_traces` for the composed task: ``n`` traces in the ``sft`` combinations (operations in turn),
+    operands skipping the held-out problems."""
+    return _traces(composed_rows("sft", n, seed), system_prompt)

@@ -1,0 +1,59 @@
+"""The doctor's check of rollouts per optimizer step against the learning rate (no model)."""
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from trl_rlvr.checks.batch_size import (
+    MAX_LR_PER_SQRT_ROLLOUT,
+        rollouts_for_learning_rate,
+    rollouts_per_step,
+    rollouts_per_step_verdict,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def job_defaults(script: str) -> SimpleNamespace:
+    """The ``DEFAULTS = dict(...)`` of an example job, read without running it."""
+    tree = ast.parse((ROOT / "examples" / script).read_text())
+    call = next(n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "DEFAULTS")
+    return SimpleNamespace(**{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+
+
+def test_the_tool_jobs_step_is_flagged_with_what_would_fit():
+    config = job_defaults("tool_r1.py")
+    assert rollouts_per_step(config) == 16
+    check = rollouts_per_step_verdict(config)
+    assert check.verdict == "warn" and check.numbers["rollouts_per_step"] == 16
+    assert check.summary.startswith("learning_rate=2e-05 on 16 rollouts per optimizer step (full fine-tuning)")
+    assert "17x the bound" in check.summary and ">= 4445 rollouts" in check.advice and "<= 1.2e-06" in check.advice
+
+
+def test_the_first_main_jobs_step_is_above_the_bound_too():
+    check = rollouts_per_step_verdict(job_defaults("r1zero.py"))
+    assert check.verdict == "warn" and "25x the bound" in check.summary
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "examples" / "recipes").glob("*.yaml")))
+def test_the_gpu_recipes_fit(recipe):
+    d = yaml.safe_load((ROOT / "examples" / "recipes" / recipe).read_text())
+    config = SimpleNamespace(learning_rate=d["learning_rate"], per_device_train_batch_size=d["per_device_train_batch_size"],
+                             gradient_accumulation_steps=d.get("gradient_accumulation_steps", 1))
+    assert rollouts_per_step_verdict(config, lora=bool(d.get("use_peft"))).verdict == "ok"
+
+
+def test_the_bound_scales_with_the_square_root_and_lora_gets_more():
+    at_16 = MAX_LR_PER_SQRT_ROLLOUT * 4
+    assert rollouts_for_learning_rate(at_16, 16) is None
+    assert rollouts_for_learning_rate(at_16 * 1.01, 16) is not None
+    assert rollouts_for_learning_rate(at_16 * 2, 64) is None  # 4x the rollouts allow 2x the learning rate
+    assert rollouts_for_learning_rate(2e-5, 16, lora=True) is not None  # 1.7x the LoRA bound
+    assert rollouts_for_learning_rate(2e-5, 64, lora=True) is None
+    assert rollouts_per_step(SimpleNamespace(per_device_train_batch_size=4, gradient_accumulation_steps=2), 8) == 64
+    for bad in ((1e-6, 0), (0.0, 16)):
+        with pytest.raises(ValueError, match="rollouts"):
+            rollouts_for_learning_rate(*bad)

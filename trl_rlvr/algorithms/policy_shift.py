@@ -1,0 +1,101 @@
+r"""How far one update moved the policy on the batch it trained on (pure functions on tensors).
+
+After an optimizer step, the batch's tokens are scored again under the updated policy (one forward pass without
+gradients) and set against the log-probabilities the loss used (``old``, the policy that sampled them)::
+
+    dlogp_i   = sum_t m_it (log pi_new(y_it) - log pi_old(y_it))          (nats per rollout)
+    shift/logp_pos = mean of dlogp_i over rollouts with A_i > 0
+    shift/logp_neg = mean of dlogp_i over rollouts with A_i < 0
+    shift/kl_old_new = (1 / sum m) sum_it m_it k3(r_it),  r = pi_new / pi_old,  k3(r) = (r - 1) - log r
+
+``k3`` (Schulman, 2020, "Approximating KL Divergence") is an unbiased estimate of KL(old || new) from tokens
+sampled by ``old`` and never negative: E_old[r] = 1, so E_old[(r - 1) - log r] = E_old[log old - log new].
+
+A step of a healthy run raises ``logp_pos`` a little and lowers ``logp_neg`` a little. PPO's clip bounds the
+ratio a token's gradient acts on to [1 - eps_low, 1 + eps_high] (|log 1.28| = 0.25 nats) at the start of each
+micro-step; one update of the tool job (16 rollouts, lr 2e-5, full fine-tuning) moved ``logp_neg`` by -8.6 nats
+per rollout: whole answers went from likely to nearly impossible in one step, far outside what the clip
+is meant to allow. :func:`shift_alarm` names such a step; its bounds (``SHIFT_ALARM_NATS``, ``SHIFT_ALARM_KL``)
+are documented in docs/tool_rl.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: Alarm when the mean summed log-probability change of either sign's rollouts exceeds this (nats per rollout).
+SHIFT_ALARM_NATS = 1.0
+#: Alarm when the per-token KL(old || new) on the batch exceeds this (nats per token).
+SHIFT_ALARM_KL = 0.05
+
+
+def k3_kl(old_logps: torch.Tensor, new_logps: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(old || new) for tokens sampled by ``old``: ``(r - 1) - log r``, ``r = exp(new -
+    old)`` (same shape as the inputs; >= 0)."""
+    log_ratio = (new_logps - old_logps).float()
+    return torch.expm1(log_ratio) - log_ratio
+
+
+def policy_shift(old_logps: torch.Tensor, new_logps: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor
+                 ) -> dict[str, float]:
+    """The ``shift/`` figures of one update (module docstring).
+
+    Args:
+        old_logps, new_logps: (N, T) log-probabilities of each completion token before and after the update.
+        mask: (N, T) 1 for the tokens the loss trained on (model tokens; tool replies and padding 0).
+        advantages: (N,) the advantage each rollout was trained with.
+
+    Returns ``shift/logp_pos``, ``shift/logp_neg`` (NaN when no rollout has that sign), ``shift/kl_old_new``,
+    ``shift/token_logp_max_abs`` (the largest change of one trained token).
+    """
+    if old_logps.shape != new_logps.shape or old_logps.shape != mask.shape or advantages.shape != old_logps.shape[:1]:
+        raise ValueError(f"policy_shift: old {tuple(old_logps.shape)}, new {tuple(new_logps.shape)}, mask "
+                         f"{tuple(mask.shape)} must be (N, T) and advantages {tuple(advantages.shape)} (N,)")
+    m = mask.to(torch.float32)
+    delta = (new_logps - old_logps).float() * m
+    per_rollout = delta.sum(dim=1)
+    pos, neg = advantages > 0, advantages < 0
+    tokens = m.sum()
+    kl = (k3_kl(old_logps, new_logps) * m).sum() / tokens if tokens > 0 else torch.tensor(math.nan)
+    return {
+        "shift/logp_pos": per_rollout[pos].mean().item() if pos.any() else math.nan,
+        "shift/logp_neg": per_rollout[neg].mean().item() if neg.any() else math.nan,
+        "shift/kl_old_new": kl.item(),
+        "shift/token_logp_max_abs": delta.abs().max().item() if tokens > 0 else math.nan,
+    }
+
+
+def shift_alarm(shift: dict[str, float], max_nats: float = SHIFT_ALARM_NATS, max_kl: float = SHIFT_ALARM_KL
+                ) -> str | None:
+    """A sentence when one update moved the batch by more than the bounds (either sign's mean summed log-prob change
+    above ``max_nats``, or the per-token KL above ``max_kl``), else None. NaN figures never fire."""
+    parts = []
+    for key, what in (("shift/logp_pos", "positive"), ("shift/logp_neg", "negative")):
+        value = shift.get(key, math.nan)
+        if not math.isnan(value) and abs(value) > max_nats:
+            parts.append(f"the {what}-advantage rollouts' log-probability by {value:+.2f} nats")
+    kl = shift.get("shift/kl_old_new", math.nan)
+    if not math.isnan(kl) and kl > max_kl:
+        parts.append(f"KL(old||new) to {kl:.3f} nats per token")
+    if not parts:
+        return None
+    return (f"one update moved {' and '.join(parts)} (bounds: {max_nats:g} nats per rollout, {max_kl:g} per token): "
+            "the step is too large for the batch; lower the learning rate, train on more rollouts per step, add a KL "
+            "to the reference (beta), or use LoRA")
+
+
+def completion_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                     batch_size: int = 8) -> torch.Tensor:
+    """(N, logits_to_keep) log-probabilities of the last ``logits_to_keep`` tokens of each row of ``input_ids`` under
+    ``model`` (no gradients, ``batch_size`` rows per forward pass): what to score the batch with after the step.
+    ``input_ids``: prompt + completion, left-padded prompts as TRL lays them out."""
+    out = []
+    with torch.no_grad():
+        for start in range(0, input_ids.shape[0], batch_size):
+            ids, att = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+            logits = model(input_ids=ids, attention_mask=att).logits[:, -logits_to_keep - 1:-1].float()
+            targets = ids[:, -logits_to_keep:]
+            out.append(torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+    return torch.cat(out)
