@@ -41,3 +41,14 @@ def test_the_bitsandbytes_filter_drops_only_its_notice():
     finally:
         logger.removeHandler(handler)
     assert [r.getMessage() for r in kept] == ["something else about 4-bit weights"]
+
+    kernels_logger = logging.getLogger("kernels._internals.hf_hub")
+    kernels_logger.addHandler(handler)
+    try:
+        kernels_logger.warning("Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes' "
+                               "because Hugging Face Hub is in offline mode.")
+        kernels_logger.warning("Skipping publisher trust check for 'someone/else' because Hugging Face Hub is offline.")
+    finally:
+        kernels_logger.removeHandler(handler)
+    assert [r.getMessage() for r in kept][1:] == [
+        "Skipping publisher trust check for 'someone/else' because Hugging Face Hub is offline."]

@@ -9,19 +9,21 @@ import yaml
 
 from trl_rlvr.checks.batch_size import (
     MAX_LR_PER_SQRT_ROLLOUT,
-        rollouts_for_learning_rate,
+    rollouts_for_learning_rate,
     rollouts_per_step,
     rollouts_per_step_verdict,
 )
+from trl_rlvr.presets import SMALL_MODEL_ON_CPU
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def job_defaults(script: str) -> SimpleNamespace:
-    """The ``DEFAULTS = dict(...)`` of an example job, read without running it."""
+    """The ``DEFAULTS = dict(SMALL_MODEL_ON_CPU, ...)`` of an example job, read without running it."""
     tree = ast.parse((ROOT / "examples" / script).read_text())
     call = next(n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "DEFAULTS")
-    return SimpleNamespace(**{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+    assert [a.id for a in call.args] == ["SMALL_MODEL_ON_CPU"]
+    return SimpleNamespace(**{**SMALL_MODEL_ON_CPU, **{k.arg: ast.literal_eval(k.value) for k in call.keywords}})
 
 
 def test_the_tool_jobs_step_is_flagged_with_what_would_fit():

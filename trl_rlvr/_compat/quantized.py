@@ -53,8 +53,12 @@ def keep_4bit_weights_trainable(model) -> int:
 _CPU_KERNEL_NOTICE = "Failed to load CPU gemm_4bit_forward from kernels-community"
 
 
+#: What the ``kernels`` package logs when bitsandbytes asks it for that kernel with the Hub offline.
+_OFFLINE_TRUST_NOTICE = "Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes'"
+
+
 def _not_the_cpu_kernel_notice(record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith(_CPU_KERNEL_NOTICE)
+    return not str(record.msg).startswith((_CPU_KERNEL_NOTICE, _OFFLINE_TRUST_NOTICE))
 
 
 def silence_cpu_kernel_notice() -> None:
@@ -63,8 +67,10 @@ def silence_cpu_kernel_notice() -> None:
     transformers imports peft, which imports bitsandbytes whenever it is installed, so every run printed the
     notice, with or without a 4-bit model. The kernel serves only the packed inference layout, which
     :func:`keep_4bit_weights_trainable` keeps out of training: the notice is never actionable here. Only that
-    one message is filtered; bitsandbytes' other warnings pass. Must run before bitsandbytes is imported.
+    one message is filtered, with the ``kernels`` package's offline notice about that same kernel (printed when
+    ``HF_HUB_OFFLINE=1``); bitsandbytes' and kernels' other warnings pass. Must run before bitsandbytes is imported.
     """
-    logger = logging.getLogger("bitsandbytes.backends.cpu.ops")
-    if _not_the_cpu_kernel_notice not in logger.filters:
-        logger.addFilter(_not_the_cpu_kernel_notice)
+    for name in ("bitsandbytes.backends.cpu.ops", "kernels._internals.hf_hub"):
+        logger = logging.getLogger(name)
+        if _not_the_cpu_kernel_notice not in logger.filters:
+            logger.addFilter(_not_the_cpu_kernel_notice)
