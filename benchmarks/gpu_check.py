@@ -2,6 +2,7 @@
 
     bash benchmarks/gpu_check.sh --model MODEL_DIR [--vllm-python PY]   # a machine with one GPU
     bash benchmarks/gpu_check.sh --cpu-smoke [--vllm-python PY]         # dry run on a CPU, tiny random model
+    bash benchmarks/gpu_check.sh --tiny --only qlora zero2              # a GPU without the model: tiny random model
 
 MODEL_DIR is a local SmolLM2-135M(-Instruct) checkpoint, e.g. the directory `trl_rlvr.scripts.models.smollm2_checkpoint()`
 writes (the GPU machine may have no internet). `--vllm-python` is the interpreter of an environment with vLLM
@@ -15,8 +16,10 @@ Checks, each in its own process with a time bound:
   every batch came from vLLM.
 - zero2: `accelerate launch --config_file examples/accelerate/deepspeed_zero2.yaml --num_processes 1`, 2 steps
   with dynamic sampling: step time; fails unless the DeepSpeed engine reports ZeRO stage 2.
-Before anything runs, every precondition is checked (GPU, model directory, bitsandbytes, peft, deepspeed, vLLM in
-the vLLM interpreter); when one is missing the script lists all of them and exits with status 2. A check that fails
+`--tiny` runs the checks on the GPU with a tiny random model (a GPU machine that cannot fetch SmolLM2): it proves
+the engines run and train on CUDA, its times are not SmolLM2's. Before anything runs, every precondition of the
+checks asked for (`--only`) is checked (GPU, model directory, bitsandbytes, peft, deepspeed, vLLM in the vLLM
+interpreter); when one is missing the script lists all of them and exits with status 2. A check that fails
 is marked FAILED in the table with its error, and the exit status is 1.
 """
 
@@ -176,34 +179,41 @@ CHECKS = {"qlora": check_qlora, "vllm": check_vllm, "zero2": check_zero2}
 
 
 # ------------------------------------------------------------------------------------------------ the driver
-def missing_pieces(model_dir: str | None, smoke: bool, vllm_python: str) -> list[str]:
-    """Every precondition that is not met, in words (empty when all are)."""
+def missing_pieces(model_dir: str | None, smoke: bool, vllm_python: str, checks=tuple(CHECKS),
+                   tiny: bool = False) -> list[str]:
+    """Every precondition of ``checks`` that is not met, in words (empty when all are)."""
     missing = []
     if not smoke:
         import torch
 
         if not torch.cuda.is_available():
             missing.append("no CUDA GPU visible to torch (use --cpu-smoke for the CPU dry run)")
-        if model_dir is None:
-            missing.append("--model MODEL_DIR is required (a local SmolLM2-135M checkpoint directory)")
-        elif not (Path(model_dir) / "config.json").is_file():
+        if model_dir is None and not tiny:
+            missing.append("--model MODEL_DIR is required (a local SmolLM2-135M checkpoint directory; or --tiny)")
+        elif model_dir is not None and not (Path(model_dir) / "config.json").is_file():
             missing.append(f"--model {model_dir}: no config.json there (not a checkpoint directory)")
-    for module, extra in [("bitsandbytes", "quantization"), ("peft", ""), ("deepspeed", "deepspeed")]:
+    needs = {"qlora": [("bitsandbytes", "quantization"), ("peft", "")], "zero2": [("deepspeed", "deepspeed")]}
+    for module, extra in [need for check in checks for need in needs.get(check, [])]:
         if not _importable(sys.executable, module):
             missing.append(f"{module} is not installed in {sys.executable}"
                            + (f" (pip install -e '.[{extra}]')" if extra else ""))
-    if not _importable(vllm_python, "vllm"):
-        missing.append(f"vllm is not importable by {vllm_python} (choose an interpreter with --vllm-python)")
-    else:
-        imports = "import trl_rlvr.trainer, trl_rlvr._compat.vllm_cpu, reward_plugins.boxed_math"
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        failed = subprocess.run([vllm_python, "-c", imports], capture_output=True, text=True, env=env)
-        if failed.returncode != 0:
-            error = (failed.stderr.strip().splitlines() or ["?"])[-1]
-            missing.append(f"{vllm_python} cannot import trl_rlvr ({error}): pip install -e . there")
+    if "vllm" in checks:
+        missing += _vllm_missing(vllm_python)
     if shutil.which("nvidia-smi") is None and not smoke:
         missing.append("nvidia-smi not found (no NVIDIA driver?)")
     return missing
+
+
+def _vllm_missing(vllm_python: str) -> list[str]:
+    if not _importable(vllm_python, "vllm"):
+        return [f"vllm is not importable by {vllm_python} (choose an interpreter with --vllm-python)"]
+    imports = "import trl_rlvr.trainer, trl_rlvr._compat.vllm_cpu, reward_plugins.boxed_math"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    failed = subprocess.run([vllm_python, "-c", imports], capture_output=True, text=True, env=env)
+    if failed.returncode != 0:
+        error = (failed.stderr.strip().splitlines() or ["?"])[-1]
+        return [f"{vllm_python} cannot import trl_rlvr ({error}): pip install -e . there"]
+    return []
 
 
 def _importable(python: str, module: str) -> bool:
@@ -219,7 +229,8 @@ def _free_port() -> int:
 
 def check_command(name: str, model_dir: str, smoke: bool, vllm_python: str, out: Path) -> tuple[list[str], dict]:
     own = [__file__, "--run-check", name, "--model", model_dir, "--result", str(out)] + (["--cpu-smoke"] * smoke)
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)  # keep the caller's
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path}
     if smoke:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if name == "vllm":
@@ -251,7 +262,7 @@ def run_check(name: str, model_dir: str, smoke: bool, vllm_python: str, workdir:
     return {"ok": True, "wall_s": wall, **json.loads(out.read_text())}
 
 
-def table(results: dict, smoke: bool, model: str) -> str:
+def table(results: dict, smoke: bool, model: str, tiny: bool = False) -> str:
     def fmt(r: dict, key: str, spec: str = ".2f") -> str:
         return format(r[key], spec) if key in r else "-"
 
@@ -272,7 +283,8 @@ def table(results: dict, smoke: bool, model: str) -> str:
                  f"peak {fmt(z, 'peak_gib')} GiB, {z.get('answers_x_tokens', '-')}" if status(z) == "ok" else "",
                  f"{z['wall_s']:.0f}"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = [f"gpu_check ({'CPU smoke, tiny random model' if smoke else 'GPU'}; model {model})"]
+    where = "CPU smoke, tiny random model" if smoke else "GPU, tiny random model (not SmolLM2's times)" if tiny else "GPU"
+    lines = [f"gpu_check ({where}; model {model})"]
     for i, row in enumerate(rows):
         lines.append(" | ".join(cell.ljust(w) for cell, w in zip(row, widths)))
         if i == 0:
@@ -293,6 +305,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="local checkpoint directory (SmolLM2-135M)")
     parser.add_argument("--cpu-smoke", action="store_true", help="dry run on a CPU with a tiny random model")
+    parser.add_argument("--tiny", action="store_true", help="on the GPU, a tiny random model instead of --model")
     parser.add_argument("--smoke", action="store_true",
                         help="what .ci/run calls: the checks on a GPU (with --model), else skipped (exit 77), saying why")
     parser.add_argument("--vllm-python", default=sys.executable, help="python of an environment with vLLM")
@@ -318,7 +331,7 @@ def main(argv=None) -> int:
                         "benchmarks/gpu_check.sh --cpu-smoke --vllm-python PY)")
         if not args.model:
             return skip("benchmarks.gpu_check", "on a GPU it needs --model DIR (a local SmolLM2-135M checkpoint)")
-    missing = missing_pieces(args.model, args.cpu_smoke, args.vllm_python)
+    missing = missing_pieces(args.model, args.cpu_smoke, args.vllm_python, args.only, args.tiny)
     if missing:
         print("gpu_check cannot run; missing:\n- " + "\n- ".join(missing), file=sys.stderr)
         return 2
@@ -328,7 +341,7 @@ def main(argv=None) -> int:
     for name in args.only:
         print(f"[gpu_check] {name} ...", file=sys.stderr, flush=True)
         results[name] = run_check(name, model, args.cpu_smoke, args.vllm_python, workdir)
-    print(table(results, args.cpu_smoke, model))
+    print(table(results, args.cpu_smoke, model, tiny=args.tiny and not args.model))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0 if all(r["ok"] for r in results.values()) else 1
