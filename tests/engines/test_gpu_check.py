@@ -50,3 +50,21 @@ def test_each_check_runs_in_its_own_bounded_process(check, tmp_path):
         assert "accelerate.commands.launch" in cmd and cmd[cmd.index("--config_file") + 1].endswith("deepspeed_zero2.yaml")
     if check == "vllm":
         assert cmd[0] == "/vllm/bin/python"
+
+
+def test_only_the_checks_asked_for_need_their_pieces(tmp_path):
+    """`--only qlora zero2` on a machine without vLLM is not refused for vLLM (a GPU lent without it)."""
+    from benchmarks.gpu_check import missing_pieces
+
+    nowhere = str(tmp_path / "no-python")
+    assert not any("vllm" in m for m in missing_pieces(None, True, nowhere, checks=("qlora", "zero2")))
+    assert any("vllm is not importable" in m for m in missing_pieces(None, True, nowhere, checks=("vllm",)))
+
+
+def test_each_check_keeps_the_callers_pythonpath(monkeypatch, tmp_path):
+    """Packages installed with `pip --target DIR` and PYTHONPATH=DIR stay importable inside each check's process."""
+    from benchmarks.gpu_check import REPO, check_command
+
+    monkeypatch.setenv("PYTHONPATH", "/opt/site")
+    _, env = check_command("qlora", "MODEL", smoke=False, vllm_python="py", out=tmp_path / "r.json")
+    assert env["PYTHONPATH"].split(":") == [str(REPO), "/opt/site"]
