@@ -218,7 +218,10 @@ def _vllm_missing(vllm_python: str) -> list[str]:
 
 def _importable(python: str, module: str) -> bool:
     code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
-    return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
+    try:
+        return subprocess.run([python, "-c", code], capture_output=True).returncode == 0
+    except OSError:  # no such interpreter (a mistyped --vllm-python): said as "not importable by PY"
+        return False
 
 
 def _free_port() -> int:
