@@ -1,0 +1,270 @@
+"""What one rollout of the Python tool can and cannot do to another: time, CPU, and the figures.
+
+* Time: the host's I/O loop reads every interpreter's reply as it arrives, so a rollout that forges a reply frame,
+  keeps its main thread busy and then sends a cell larger than the pipe (which its interpreter never reads) costs
+  only its own cell its own time: honest siblings dispatched in the same round, before or after it, and a later
+  rollout are charged their own cells' time and get their replies (the tester's scenario, with ``timeout=2,
+  rollout_timeout=10``); and a property over cell sizes (past the pipe's 64 KiB) and sleeps.
+* CPU (as root, with a cgroup v1 cpu controller): each interpreter runs in a cpu cgroup of its own from before its
+  first cell, with the default weight and a one-core quota, so the threads of one rollout together get at most
+  one core, however many it starts.
+* Figures: a refused call is counted once in ``stats``, through ``python`` alone and through the trainer's
+  dispatch path.
+"""
+
+import os
+import sys
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
+
+from reward_plugins.code_sandbox import PythonEnvironment  # noqa: E402
+from reward_plugins.code_sandbox.host import interpreter_server, launcher  # noqa: E402
+from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead  # noqa: E402
+
+PIPE = 1 << 16  # a pipe's default capacity on Linux
+SLACK = 0.35  # a cell's charged time past its own sleep: its start, the reply's way back (2 shared, busy cores)
+
+# The attack: the cell finds its interpreter's reply pipe, writes a whole reply frame the host takes for the
+# cell's reply (the host stops the interpreter on it), then disarms its alarm and spins: when the rollout's next
+# cell comes, its interpreter is resumed still spinning in this one and never reads the new cell.
+FORGE_AND_SPIN = (
+    "import os, signal, sys\n"
+    "f = sys._getframe()\n"
+    "while f.f_code.co_name != 'repl_loop':\n"
+    "    f = f.f_back\n"
+    "body = b'oforged\\n'\n"
+    "os.write(f.f_locals['reply_fd'], len(body).to_bytes(4, 'big') + body)\n"
+    "signal.setitimer(signal.ITIMER_REAL, 0)\n"
+    "while True:\n"
+    "    pass\n"
+)
+
+
+def big_cell(chars: int, tail: str = "1") -> str:
+    """A cell of about ``chars`` characters (a string literal), ending in ``tail``."""
+    return f"pad = '{'p' * max(0, chars - 40)}'\n{tail}"
+
+
+def sleep_cell(seconds: float, chars: int, value: int) -> tuple[str, str]:
+    """A cell that sleeps ``seconds`` and is ``chars`` long -> (code, its reply)."""
+    return big_cell(chars, f"import time\ntime.sleep({seconds!r})\n{value}"), f"{value}\n"
+
+
+@pytest.fixture()
+def envs():
+    made = []
+
+    def make(**kw):
+        e = PythonEnvironment(**{"memory_mb": 512, **kw})
+        made.append(e)
+        e.reset()
+        return e
+
+    yield make
+    for e in made:
+        e._close()
+
+
+def trl_round(batch):
+    """One tool round as RLVRTrainer runs it: every rollout's pending call sent ahead
+    (``dispatch_rounds_ahead``), then TRL's calls one rollout after another -> [(reply, seconds into the round)]."""
+    tool_dicts = [{"python": e.python} for e, _ in batch]
+    completions = [[{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "python", "arguments": {"code": code}}}]}] for _, code in batch]  # fmt: skip
+    t = time.monotonic()
+    dispatch_rounds_ahead(tool_dicts, completions)
+    out = []
+    for tools, messages in zip(tool_dicts, completions):
+        call = messages[-1]["tool_calls"][0]["function"]
+        reply = tools[call["name"]](**call["arguments"])
+        out.append((reply, time.monotonic() - t))
+        messages.append({"role": "tool", "name": "python", "content": reply})
+    return out
+
+
+def arm(hostile) -> None:
+    """The hostile rollout's first call: its forged reply comes back at once, its interpreter left spinning."""
+    spent = hostile._spent
+    assert hostile.python(FORGE_AND_SPIN) == "forged\n"
+    assert hostile._spent - spent < SLACK
+
+
+# ------------------------------------------------------------------------------------------------ time
+@pytest.mark.parametrize("where", ["last", "first", "middle"])
+def test_a_stalled_rollout_costs_its_siblings_and_a_later_rollout_nothing(envs, where):
+    """The tester's scenario: ``timeout=2, rollout_timeout=10``; each victim's cells sleep 2.0 s in all (4 rounds
+    of 0.5 s); the hostile rollout stalls its interpreter every round with a cell past the pipe's capacity."""
+    options = dict(timeout=2.0, rollout_timeout=10.0, max_code_chars=4 * PIPE)
+    victims = [envs(**options) for _ in range(3)]
+    hostile = envs(**{**options, "rollout_timeout": 60.0})  # its own budget outlasts its four stalls
+    for v in victims:
+        assert v.python("n = 0") == "(no output)"
+    for k in range(4):
+        arm(hostile)
+        cells = [(v, f"import time\ntime.sleep(0.5)\nn += 1\n{10 * k + i} + n") for i, v in enumerate(victims)]
+        at = {"last": len(cells), "first": 0, "middle": 1}[where]
+        cells.insert(at, (hostile, big_cell(2 * PIPE)))
+        spent = [v._spent for v in victims]
+        out = trl_round(cells)
+        hostile_reply, _ = out.pop(at)
+        assert "timed out after 2 s; the interpreter was restarted" in hostile_reply  # its own cell: its own time
+        assert [r for r, _ in out] == [f"{10 * k + i + k + 1}\n" for i in range(len(victims))]
+        for v, before in zip(victims, spent):
+            assert 0.5 <= v._spent - before < 0.5 + SLACK, f"charged {v._spent - before:.2f} s for a 0.5 s cell"
+        if where == "last":  # answered in TRL's order before the hostile one: nobody waited on its stall
+            assert out[-1][1] < 0.5 + 2 * SLACK
+    for v in victims:  # 2.0 s of cells in all: 8 s of the 10 s budget are left, not "used up"
+        assert v._spent < 2.0 + 4 * SLACK
+        assert v.python("n") == "4\n" and v.stats == {"calls": 6, "errors": 0, "timeouts": 0, "restarts": 0}
+    later = envs(**options)  # a later rollout, on the same server
+    assert later.python("import time\ntime.sleep(0.2)\n6 * 7") == "42\n" and later._spent < 0.2 + SLACK
+    hostile.reset()  # and the hostile instance's own next rollout
+    assert hostile.python("6 * 7") == "42\n"
+
+
+def test_a_rollout_that_never_reads_its_cell_is_charged_its_own_deadline(envs):
+    """The stalled rollout's cell is its own time, cut at its deadline; its budget runs out, nobody else's."""
+    e = envs(timeout=1.0, rollout_timeout=4.0, max_code_chars=4 * PIPE)
+    arm(e)
+    t = time.monotonic()
+    reply = e.python(big_cell(3 * PIPE))
+    assert "timed out after 1 s" in reply and 2.0 <= e._spent < 2.0 + SLACK
+    assert time.monotonic() - t < 2.0 + SLACK and e.stats["restarts"] == 1
+
+
+@pytest.fixture(scope="module")
+def crowd():
+    """Three honest rollouts and a hostile one, reused across examples (reset per example)."""
+    options = dict(timeout=1.0, rollout_timeout=600.0, memory_mb=512, max_code_chars=5 * PIPE)
+    made = [PythonEnvironment(**options) for _ in range(4)]
+    yield made
+    for e in made:
+        e._close()
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    cells=st.lists(st.tuples(st.sampled_from([0.0, 0.05, 0.2, 0.4]),
+                             st.sampled_from([10, 1000, PIPE - 100, PIPE + 1, 3 * PIPE, 4 * PIPE + 17])),
+                   min_size=1, max_size=3),
+    hostile_at=st.none() | st.integers(0, 3),
+)  # fmt: skip
+def test_each_cell_is_charged_its_own_time_whatever_its_size_and_its_siblings(crowd, cells, hostile_at):
+    *honest, hostile = crowd
+    batch = []
+    for i, (seconds, chars) in enumerate(cells):
+        honest[i].reset()
+        code, want = sleep_cell(seconds, chars, i)
+        batch.append((honest[i], code, want, seconds))
+    if hostile_at is not None:
+        hostile.reset()
+        arm(hostile)
+        batch.insert(min(hostile_at, len(batch)), (hostile, big_cell(2 * PIPE), None, None))
+    out = trl_round([(e, code) for e, code, _, _ in batch])
+    for (e, _, want, seconds), (reply, _) in zip(batch, out):
+        if want is None:
+            assert "timed out after 1 s" in reply
+            continue
+        assert reply == want
+        assert seconds <= e._spent < seconds + SLACK, f"charged {e._spent:.2f} s for {seconds} s"
+
+
+# ------------------------------------------------------------------------------------------------ CPU
+def _cpu_cgroups_here() -> bool:
+    return os.geteuid() == 0 and os.path.isdir(launcher.cgroup_base("cpu"))
+
+
+@pytest.mark.skipif(not _cpu_cgroups_here(), reason="needs root and a cgroup v1 cpu controller")
+def test_each_interpreter_runs_in_a_cpu_cgroup_of_its_own_from_before_its_first_cell(envs):
+    a, b = envs(), envs()
+    for e in (a, b):
+        assert e.python("1") == "1\n"
+    ia, ib = a._interpreter, b._interpreter
+    assert ia.cgroup and ib.cgroup and ia.cgroup != ib.cgroup
+    server = interpreter_server._SERVERS["bwrap"]
+    for it in (ia, ib):
+        assert os.path.dirname(it.cgroup) == server.cpu_dir
+        pid = launcher.pidfd_pid(it.pidfd)
+        assert open(os.path.join(it.cgroup, "cgroup.procs")).read().split() == [str(pid)]
+        assert open(os.path.join(it.cgroup, "cpu.shares")).read().strip() == "1024"
+        quota = int(open(os.path.join(it.cgroup, "cpu.cfs_quota_us")).read())
+        period = int(open(os.path.join(it.cgroup, "cpu.cfs_period_us")).read())
+        assert quota == interpreter_server.CPU_QUOTA_CORES * period
+    # threads a cell starts are in it too (the whole thread group moved before any cell ran)
+    a.python("import threading, time\nts = [threading.Thread(target=time.sleep, args=(2,)) for _ in range(4)]\n"
+             "[t.start() for t in ts]")  # fmt: skip
+    tids = open(os.path.join(ia.cgroup, "tasks")).read().split()
+    assert len(tids) == 5
+    old = ia.cgroup
+    a.reset()  # the old interpreter is killed; its cgroup goes once it has exited (at a later spawn or close)
+    deadline = time.monotonic() + 5
+    while os.path.isdir(old) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        envs()._close()
+    assert not os.path.isdir(old)
+
+
+C_THREADS = (  # threads that compute in C without the GIL (hashing a large buffer), for ``seconds`` of wall time
+    "import hashlib, threading, time\nbuf = bytes(1 << 22)\nstop = time.monotonic() + {seconds}\n"
+    "def burn():\n    while time.monotonic() < stop:\n        hashlib.sha256(buf).digest()\n"
+    "ts = [threading.Thread(target=burn) for _ in range({n})]\nc0, w0 = time.process_time(), time.monotonic()\n"
+    "[t.start() for t in ts]\n[t.join() for t in ts]\nround((time.process_time() - c0) / (time.monotonic() - w0), 2)"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _cpu_cgroups_here() or (os.cpu_count() or 1) < 2,
+                    reason="needs root, a cgroup v1 cpu controller and 2 cores")  # fmt: skip
+def test_a_rollouts_threads_together_get_at_most_its_quota_of_the_cores(envs):
+    """8 threads hashing without the GIL would use every core; the interpreter's quota holds them to one."""
+    e = envs(timeout=5.0)
+    cores = float(e.python(C_THREADS.format(seconds=1.5, n=8)))
+    assert 0.3 < cores <= interpreter_server.CPU_QUOTA_CORES * 1.1, f"{cores} cores used"
+    throttled = dict(line.split() for line in open(os.path.join(e._interpreter.cgroup, "cpu.stat")))
+    assert int(throttled["nr_throttled"]) > 0
+
+
+# ------------------------------------------------------------------------------------------------ figures
+REFUSED = [
+    ("too_long", lambda e: "x" * (e.limits.max_code_chars + 1), "errors", "error: the code has"),
+    ("not_a_string", lambda e: 12, "errors", "error: code must be a string"),
+]
+
+
+@pytest.mark.parametrize("via_round", [False, True])
+@pytest.mark.parametrize("name,code,counter,reply", REFUSED, ids=[r[0] for r in REFUSED])
+def test_a_refused_call_is_counted_once(envs, via_round, name, code, counter, reply):
+    e = envs(max_code_chars=100)
+    before = dict(e.stats)
+    for k in range(1, 4):
+        got = trl_round([(e, code(e))])[0][0] if via_round else e.python(code(e))
+        assert got.startswith(reply)
+        assert e.stats == {**before, counter: before[counter] + k}, e.stats
+    assert e.python("1") == "1\n" and e.stats["calls"] == before["calls"] + 1
+
+
+@pytest.mark.parametrize("via_round", [False, True])
+def test_a_call_refused_for_a_used_up_budget_is_one_timeout(envs, via_round):
+    e = envs(timeout=1.0, rollout_timeout=0.3)
+    assert "this rollout's 0.3 s of run time are used up" in e.python("import time\ntime.sleep(1)")
+    before = dict(e.stats)
+    assert before["timeouts"] == 1 and before["restarts"] == 1
+    for k in range(1, 4):
+        got = trl_round([(e, "1")])[0][0] if via_round else e.python("1")
+        assert got == "not run: this rollout's 0.3 s of run time are used up"
+        assert e.stats == {**before, "timeouts": before["timeouts"] + k}, e.stats
+
+
+def test_tool_figures_count_each_refused_call_once_in_the_trainers_metrics():
+    """What ``rlvr/tool_errors_per_rollout`` reads: ``stats`` after a round in which every call was refused."""
+    with PythonEnvironment(max_code_chars=10) as e:
+        e.reset()
+        trl_round([(e, "x" * 11)])
+        trl_round([(e, None)])
+        assert e.stats == {"calls": 0, "errors": 2, "timeouts": 0, "restarts": 0}
