@@ -65,7 +65,8 @@ class InterpreterServer:
         self._send_lock = threading.Lock()  # spawn requests and their places in ``_waiting`` in the same order
         self._waiting: deque[Interpreter] = deque()  # spawned, pidfd not received yet, in request order
         self._spawned = 0
-        self._dead_cgroups: list[str] = []  # cpu cgroups of closed interpreters not removed yet (still exiting)
+        self._cgroups: set[str] = set()  # the interpreters' cpu cgroups not removed yet
+        self._dead_cgroups: list[str] = []  # those of closed interpreters (removed once their process has exited)
         limits = protocol.dumps({"nproc": max_processes, "fsize": max_file_bytes, "scratch_bytes": SCRATCH_BYTES,
                                  "scratch_inodes": SCRATCH_INODES}).decode()  # fmt: skip
         python = launcher.sandbox_python()
@@ -84,9 +85,10 @@ class InterpreterServer:
                 f"{self.claim.cgroup_name}/tool", mem, 2 * max_processes + 64,
                 needs=("landlock", "seccomp", "private_tmpfs"),
             )
-            # each interpreter gets a cpu cgroup of its own under this one (``_cpu_cgroup``); None where there is
-            # no cpu controller we may write (not root): then CPU between rollouts is the kernel's (docs)
-            self.cpu_dir = launcher.cpu_cgroup_parent(f"{self.claim.cgroup_name}/tool")
+            # each interpreter gets a cpu cgroup of its own in this dir (``_cpu_cgroup``); None where the claim has
+            # none in cpu (not root, no cgroup v1 cpu controller): then CPU between rollouts is the kernel's (docs)
+            self.cpu_dir = launcher.cgroup_base("cpu") if any(
+                os.path.dirname(d) == launcher.cgroup_base("cpu") for d in self.claim.cgroups) else None
         except BaseException:
             self.claim.release()
             raise
@@ -134,14 +136,24 @@ class InterpreterServer:
         return interp
 
     def _cpu_cgroup(self) -> str | None:
-        """A new cpu cgroup for one interpreter (equal ``cpu.shares``, a quota of ``CPU_QUOTA_CORES``), under the
-        server's; first the removal of those of closed interpreters that have exited since."""
+        """A new cpu cgroup for one interpreter, beside the host's own (not nested: so each weighs what a session of
+        its own weighs with the kernel's autogroup, ``cpu.shares`` 1024, also where autogroup is off), held to
+        ``CPU_QUOTA_CORES``; named after the claim, so that a host killed outright leaves them to
+        ``claim.reclaim_stale``. First the removal of those of closed interpreters that have exited since."""
         if self.cpu_dir is None:
             return None
         with _io_loop().lock:  # vs. ``forget``
-            self._dead_cgroups = [d for d in self._dead_cgroups if not launcher.cgroup_rmdir(d)]
-        self._spawned += 1
-        return launcher.cpu_cgroup(os.path.join(self.cpu_dir, f"i{self._spawned}"), CPU_QUOTA_CORES)
+            self._dead_cgroups = [d for d in self._dead_cgroups if not self._rmdir(d)]
+            self._spawned += 1
+            path = os.path.join(self.cpu_dir, f"{self.claim.cgroup_name}-i{self._spawned}")
+            self._cgroups.add(path)
+        return launcher.cpu_cgroup(path, CPU_QUOTA_CORES)
+
+    def _rmdir(self, path: str) -> bool:
+        gone = launcher.cgroup_rmdir(path)
+        if gone:
+            self._cgroups.discard(path)
+        return gone
 
     def _answers(self, now: float) -> None:
         """(The I/O loop, holding its lock.) Match the zygote's answers that have arrived to the waiting spawns, in
@@ -184,7 +196,7 @@ class InterpreterServer:
 
     def forget(self, interp: "Interpreter") -> None:
         """A closed interpreter's cpu cgroup: removed now if it has exited, else at a later spawn or the close."""
-        if interp.cgroup is not None and not launcher.cgroup_rmdir(interp.cgroup):
+        if interp.cgroup is not None and not self._rmdir(interp.cgroup):
             self._dead_cgroups.append(interp.cgroup)
         interp.cgroup = None
 
@@ -199,7 +211,10 @@ class InterpreterServer:
         if server is not None:
             server.kill()  # in a process that did not start it (a fork): only its copies of the channel and log
         if os.getpid() == self.pid:
-            self.claim.release()  # its cgroups, the cpu ones of every interpreter included
+            left = launcher.cgroup_remove(sorted(getattr(self, "_cgroups", ())))  # the interpreters' cpu cgroups
+            if left:
+                log.warning("PythonEnvironment: cpu cgroups %s still busy; the next pool's start reclaims them", left)
+            self.claim.release()
 
 
 _SERVERS: dict[str, InterpreterServer] = {}

@@ -277,13 +277,6 @@ def _make_cgroups(name: str, knobs: dict, exclusive: bool = False) -> list[str]:
     return made
 
 
-def cpu_cgroup_parent(name: str) -> str | None:
-    """``name`` under our own cpu cgroup (the Python tool's server: its interpreters' cgroups go under it), or None
-    where there is no cpu controller we may write (not root, no cgroup v1 ``cpu``)."""
-    made = _make_cgroups(name, {"cpu": {}})
-    return made[0] if made else None
-
-
 def cpu_cgroup(path: str, quota_cores: float) -> str:
     """A cpu cgroup at ``path`` for one process: the default weight (``cpu.shares`` 1024, the same as its
     siblings', however many threads each runs) and a CFS quota of ``quota_cores`` cores. -> ``path``; where it

