@@ -210,6 +210,41 @@ def test_each_interpreter_runs_in_a_cpu_cgroup_of_its_own_from_before_its_first_
     assert not os.path.isdir(old)
 
 
+TOOL_HOST = r'''
+import json, sys
+from reward_plugins.code_sandbox import PythonEnvironment
+envs = [PythonEnvironment() for _ in range(2)]
+for e in envs:
+    e.reset()
+    assert e.python("1") == "1\n"
+print(json.dumps([e._interpreter.cgroup for e in envs]), flush=True)
+sys.stdin.read()
+'''
+
+
+@pytest.mark.skipif(not _cpu_cgroups_here(), reason="needs root and a cgroup v1 cpu controller")
+def test_a_sigkilled_hosts_interpreter_cgroups_are_reclaimed_at_the_next_start():
+    import json
+    import signal
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from reward_plugins.code_sandbox.host.claim import reclaim_stale
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    p = subprocess.Popen([sys.executable, "-c", TOOL_HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env=env)  # fmt: skip
+    try:
+        left = json.loads(p.stdout.readline())
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    assert len(left) == 2 and all(os.path.isdir(d) for d in left)
+    reclaim_stale(tempfile.gettempdir())  # what every pool's start runs first (``PoolClaim.acquire``)
+    assert not any(os.path.isdir(d) for d in left)
+
+
 C_THREADS = (  # threads that compute in C without the GIL (hashing a large buffer), for ``seconds`` of wall time
     "import hashlib, threading, time\nbuf = bytes(1 << 22)\nstop = time.monotonic() + {seconds}\n"
     "def burn():\n    while time.monotonic() < stop:\n        hashlib.sha256(buf).digest()\n"
