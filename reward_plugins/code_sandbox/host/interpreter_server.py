@@ -176,6 +176,7 @@ class InterpreterServer:
                 continue
             if pidfd < 0:
                 self.started(False)
+                interp.fresh = False  # counted: its cell finds the pipes closed
             elif interp.cgroup is not None and not launcher.cgroup_enter(interp.cgroup, pidfd):
                 # where its cgroup is the rule, an interpreter outside it never gets a cell: it is killed
                 log.warning("PythonEnvironment: could not move an interpreter into its cpu cgroup; it is not used")
@@ -184,6 +185,7 @@ class InterpreterServer:
                 os.close(pidfd)
                 pidfd = -1
                 self.started(False)
+                interp.fresh = False
             interp._resolved(pidfd, now)
         if self._waiting and now - self._waiting[0].asked_at > SPAWN_REPLY_S:
             log.warning("PythonEnvironment: the interpreter server did not answer a spawn; replacing it")
@@ -247,7 +249,7 @@ class Interpreter:
     """The host's end of one interpreter: its two pipes and its pidfd; at most one cell in flight.
 
     :meth:`start` hands a cell to the process's I/O loop and returns; :func:`collect` waits for that cell alone.
-    Every field below ``cell`` is the loop's (read and written under its lock)."""
+    The cell's state (``out``, ``buf``, ``reply``, ``in_flight``, ...) is read and written under the loop's lock."""
 
     def __init__(self, server: InterpreterServer | None, cell_fd: int, reply_fd: int, pidfd: int | None = None):
         self.server, self.cell_fd, self.reply_fd, self.pidfd = server, cell_fd, reply_fd, pidfd
