@@ -4,7 +4,8 @@
   keeps its main thread busy and then sends a cell larger than the pipe (which its interpreter never reads) costs
   only its own cell its own time: honest siblings dispatched in the same round, before or after it, and a later
   rollout are charged their own cells' time and get their replies (the tester's scenario, with ``timeout=2,
-  rollout_timeout=10``); and a property over cell sizes (past the pipe's 64 KiB) and sleeps.
+  rollout_timeout=10``); a spawn the zygote does not answer costs only its own rollout's cell; and a property over
+  cell sizes (past the pipe's 64 KiB) and sleeps.
 * CPU (as root, with a cgroup v1 cpu controller): each interpreter runs in a cpu cgroup of its own from before its
   first cell, with the default weight and a one-core quota, so the threads of one rollout together get at most
   one core, however many it starts.
@@ -135,6 +136,28 @@ def test_a_rollout_that_never_reads_its_cell_is_charged_its_own_deadline(envs):
     reply = e.python(big_cell(3 * PIPE))
     assert "timed out after 1 s" in reply and 2.0 <= e._spent < 2.0 + SLACK
     assert time.monotonic() - t < 2.0 + SLACK and e.stats["restarts"] == 1
+
+
+def test_a_spawn_the_zygote_does_not_answer_costs_only_its_own_cell(envs):
+    """The zygote stopped (from outside: a stand-in for one slowed down) while a rollout's fresh interpreter waits for
+    it: that rollout's first cell ends at its own deadline; a sibling's cell in the same round, before or after it,
+    is read and charged as it arrives."""
+    import signal
+
+    sibling = envs(timeout=1.0, rollout_timeout=30.0)
+    assert sibling.python("1") == "1\n"
+    pid = launcher.pidfd_pid(sibling._interpreter.pidfd)
+    zygote = int(next(line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("PPid:")))
+    os.kill(zygote, signal.SIGSTOP)
+    try:
+        fresh = envs(timeout=1.0, rollout_timeout=30.0)  # its spawn request waits in the stopped zygote's socket
+        before = sibling._spent
+        out = trl_round([(fresh, "1"), (sibling, "import time\ntime.sleep(0.3)\n2")])
+        assert out[1][0] == "2\n" and 0.3 <= sibling._spent - before < 0.3 + SLACK
+        assert "restarted" in out[0][0] and 2.0 <= fresh._spent < 2.0 + SLACK  # its own deadline, timeout + 1 s
+    finally:
+        os.kill(zygote, signal.SIGCONT)
+    assert fresh.python("6 * 7") == "42\n" and sibling.python("3") == "3\n"
 
 
 @pytest.fixture(scope="module")
