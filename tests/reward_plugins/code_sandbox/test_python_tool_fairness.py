@@ -318,10 +318,23 @@ def test_a_call_refused_for_a_used_up_budget_is_one_timeout(envs, via_round):
         assert e.stats == {**before, "timeouts": before["timeouts"] + k}, e.stats
 
 
-def test_tool_figures_count_each_refused_call_once_in_the_trainers_metrics():
-    """What ``rlvr/tool_errors_per_rollout`` reads: ``stats`` after a round in which every call was refused."""
-    with PythonEnvironment(max_code_chars=10) as e:
-        e.reset()
-        trl_round([(e, "x" * 11)])
-        trl_round([(e, None)])
-        assert e.stats == {"calls": 0, "errors": 2, "timeouts": 0, "restarts": 0}
+def test_the_trainers_tool_figures_count_each_refused_call_once():
+    """``rlvr/tool_errors_per_rollout`` and ``rlvr/tool_timeouts_per_rollout`` (the doctor's tool error rate reads
+    them), computed as the trainer computes them, after rounds run as the trainer runs them: two rollouts, one with
+    three refused calls (too long, not a string, too long), one with its budget used up and two refused calls."""
+    import torch
+
+    from trl_rlvr.algorithms.metrics import tool_metrics, tool_rollout_rows
+
+    with PythonEnvironment(max_code_chars=10) as a, PythonEnvironment(timeout=1.0, rollout_timeout=0.3) as b:
+        a.reset()
+        b.reset()
+        completions = [[], []]
+        for codes in (["x" * 11, "import time\ntime.sleep(1)"], [None, "1"], ["x" * 11, "1"]):
+            for messages, (reply, _) in zip(completions, trl_round([(a, codes[0]), (b, codes[1])])):
+                messages.append({"role": "tool", "name": "python", "content": reply})
+        assert a.stats == {"calls": 0, "errors": 3, "timeouts": 0, "restarts": 0}
+        assert b.stats == {"calls": 1, "errors": 0, "timeouts": 3, "restarts": 1}  # the cut cell, then 2 refused
+        figures = tool_metrics(torch.tensor(tool_rollout_rows(completions, [a, b]), dtype=torch.float64))
+    assert figures["rlvr/tool_errors_per_rollout"] == 1.5 and figures["rlvr/tool_timeouts_per_rollout"] == 1.5
+    assert figures["rlvr/tool_calls_per_rollout"] == 3.0
