@@ -163,36 +163,65 @@ def test_a_spawn_the_zygote_does_not_answer_costs_only_its_own_cell(envs):
 @pytest.fixture(scope="module")
 def crowd():
     """Three honest rollouts and a hostile one, reused across examples (reset per example)."""
-    options = dict(timeout=1.0, rollout_timeout=600.0, memory_mb=512, max_code_chars=5 * PIPE)
+    options = dict(timeout=1.0, rollout_timeout=600.0, memory_mb=2048, max_code_chars=5 * PIPE)
     made = [PythonEnvironment(**options) for _ in range(4)]
     yield made
     for e in made:
         e._close()
 
 
+C_THREADS = (  # threads that compute in C without the GIL (hashing a large buffer), for ``seconds`` of wall time
+    "import hashlib, threading, time\nbuf = bytes(1 << 22)\nstop = time.monotonic() + {seconds}\n"
+    "def burn():\n    while time.monotonic() < stop:\n        hashlib.sha256(buf).digest()\n"
+    "ts = [threading.Thread(target=burn) for _ in range({n})]\nc0, w0 = time.process_time(), time.monotonic()\n"
+    "[t.start() for t in ts]\n[t.join() for t in ts]\nround((time.process_time() - c0) / (time.monotonic() - w0), 2)"
+)
+
+
+# What the hostile rollout of the property does in the round -> (its cell, a check of its own reply). Its cells run
+# under the crowd's ``timeout=1.0``.
+FLOOD_FRAME = (  # a reply frame header claiming 1 GiB, then as much as the pipe takes, then a spin
+    "import os, signal, sys\nf = sys._getframe()\nwhile f.f_code.co_name != 'repl_loop':\n    f = f.f_back\n"
+    "fd = f.f_locals['reply_fd']\nos.set_blocking(fd, False)\ntry:\n    os.write(fd, (1 << 30).to_bytes(4, 'big'))\n"
+    "    while True:\n        os.write(fd, b'x' * 65536)\nexcept OSError:\n    pass\n"
+    "signal.setitimer(signal.ITIMER_REAL, 0)\nwhile True:\n    pass\n"
+)
+HOSTILE_ROUND = {
+    "stall": (big_cell(2 * PIPE), lambda r: "timed out after 1 s" in r),  # after ``arm``: never reads this cell
+    "threads": (C_THREADS.format(seconds=0.6, n=64), lambda r: r.strip().replace(".", "", 1).isdigit()),
+    "flood": (FLOOD_FRAME, lambda r: "broke its reply channel" in r),
+}
+
+
 @pytest.mark.slow
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     cells=st.lists(st.tuples(st.sampled_from([0.0, 0.05, 0.2, 0.4]),
                              st.sampled_from([10, 1000, PIPE - 100, PIPE + 1, 3 * PIPE, 4 * PIPE + 17])),
                    min_size=1, max_size=3),
-    hostile_at=st.none() | st.integers(0, 3),
+    hostile=st.none() | st.tuples(st.sampled_from(sorted(HOSTILE_ROUND)), st.integers(0, 3)),
 )  # fmt: skip
-def test_each_cell_is_charged_its_own_time_whatever_its_size_and_its_siblings(crowd, cells, hostile_at):
-    *honest, hostile = crowd
+def test_each_cell_is_charged_its_own_time_whatever_its_size_and_its_siblings(crowd, cells, hostile):
+    """Honest cells of any size and sleep, in one dispatched round with or without a hostile rollout at any place
+    (stalling its interpreter, running 64 threads in C, or flooding its reply pipe): each honest cell's reply is its
+    own and its charge its own sleep."""
+    *honest, bad = crowd
     batch = []
     for i, (seconds, chars) in enumerate(cells):
         honest[i].reset()
         code, want = sleep_cell(seconds, chars, i)
         batch.append((honest[i], code, want, seconds))
-    if hostile_at is not None:
-        hostile.reset()
-        arm(hostile)
-        batch.insert(min(hostile_at, len(batch)), (hostile, big_cell(2 * PIPE), None, None))
+    if hostile is not None:
+        kind, at = hostile
+        bad.reset()
+        if kind == "stall":
+            arm(bad)
+        code, ok = HOSTILE_ROUND[kind]
+        batch.insert(min(at, len(batch)), (bad, code, ok, None))
     out = trl_round([(e, code) for e, code, _, _ in batch])
     for (e, _, want, seconds), (reply, _) in zip(batch, out):
-        if want is None:
-            assert "timed out after 1 s" in reply
+        if callable(want):
+            assert want(reply), reply
             continue
         assert reply == want
         assert seconds <= e._spent < seconds + SLACK, f"charged {e._spent:.2f} s for {seconds} s"
@@ -267,13 +296,6 @@ def test_a_sigkilled_hosts_interpreter_cgroups_are_reclaimed_at_the_next_start()
     reclaim_stale(tempfile.gettempdir())  # what every pool's start runs first (``PoolClaim.acquire``)
     assert not any(os.path.isdir(d) for d in left)
 
-
-C_THREADS = (  # threads that compute in C without the GIL (hashing a large buffer), for ``seconds`` of wall time
-    "import hashlib, threading, time\nbuf = bytes(1 << 22)\nstop = time.monotonic() + {seconds}\n"
-    "def burn():\n    while time.monotonic() < stop:\n        hashlib.sha256(buf).digest()\n"
-    "ts = [threading.Thread(target=burn) for _ in range({n})]\nc0, w0 = time.process_time(), time.monotonic()\n"
-    "[t.start() for t in ts]\n[t.join() for t in ts]\nround((time.process_time() - c0) / (time.monotonic() - w0), 2)"
-)
 
 
 @pytest.mark.slow
