@@ -4,8 +4,8 @@
   keeps its main thread busy and then sends a cell larger than the pipe (which its interpreter never reads) costs
   only its own cell its own time: honest siblings dispatched in the same round, before or after it, and a later
   rollout are charged their own cells' time and get their replies (the tester's scenario, with ``timeout=2,
-  rollout_timeout=10``); a spawn the zygote does not answer costs only its own rollout's cell; and a property over
-  cell sizes (past the pipe's 64 KiB) and sleeps.
+  rollout_timeout=10``); a spawn the zygote does not answer costs only its own rollout's cell; a forked host gets an
+  I/O loop of its own; and a property over cell sizes (past the pipe's 64 KiB) and sleeps, beside hostile rollouts.
 * CPU (as root, with a cgroup v1 cpu controller): each interpreter runs in a cpu cgroup of its own from before its
   first cell, with the default weight and a one-core quota, so the threads of one rollout together get at most
   one core, however many it starts.
@@ -158,6 +158,37 @@ def test_a_spawn_the_zygote_does_not_answer_costs_only_its_own_cell(envs):
     finally:
         os.kill(zygote, signal.SIGCONT)
     assert fresh.python("6 * 7") == "42\n" and sibling.python("3") == "3\n"
+
+
+FORKED_HOST = r'''
+import os, sys
+from reward_plugins.code_sandbox import PythonEnvironment
+from reward_plugins.code_sandbox.host import interpreter_server
+e = PythonEnvironment(timeout=2.0)
+e.reset()
+e._dispatch_call("python", {"code": "import time\ntime.sleep(0.5)\n1"})  # the loop thread has a cell in flight
+pid = os.fork()
+if pid == 0:  # a forked host (a dataloader worker): the parent's loop thread is not here
+    c = PythonEnvironment(timeout=2.0)
+    c.reset()
+    ok = c.python("import time\ntime.sleep(0.2)\n2 + 2") == "4\n" and c._spent < 0.2 + 0.35
+    ok = ok and interpreter_server._io_loop().pid == os.getpid()
+    c._close()
+    interpreter_server._close_servers()
+    os._exit(0 if ok else 1)
+reply = e.python("import time\ntime.sleep(0.5)\n1")
+_, status = os.waitpid(pid, 0)
+print(reply == "1\n" and e._spent < 0.5 + 0.35, os.waitstatus_to_exitcode(status), flush=True)
+'''
+
+
+def test_a_forked_host_gets_its_own_io_loop_and_the_parents_cells_go_on():
+    import subprocess
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    out = subprocess.run([sys.executable, "-c", FORKED_HOST], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == ["True", "0"], out.stdout + out.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
