@@ -24,6 +24,9 @@ Landlock, seccomp or rlimits, so the difference is the price of the isolation. C
 chunks of 50 (sandbox, baseline, sandbox, ...) and the median chunk counts, so both see the same load on a shared
 machine; each case runs ``--repeat`` times, and the median and the range of those are printed.
 ``--smoke``: few calls, one round size (16), seconds; exits non-zero if a reply is not what the cell prints.
+``--fairness``: only CPU between rollouts: a sibling's single-thread CPU cell alone and beside a cell of 64 C-level
+threads, with and without per-interpreter cpu cgroups, and (as root) with the scheduler's autogroup on and off
+(restored after).
 """
 
 from __future__ import annotations
@@ -205,7 +208,6 @@ def hostile_cleanup() -> dict:
     env = PythonEnvironment(timeout=60.0, rollout_timeout=600.0)
     env.reset()
     entries = int(env.python(HOSTILE_LEFTOVERS).strip())
-    env._interpreter._signal(0)  # its pidfd is known
     pidfd = os.dup(env._interpreter.pidfd)
     t = time.perf_counter()
     env.reset()
@@ -216,6 +218,75 @@ def hostile_cleanup() -> dict:
     answered = time.perf_counter() - t
     env._close()
     return {"hostile_entries": entries, "hostile_gone_s": gone, "hostile_next_answer_s": answered}
+
+
+SIBLING_CELL = ("import time\nc, w = time.process_time(), time.monotonic()\nsum(i * i for i in range(3_000_000)) % 7\n"
+                "round(time.monotonic() - w, 3), round(time.process_time() - c, 3)")  # fmt: skip
+HOSTILE_THREADS = (
+    "import hashlib, threading, time\nbuf = bytes(1 << 22)\nstop = time.monotonic() + {seconds}\n"
+    "def burn():\n    while time.monotonic() < stop:\n        hashlib.sha256(buf).digest()\n"
+    "ts = [threading.Thread(target=burn) for _ in range({threads})]\n[t.start() for t in ts]\n[t.join() for t in ts]"
+)
+
+
+def _autogroup(value: str | None) -> str | None:
+    """Read (``value`` None) or set the kernel's scheduler autogroup switch -> what it was; None where not writable."""
+    path = "/proc/sys/kernel/sched_autogroup_enabled"
+    try:
+        old = open(path).read().strip()
+        if value is not None:
+            with open(path, "w") as f:
+                f.write(value)
+        return old
+    except OSError:
+        return None
+
+
+def fairness(repeat: int, threads: int = 64, seconds: float = 6.0) -> dict:
+    """A sibling's single-thread CPU cell (its wall time, as the tool charges it) alone and beside a rollout whose
+    cell runs ``threads`` C-level threads (hashing without the GIL) for ``seconds``; with each interpreter in a cpu
+    cgroup of its own (the default as root) and without (the fallback: what the kernel does), and with the
+    scheduler's autogroup on and off (as root; it is restored whatever happens)."""
+    out: dict = {}
+    server = interpreter_server.shared_server("bwrap")
+    cpu_dir = server.cpu_dir
+    autogroups = ["1", "0"] if _autogroup(None) is not None and os.geteuid() == 0 else [None]
+    saved = _autogroup(None)
+    try:
+        for ag in autogroups:
+            if ag is not None:
+                _autogroup(ag)
+            for how in ("cgroup", "none") if cpu_dir else ("none",):
+                server.cpu_dir = cpu_dir if how == "cgroup" else None  # interpreters spawned from here on
+                sibling = PythonEnvironment(timeout=120.0, rollout_timeout=600.0)
+                hostile = PythonEnvironment(timeout=120.0, rollout_timeout=600.0, memory_mb=4096)
+                alone, beside = [], []
+                for _ in range(repeat):
+                    sibling.reset()
+                    hostile.reset()
+                    _check(sibling.python("1"), "1\n")
+                    _check(hostile.python("1"), "1\n")
+                    alone.append(_charged(sibling, SIBLING_CELL))
+                    hostile._dispatch_call("python", {"code": HOSTILE_THREADS.format(seconds=seconds, threads=threads)})
+                    time.sleep(0.3)  # its threads are up
+                    beside.append(_charged(sibling, SIBLING_CELL))
+                    hostile.python(HOSTILE_THREADS.format(seconds=seconds, threads=threads))
+                out[f"fair_autogroup{ag or '_as_is'}_{how}"] = {"alone": _med(alone), "beside": _med(beside)}
+                sibling._close()
+                hostile._close()
+    finally:
+        server.cpu_dir = cpu_dir
+        if saved is not None:
+            _autogroup(saved)
+    return out
+
+
+def _charged(env: PythonEnvironment, code: str) -> float:
+    before = env._spent
+    reply = env.python(code)
+    if not reply.startswith("("):
+        FAILURES.append(f"sibling cell: {reply[:200]!r}")
+    return env._spent - before
 
 
 def _med(xs):
@@ -230,7 +301,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", default="16,64", help="batch sizes of the tool-round measurement ('' to skip)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--save")
+    ap.add_argument("--fairness", action="store_true", help="only the CPU fairness measurement (see fairness())")
     args = ap.parse_args(argv)
+    if args.fairness:
+        return fairness_main(args, argv)
     if args.smoke:
         args.calls, args.resets, args.repeat, args.rounds = 100, 10, 1, "16"
     cold, envs = setup16()
@@ -288,6 +362,24 @@ def main(argv=None) -> int:
     if args.save:
         with open(args.save, "w") as f:
             json.dump({**results, "goals": goals, "failures": FAILURES}, f, indent=1)
+    if FAILURES:
+        print(f"{len(FAILURES)} wrong replies, e.g. {FAILURES[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def fairness_main(args, argv) -> int:
+    results = fairness(args.repeat)
+    print(f"python -m benchmarks.python_tool {' '.join(argv if argv is not None else sys.argv[1:])}".rstrip())
+    print(f"cores: {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} at the end; a sibling's "
+          f"single-thread CPU cell, charged wall seconds, median (min-max) of {args.repeat}")  # fmt: skip
+    for key, r in results.items():
+        a, b = r["alone"], r["beside"]
+        print(f"{key:32s} alone {a[0]:6.2f} s ({a[1]:.2f}-{a[2]:.2f})   beside 64 C-level threads "
+              f"{b[0]:6.2f} s ({b[1]:.2f}-{b[2]:.2f})   x{b[0] / a[0]:.1f}")  # fmt: skip
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump({**results, "failures": FAILURES}, f, indent=1)
     if FAILURES:
         print(f"{len(FAILURES)} wrong replies, e.g. {FAILURES[0]}", file=sys.stderr)
         return 1

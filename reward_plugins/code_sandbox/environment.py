@@ -6,7 +6,8 @@ one tool, ``python(code)``. Each rollout gets its own interpreter (a fresh fork 
 with a tmpfs of its own: ``sandbox/interpreter.py``); the host side (``host/interpreter_server.py``) holds the
 server process and, per environment, the pipes and pidfd of its current interpreter, and never runs a cell itself.
 Between calls the interpreter is stopped. ``_dispatch_call`` sends a call's cell ahead of the call (the trainer
-sends a whole tool round at once), and ``python`` then only collects its reply.
+sends a whole tool round at once), and ``python`` then only collects its reply. A cell is charged from its own send
+to its own reply, as the host's I/O loop stamps it, whatever the other rollouts' cells do.
 
 Bounds, each a keyword argument of ``PythonEnvironment`` (docs/python_tool.md has the table): a cell's time
 (an alarm inside the interpreter, then SIGKILL from outside), the rollout's wall time (its calls together) and
@@ -107,40 +108,47 @@ class PythonEnvironment:
         if self._sent is not None and self._sent[0] is not code and self._sent[0] != code:
             self._finish_cell()  # sent ahead for a call that did not come as sent: it ran, so it counts; then this
         if self._sent is None:
-            refused = self._send(code)
-            if refused is not None:
-                return refused
+            refused = self._refusal(code)
+            if refused is not None:  # counted here, once: a call sent ahead was checked without counting
+                reply, counter = refused
+                self.stats[counter] += 1
+                return reply
+            self._send(code)
         return self._finish_cell()
 
     def _dispatch_call(self, name: str, arguments: dict) -> None:
         """Send the cell of a tool call that will come (``python(**arguments)``) now, without waiting for its reply;
         the call itself then collects it. Called by the trainer for every rollout of a tool round before TRL runs
-        the round's calls one after another (``trl_rlvr.sampling.tool_rounds``): the cells of a round run together. A call
-        that ``python`` would refuse, or a second one while a cell is in flight, is left to the call."""
+        the round's calls one after another (``trl_rlvr.rollouts.tool_round``): the cells of a round run together. A
+        call that ``python`` would refuse, or a second one while a cell is in flight, is left to the call (which
+        counts the refusal: nothing is counted here)."""
         code = arguments.get("code") if name == "python" and isinstance(arguments, dict) else None
-        if self._sent is None and isinstance(code, str) and set(arguments) == {"code"}:
+        if self._sent is None and isinstance(arguments, dict) and set(arguments) == {"code"} and self._refusal(code) is None:
             self._send(code)
 
-    def _send(self, code) -> str | None:
-        """Check a call and send its cell -> the reply of a call refused without running, else None."""
+    def _refusal(self, code) -> tuple[str, str] | None:
+        """Why ``python(code)`` would not run -> (its reply, the ``stats`` counter it goes to), or None. Counts
+        nothing: the call that returns the refusal counts it."""
         limits = self.limits
         if not isinstance(code, str):
-            self.stats["errors"] += 1
-            return f"error: code must be a string, not {type(code).__name__}"
+            return f"error: code must be a string, not {type(code).__name__}", "errors"
         if len(code) > limits.max_code_chars:
-            self.stats["errors"] += 1
-            return f"error: the code has {len(code)} characters; at most {limits.max_code_chars} run in one call"
+            return (f"error: the code has {len(code)} characters; at most {limits.max_code_chars} run in one call",
+                    "errors")  # fmt: skip
+        if limits.rollout_timeout - self._spent <= 0:
+            return f"not run: this rollout's {limits.rollout_timeout:g} s of run time are used up", "timeouts"
+        return None
+
+    def _send(self, code: str) -> None:
+        """Send the cell of a call that ``_refusal`` let through; it runs while the host goes on."""
+        limits = self.limits
         left = limits.rollout_timeout - self._spent
-        if left <= 0:
-            self.stats["timeouts"] += 1
-            return f"not run: this rollout's {limits.rollout_timeout:g} s of run time are used up"
         if self._interpreter is None:
             self._fresh_interpreter()
         self.stats["calls"] += 1
         budget_cut = left < limits.timeout + GRACE_S  # the rollout's budget ends before the cell's own
         self._sent = (code, budget_cut)
         self._interpreter.start(code, min(limits.timeout + GRACE_S, left), 4 * limits.max_output_chars + 64)
-        return None
 
     def _finish_cell(self) -> str:
         """The reply to the cell in flight (waiting for it), with the rollout's figures updated."""

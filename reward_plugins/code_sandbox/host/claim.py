@@ -119,7 +119,9 @@ def reclaim_stale(root: str) -> list[int]:
         if fd is None:  # alive, or not a dir of ours
             continue
         try:
-            dirs = [os.path.join(launcher.cgroup_base(c), name) for c in ("memory", "pids")] if os.geteuid() == 0 else []
+            dirs = [os.path.join(launcher.cgroup_base(c), name) for c in ("memory", "pids", "cpu")] if os.geteuid() == 0 else []
+            cpu = launcher.cgroup_base("cpu")  # the Python tool's interpreters' cpu cgroups, beside the claim's
+            dirs += [d for d in launcher.cgroup_subdirs(cpu) if os.path.basename(d).startswith(name + "-i")]
             left = launcher.cgroup_remove([d for d in dirs if os.path.isdir(d)], wait_s=2.0)
             if left:  # still busy: keep the record, try again at the next start
                 continue

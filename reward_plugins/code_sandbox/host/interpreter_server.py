@@ -7,10 +7,16 @@ The zygote answers each request with a pidfd of the new interpreter, which the h
 server keeps no table of rollouts. Between calls an interpreter is stopped: nothing a cell started (threads,
 timers) runs while its rollout is not in a call.
 
-A cell is sent with :meth:`Interpreter.start` and its reply read by :func:`collect`, which waits on every
-interpreter that has a cell in flight at once, stamping each reply with the time it was complete and stopping its
-interpreter then. So cells of many rollouts run together (``PythonEnvironment._dispatch_call``) and each is
-charged its own time, whoever waits for it.
+All pipes and sockets of a process are read and written by one thread, its I/O loop (``_IOLoop``, started on
+demand, and anew in a forked host). :meth:`Interpreter.start` hands a cell to it and returns; the loop writes the
+cell as the interpreter's pipe takes it (never waiting on a full pipe), reads every interpreter's reply as it
+arrives, stamps it with that time and stops its interpreter then, ends each cell at its own deadline, and reads the
+zygote's answers to spawns. :func:`collect` waits for one interpreter's cell alone. So cells of many rollouts run
+together (``PythonEnvironment._dispatch_call``), and each is charged from its own send to its own reply: an
+interpreter that does not read its cell, floods its pipe or never answers costs nobody else's cell any time. As
+root each interpreter also runs in a cpu cgroup of its own (equal weight, a quota of ``CPU_QUOTA_CORES``), entered
+when its pidfd arrives and before its first cell is written, so its threads together get one rollout's share of
+the cores (docs/python_tool.md, "What a rollout can and cannot do to another").
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import select
 import signal
@@ -37,6 +44,7 @@ log = logging.getLogger(__package__)
 SCRATCH_BYTES = 64 << 20
 SCRATCH_INODES = 16384
 SPAWN_REPLY_S = 30.0  # how long the host waits for the zygote's answer to a spawn before it gives the server up
+CPU_QUOTA_CORES = 1.0  # as root: the cores one interpreter may use at once (its cpu cgroup's CFS quota)
 FAILED_STARTS = 3  # interpreters in a row that never came up (a refused fork, a lockdown that failed): replace it
 
 
@@ -53,8 +61,12 @@ class InterpreterServer:
         self.claim = PoolClaim.acquire()
         launcher.install_sandbox_code(self.claim.code_dir, "interpreter")
         uid = launcher.slot_uid(0, self.claim.id)
-        self._lock, self.failed_starts = threading.RLock(), 0
+        self.failed_starts = 0
+        self._send_lock = threading.Lock()  # spawn requests and their places in ``_waiting`` in the same order
         self._waiting: deque[Interpreter] = deque()  # spawned, pidfd not received yet, in request order
+        self._spawned = 0
+        self._cgroups: set[str] = set()  # the interpreters' cpu cgroups not removed yet
+        self._dead_cgroups: list[str] = []  # those of closed interpreters (removed once their process has exited)
         limits = protocol.dumps({"nproc": max_processes, "fsize": max_file_bytes, "scratch_bytes": SCRATCH_BYTES,
                                  "scratch_inodes": SCRATCH_INODES}).decode()  # fmt: skip
         python = launcher.sandbox_python()
@@ -73,91 +85,137 @@ class InterpreterServer:
                 f"{self.claim.cgroup_name}/tool", mem, 2 * max_processes + 64,
                 needs=("landlock", "seccomp", "private_tmpfs"),
             )
+            # each interpreter gets a cpu cgroup of its own in this dir (``_cpu_cgroup``); None where the claim has
+            # none in cpu (not root, no cgroup v1 cpu controller): then CPU between rollouts is the kernel's (docs)
+            self.cpu_dir = launcher.cgroup_base("cpu") if any(
+                os.path.dirname(d) == launcher.cgroup_base("cpu") for d in self.claim.cgroups) else None
         except BaseException:
             self.claim.release()
             raise
         self.sock, self.proc = self.server.sock, self.server.proc
+        self.sock.settimeout(SPAWN_REPLY_S)  # sends only: answers are read without waiting (``_answers``)
 
     def alive(self) -> bool:
         """Running, ours (not a forked host's), and able to start interpreters: ``FAILED_STARTS`` in a row that
-        never came up mark it broken, and ``shared_server`` replaces it."""
+        never came up (or a spawn not answered within ``SPAWN_REPLY_S``) mark it broken, and ``shared_server``
+        replaces it."""
         return self.proc.poll() is None and os.getpid() == self.pid and self.failed_starts < FAILED_STARTS
 
     def started(self, ok: bool) -> None:
-        """Count an interpreter that came up (``ok``: it read its first cell) or never did."""
+        """Count an interpreter that came up (``ok``: it sent its ready frame) or never did."""
         self.failed_starts = 0 if ok else self.failed_starts + 1
 
     def spawn(self, timeout: float, cpu_s: int, mem_bytes: int, max_chars: int) -> "Interpreter":
-        """A fresh interpreter (the zygote forks it while the host goes on: nothing here waits for it)."""
+        """A fresh interpreter. The zygote forks it while the host goes on: nothing here waits for it; the I/O loop
+        receives its pidfd, moves it into its own cpu cgroup, and only then writes its first cell."""
         cell_r, cell_w = os.pipe2(os.O_CLOEXEC)
         reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
-        interp = Interpreter(self, cell_w, reply_r)
-        with self._lock:
-            self._receive(0.0)  # answers to earlier spawns, so that the zygote never blocks on a full socket
-            try:
-                msg = f"spawn {timeout!r} {int(cpu_s)} {int(mem_bytes)} {int(max_chars)}"
-                socket.send_fds(self.sock, [msg.encode()], [cell_r, reply_w])
-                self._waiting.append(interp)
-            except OSError:
-                interp.pidfd = -1  # the server is gone: the first call finds the pipes closed
-            finally:
-                os.close(cell_r)
-                os.close(reply_w)
-        os.set_blocking(cell_w, False)
+        os.set_blocking(cell_w, False)  # the host's ends never block; the interpreter's do (whole frames)
         os.set_blocking(reply_r, False)
+        interp = Interpreter(self, cell_w, reply_r)
+        interp.cgroup = self._cpu_cgroup()
+        loop = _io_loop()
+        try:
+            with self._send_lock:
+                with loop.lock:
+                    self._waiting.append(interp)
+                    interp.asked_at = time.monotonic()
+                try:
+                    msg = f"spawn {timeout!r} {int(cpu_s)} {int(mem_bytes)} {int(max_chars)}"
+                    socket.send_fds(self.sock, [msg.encode()], [cell_r, reply_w])
+                except OSError:  # the server is gone (or stuck): the first call finds the pipes closed
+                    with loop.lock:
+                        if interp in self._waiting:
+                            self._waiting.remove(interp)
+                        interp.pidfd = -1
+                    self.failed_starts = FAILED_STARTS if self.proc.poll() is None else self.failed_starts
+        finally:
+            os.close(cell_r)
+            os.close(reply_w)
+        loop.watch(self)
         return interp
 
-    def resolve(self, interp: "Interpreter") -> None:
-        """Wait (at most ``SPAWN_REPLY_S``) for the zygote's answer to ``interp``'s spawn."""
-        with self._lock:
-            deadline = time.monotonic() + SPAWN_REPLY_S
-            while interp.pidfd is None:
-                if not self._receive(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
-                    log.warning("PythonEnvironment: the interpreter server did not answer a spawn; replacing it")
-                    self._fail_waiting()
-                    self.close()
+    def _cpu_cgroup(self) -> str | None:
+        """A new cpu cgroup for one interpreter, beside the host's own (not nested: so each weighs what a session of
+        its own weighs with the kernel's autogroup, ``cpu.shares`` 1024, also where autogroup is off), held to
+        ``CPU_QUOTA_CORES``; named after the claim, so that a host killed outright leaves them to
+        ``claim.reclaim_stale``. First the removal of those of closed interpreters that have exited since."""
+        if self.cpu_dir is None:
+            return None
+        with _io_loop().lock:  # vs. ``forget``
+            self._dead_cgroups = [d for d in self._dead_cgroups if not self._rmdir(d)]
+            self._spawned += 1
+            path = os.path.join(self.cpu_dir, f"{self.claim.cgroup_name}-i{self._spawned}")
+            self._cgroups.add(path)
+        return launcher.cpu_cgroup(path, CPU_QUOTA_CORES)
 
-    def _receive(self, wait_s: float) -> bool:
-        """Match the zygote's answers that have arrived (waiting up to ``wait_s`` for the first) to the waiting
-        spawns, in order. False when none came."""
-        got = False
-        poller = select.poll()
-        poller.register(self.sock, select.POLLIN)
+    def _rmdir(self, path: str) -> bool:
+        gone = launcher.cgroup_rmdir(path)
+        if gone:
+            self._cgroups.discard(path)
+        return gone
+
+    def _answers(self, now: float) -> None:
+        """(The I/O loop, holding its lock.) Match the zygote's answers that have arrived to the waiting spawns, in
+        order; give up on the server when the oldest has waited ``SPAWN_REPLY_S``."""
         while self._waiting:
-            if not poller.poll(1000 * (wait_s if not got else 0.0)):
-                return got
             try:
-                msg, fds, _, _ = socket.recv_fds(self.sock, 64, 1)
+                msg, fds, _, _ = socket.recv_fds(self.sock, 64, 1, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
             except OSError:
                 msg, fds = b"", []
             if not msg:  # the server is gone
                 self._fail_waiting()
-                return True
-            got = True
+                return
             interp = self._waiting.popleft()
-            interp.pidfd = fds[0] if msg == b"ok" and fds else -1
-            if interp.pidfd < 0:
-                self.started(False)
+            pidfd = fds[0] if msg == b"ok" and fds else -1
             for fd in fds[1:] if not interp.closed else fds:  # a closed one's interpreter ends at EOF on its pipe
                 os.close(fd)
             if interp.closed:
-                interp.pidfd = -1
-        return got
+                continue
+            if pidfd < 0:
+                self.started(False)
+                interp.fresh = False  # counted: its cell finds the pipes closed
+            elif interp.cgroup is not None and not launcher.cgroup_enter(interp.cgroup, pidfd):
+                # where its cgroup is the rule, an interpreter outside it never gets a cell: it is killed
+                log.warning("PythonEnvironment: could not move an interpreter into its cpu cgroup; it is not used")
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                os.close(pidfd)
+                pidfd = -1
+                self.started(False)
+                interp.fresh = False
+            interp._resolved(pidfd, now)
+        if self._waiting and now - self._waiting[0].asked_at > SPAWN_REPLY_S:
+            log.warning("PythonEnvironment: the interpreter server did not answer a spawn; replacing it")
+            self.failed_starts = FAILED_STARTS  # shared_server replaces it (and closes this one) at the next call
+            self._fail_waiting()
 
     def _fail_waiting(self) -> None:
         while self._waiting:
-            self._waiting.popleft().pidfd = -1
+            self._waiting.popleft()._resolved(-1, time.monotonic())
+
+    def forget(self, interp: "Interpreter") -> None:
+        """A closed interpreter's cpu cgroup: removed now if it has exited, else at a later spawn or the close."""
+        if interp.cgroup is not None and not self._rmdir(interp.cgroup):
+            self._dead_cgroups.append(interp.cgroup)
+        interp.cgroup = None
 
     def close(self) -> None:
         """Kill the server (and so every interpreter it started); spawns still waiting for their answer get none."""
-        lock = getattr(self, "_lock", None)
-        with lock if lock is not None else contextlib.nullcontext():
-            if hasattr(self, "_waiting"):
+        if hasattr(self, "_waiting"):
+            loop = _io_loop()
+            with loop.lock:
                 self._fail_waiting()
+                loop.servers.discard(self)
         server = getattr(self, "server", None)
         if server is not None:
             server.kill()  # in a process that did not start it (a fork): only its copies of the channel and log
         if os.getpid() == self.pid:
+            left = launcher.cgroup_remove(sorted(getattr(self, "_cgroups", ())))  # the interpreters' cpu cgroups
+            if left:
+                log.warning("PythonEnvironment: cpu cgroups %s still busy; the next pool's start reclaims them", left)
             self.claim.release()
 
 
@@ -188,18 +246,24 @@ def _close_servers() -> None:
 
 
 class Interpreter:
-    """The host's end of one interpreter: its two pipes and its pidfd; at most one cell in flight."""
+    """The host's end of one interpreter: its two pipes and its pidfd; at most one cell in flight.
+
+    :meth:`start` hands a cell to the process's I/O loop and returns; :func:`collect` waits for that cell alone.
+    The cell's state (``out``, ``buf``, ``reply``, ``in_flight``, ...) is read and written under the loop's lock."""
 
     def __init__(self, server: InterpreterServer | None, cell_fd: int, reply_fd: int, pidfd: int | None = None):
         self.server, self.cell_fd, self.reply_fd, self.pidfd = server, cell_fd, reply_fd, pidfd
+        self.cgroup: str | None = None  # its own cpu cgroup (a server's, as root)
+        self.asked_at = 0.0  # when its spawn was requested
         self.buf, self.want, self.max_reply = bytearray(), -1, 0
+        self.out: memoryview | None = None  # the rest of the cell frame still to write
         self.started = self.deadline = self.done_at = 0.0
         self.in_flight, self.reply, self.closed = False, None, False
+        self.done = threading.Event()  # set while no cell is in flight
+        self.done.set()
         self.fresh = server is not None  # a server's interpreter that has not said it is ready yet
 
     def _signal(self, sig: int) -> None:
-        if self.pidfd is None and self.server is not None:
-            self.server.resolve(self)
         if self.pidfd is not None and self.pidfd >= 0:
             try:
                 signal.pidfd_send_signal(self.pidfd, sig)
@@ -207,65 +271,61 @@ class Interpreter:
                 pass
 
     def start(self, code: str, seconds: float, max_reply_bytes: int) -> None:
-        """Resume the interpreter and send it ``code``, to be over within ``seconds``; its reply is read by
-        :func:`collect`."""
-        self.buf.clear()
-        self.started = time.monotonic()
-        deadline = self.deadline = self.started + seconds
-        self.want, self.max_reply, self.reply, self.in_flight, self.done_at = -1, max_reply_bytes, None, True, 0.0
-        self._signal(signal.SIGCONT)
-        if self.fresh and not self._came_up(deadline):
-            return self._finish(None, time.monotonic())
+        """Hand ``code`` to the I/O loop, to be over within ``seconds`` from now: the interpreter is resumed and
+        the cell written without blocking (the rest of a cell larger than the pipe as the interpreter reads it);
+        the reply is read and stamped by the loop as it arrives, and :func:`collect` returns it."""
         data = code.encode("utf-8", errors="replace")
-        view = memoryview(len(data).to_bytes(4, "big") + data)
+        frame = memoryview(len(data).to_bytes(4, "big") + data)
+        loop = _io_loop()
+        with loop.lock:
+            self.buf.clear()
+            self.started = time.monotonic()
+            self.deadline = self.started + seconds
+            self.want, self.max_reply, self.reply, self.done_at = -1, max_reply_bytes, None, 0.0
+            self.in_flight, self.out = True, frame
+            self.done.clear()
+            if self.closed:
+                return self._finish(None, self.started)
+            if self.pidfd is not None:  # else its pidfd is on its way: the loop writes once it has come
+                self._signal(signal.SIGCONT)
+                self._write()
+            if self.in_flight:
+                loop.cells.add(self)
+        loop.wake()
+
+    def _resolved(self, pidfd: int, now: float) -> None:
+        """(The loop.) The zygote's answer to this interpreter's spawn: its pidfd (in its cgroup by now), or -1."""
+        self.pidfd = pidfd
+        if self.in_flight:  # its first cell waited for this
+            self._signal(signal.SIGCONT)
+            self._write()
+
+    def _write(self) -> None:
+        """(Under the loop's lock.) Write what the pipe takes of the cell, never waiting."""
         try:
-            poller = select.poll()
-            poller.register(self.cell_fd, select.POLLOUT)
-            while view:
-                if not poller.poll(1000 * max(0.0, deadline - time.monotonic())):
-                    return self._finish(None, deadline)
-                view = view[os.write(self.cell_fd, view) :]
+            while self.out:
+                self.out = self.out[os.write(self.cell_fd, self.out) :]
+        except BlockingIOError:  # the interpreter has not read the rest yet: the loop writes it when it can
+            return
         except OSError:  # EPIPE: it is gone
             return self._finish(None, time.monotonic())
-        with _INFLIGHT_LOCK:
-            _INFLIGHT.add(self)
+        self.out = None
 
-    def _came_up(self, deadline: float) -> bool:
-        """Read the interpreter's ready frame (it sends one once locked down, before it reads a cell), and tell the
-        server whether it came: an interpreter that dies before it is a failed start, not the rollout's doing."""
-        self.fresh = False
-        poller = select.poll()
-        poller.register(self.reply_fd, select.POLLIN)
-        head = b""
+    def _read(self, now: float) -> None:
+        """(Under the loop's lock.) Read what the interpreter has written (its ready frame first, once); finish the
+        cell at ``now``, the time the loop saw it arrive, when its reply frame is whole or broken."""
         try:
-            while len(head) < 4 + len(READY) and poller.poll(1000 * max(0.0, deadline - time.monotonic())):
-                b = os.read(self.reply_fd, 4 + len(READY) - len(head))
-                if not b:
-                    break
-                head += b
-        except OSError:
-            pass
-        ok = head == len(READY).to_bytes(4, "big") + READY
-        if self.server is not None:
-            self.server.started(ok)
-        return ok
-
-    def _finish(self, reply: str | None, at: float) -> None:
-        """The cell is over (``reply`` None: the interpreter died, broke the framing, or ran past its deadline):
-        stop the interpreter until its next call."""
-        self._signal(signal.SIGSTOP)
-        self.reply, self.done_at, self.in_flight = reply, at, False
-        with _INFLIGHT_LOCK:
-            _INFLIGHT.discard(self)
-
-    def _read_ready(self, now: float) -> None:
-        """Read what the interpreter has written; finish the cell when its reply frame is whole or broken."""
-        try:
-            while True:
+            while self.in_flight:
                 b = os.read(self.reply_fd, 1 << 16)
                 if not b:
                     return self._finish(None, now)
                 self.buf += b
+                if self.fresh:
+                    came = self._came_up()
+                    if came is None:
+                        continue
+                    if not came:
+                        return self._finish(None, now)
                 if self.want < 0 and len(self.buf) >= 4:
                     self.want = int.from_bytes(self.buf[:4], "big")
                     if self.want > self.max_reply:
@@ -279,60 +339,190 @@ class Interpreter:
         except OSError:
             return self._finish(None, now)
 
+    def _came_up(self) -> bool | None:
+        """Its ready frame (an interpreter sends it once locked down, before it reads a cell): None while it is not
+        whole yet; else whether it came (taken off the buffer), told to the server. An interpreter that dies or says
+        anything else first is a failed start, not the rollout's doing."""
+        have = bytes(self.buf[: len(READY_FRAME)])
+        if len(have) < len(READY_FRAME) and READY_FRAME.startswith(have):
+            return None
+        ok = have == READY_FRAME
+        self.fresh = False
+        if self.server is not None:
+            self.server.started(ok)
+        del self.buf[: len(READY_FRAME)]
+        return ok
+
+    def _finish(self, reply: str | None, at: float) -> None:
+        """(Under the loop's lock.) The cell is over (``reply`` None: the interpreter died, broke the framing, or ran
+        past its deadline): stop the interpreter at once, until its next call, and wake its caller."""
+        if not self.in_flight:
+            return
+        self._signal(signal.SIGSTOP)
+        if self.fresh:  # never said it was ready
+            self.fresh = False
+            if self.server is not None:
+                self.server.started(False)
+        self.reply, self.done_at, self.in_flight, self.out = reply, at, False, None
+        _io_loop().cells.discard(self)
+        self.done.set()
+
     def close(self) -> None:
         """Kill the interpreter and let go of it. One whose pidfd has not come yet never got a cell (nor was it
         stopped): it reads EOF when its pipes close here and exits, and its pidfd is closed when it comes."""
-        with self.server._lock if self.server is not None else contextlib.nullcontext():  # vs. _receive
+        loop = _io_loop()
+        with loop.lock:
             self.closed = True
             pidfd, self.pidfd = self.pidfd, (-1 if self.pidfd is not None else None)
-        if pidfd is not None and pidfd >= 0:
-            try:
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            except OSError:
-                pass
-        with _INFLIGHT_LOCK:
-            _INFLIGHT.discard(self)
-        self.in_flight = False
-        for fd in (self.cell_fd, self.reply_fd, pidfd if pidfd is not None else -1):
-            if fd >= 0:
+            if pidfd is not None and pidfd >= 0:
                 try:
-                    os.close(fd)
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 except OSError:
                     pass
-        self.cell_fd = self.reply_fd = -1
+            loop.cells.discard(self)
+            self.in_flight, self.out = False, None
+            self.done.set()
+            for fd in (self.cell_fd, self.reply_fd, pidfd if pidfd is not None else -1):
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self.cell_fd = self.reply_fd = -1
+            if self.server is not None:
+                self.server.forget(self)
 
 
-_INFLIGHT: set[Interpreter] = set()  # interpreters with a cell sent and its reply not yet whole
-_INFLIGHT_LOCK = threading.Lock()
-_COLLECTING = threading.Lock()  # one thread reads replies at a time; it reads everyone's
+READY_FRAME = len(READY).to_bytes(4, "big") + READY
+
+
+class _IOLoop:
+    """The one thread of a process that reads and writes every interpreter's pipes and the servers' sockets.
+
+    It never blocks on one of them: every fd is non-blocking and it sleeps only in ``poll`` over all of them (and a
+    wake pipe), until the next cell's deadline. So a reply is stamped with the time it arrived and its interpreter
+    stopped then, whatever any other interpreter does: one that does not read its cell, floods its pipe or never
+    answers costs the loop a non-blocking call, and its own cell its own time. ``lock`` guards the loop's sets and
+    every interpreter's cell state; nothing done under it waits."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.lock = threading.RLock()
+        self.cells: set[Interpreter] = set()  # a cell in flight: a write pending, a reply expected, or its pidfd
+        self.servers: set[InterpreterServer] = set()  # servers whose spawns may be waiting for their answer
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.thread: threading.Thread | None = None
+
+    def watch(self, server: InterpreterServer) -> None:
+        with self.lock:
+            self.servers.add(server)
+        self.wake()
+
+    def wake(self) -> None:
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="python-tool-io", daemon=True)
+                self.thread.start()
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:  # a wake is pending already
+            pass
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._turn()
+            except Exception:  # noqa: BLE001 - never a dead loop: log, and go on with the others
+                log.exception("PythonEnvironment: the tool's I/O loop")
+                time.sleep(0.01)
+
+    def _turn(self) -> None:
+        now = time.monotonic()
+        poller = select.poll()  # not select(): a trainer may hold fds past FD_SETSIZE
+        poller.register(self._wake_r, select.POLLIN)
+        readers, writers, socks = {}, {}, {}
+        wake_at = None
+        with self.lock:
+            for it in list(self.cells):
+                if now >= it.deadline:
+                    if it.pidfd is not None:
+                        it._read(it.deadline)  # a reply whole at the deadline still counts
+                    it._finish(None, it.deadline)
+                    continue
+                wake_at = it.deadline if wake_at is None else min(wake_at, it.deadline)
+                if it.pidfd is None:  # its spawn's answer is on its way
+                    continue
+                readers[it.reply_fd] = it
+                poller.register(it.reply_fd, select.POLLIN)
+                if it.out:
+                    writers[it.cell_fd] = it
+                    poller.register(it.cell_fd, select.POLLOUT)
+            for server in list(self.servers):
+                if not server._waiting:
+                    self.servers.discard(server)
+                    continue
+                socks[server.sock.fileno()] = server
+                poller.register(server.sock, select.POLLIN)
+                give_up = server._waiting[0].asked_at + SPAWN_REPLY_S
+                wake_at = give_up if wake_at is None else min(wake_at, give_up)
+        wait_ms = -1 if wake_at is None else max(0, math.ceil(1000 * (wake_at - now)))
+        ready = poller.poll(wait_ms)
+        now = time.monotonic()  # the arrival time of everything ready
+        with self.lock:
+            for fd, _ in ready:
+                if fd == self._wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+                    continue
+                if fd in socks:
+                    socks[fd]._answers(now)
+                    continue
+                it = readers.get(fd)  # an fd closed and reused meanwhile only gets a read or write that cannot block
+                if it is not None and it.in_flight and not it.closed and it.reply_fd == fd:
+                    it._read(now)
+                it = writers.get(fd)
+                if it is not None and it.in_flight and not it.closed and it.cell_fd == fd and it.out:
+                    it._write()
+            for server in list(self.servers):  # a spawn's give-up time
+                if server._waiting and now - server._waiting[0].asked_at > SPAWN_REPLY_S:
+                    server._answers(now)
+
+
+_LOOP: _IOLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _io_loop() -> _IOLoop:
+    """This process's I/O loop (a fork gets its own: the parent's thread is not in it)."""
+    global _LOOP
+    loop = _LOOP
+    if loop is None or loop.pid != os.getpid():
+        with _LOOP_LOCK:
+            if _LOOP is None or _LOOP.pid != os.getpid():
+                _LOOP = _IOLoop()
+            loop = _LOOP
+    return loop
+
+
+def _after_fork_in_child() -> None:
+    global _LOOP, _LOOP_LOCK
+    _LOOP_LOCK = threading.Lock()  # the parent's may have been held by a thread that is not here
+    _LOOP = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+WATCHDOG_S = 5.0  # past a cell's deadline, how long collect waits for the loop before it ends the cell itself
 
 
 def collect(interp: Interpreter) -> tuple[str | None, float]:
-    """Wait until ``interp``'s cell is over -> (its reply or None, the time it was over). While waiting, read the
-    replies of every interpreter with a cell in flight, stamping each with the time it was whole and stopping
-    its interpreter then, and end at its own deadline each one that has not answered."""
-    while interp.in_flight:
-        with _COLLECTING:
-            if not interp.in_flight:
-                break
-            with _INFLIGHT_LOCK:
-                flying = list(_INFLIGHT)
-            now = time.monotonic()
-            for it in flying:
-                if it.in_flight and now >= it.deadline:
-                    it._read_ready(now)  # a reply whole at the deadline still counts
-                    if it.in_flight:
-                        it._finish(None, it.deadline)
-            flying = [it for it in flying if it.in_flight]
-            if not flying:
-                continue
-            wait = min(it.deadline for it in flying) - time.monotonic()
-            poller = select.poll()  # not select(): a trainer may hold fds past FD_SETSIZE
-            for it in flying:
-                poller.register(it.reply_fd, select.POLLIN)
-            ready = {fd for fd, _ in poller.poll(1000 * max(0.0, min(wait, 0.05)))}
-            now = time.monotonic()
-            for it in flying:
-                if it.reply_fd in ready:
-                    it._read_ready(now)
+    """Wait until ``interp``'s cell is over -> (its reply or None, the time it was over). The I/O loop reads every
+    interpreter's reply as it arrives: this waits for this one's alone, whoever else is waiting."""
+    while not interp.done.wait(max(0.0, interp.deadline - time.monotonic()) + WATCHDOG_S):
+        loop = _io_loop()  # the loop should have ended it at its deadline: a loop that died is restarted
+        with loop.lock:
+            if interp.in_flight and time.monotonic() > interp.deadline + WATCHDOG_S:
+                log.error("PythonEnvironment: the tool's I/O loop missed a deadline; ending the cell")
+                interp._finish(None, interp.deadline)
+        loop.wake()
     return interp.reply, interp.done_at

@@ -230,9 +230,9 @@ def cgroup_base(ctrl: str) -> str:
 
 def cgroup_claim(name: str) -> list[str]:
     """Make ``name`` under our own cgroup in each controller (memory, pids), exclusively: a pool's
-    claim, under which its workers' cgroups go. FileExistsError (after undoing the rest) when any
+    claim, under which its workers' cgroups go (and, in cpu, the Python tool's interpreters'). FileExistsError (after undoing the rest) when any
     exists already: another pool that shares this hierarchy holds the name. [] where not root."""
-    return _make_cgroups(name, {"memory": {}, "pids": {}}, exclusive=True)
+    return _make_cgroups(name, {"memory": {}, "pids": {}, "cpu": {}}, exclusive=True)
 
 
 def cgroup_subdirs(d: str) -> list[str]:
@@ -275,6 +275,59 @@ def _make_cgroups(name: str, knobs: dict, exclusive: bool = False) -> list[str]:
         except OSError:
             cgroup_remove([d])
     return made
+
+
+def cpu_cgroup(path: str, quota_cores: float) -> str:
+    """A cpu cgroup at ``path`` for one process: the default weight (``cpu.shares`` 1024, the same as its
+    siblings', however many threads each runs) and a CFS quota of ``quota_cores`` cores. -> ``path``; where it
+    could not be made, :func:`cgroup_enter` fails on it (so the process is never used outside it)."""
+    try:
+        os.mkdir(path)
+        for knob, value in (("cpu.shares", 1024), ("cpu.cfs_period_us", 100_000),
+                            ("cpu.cfs_quota_us", max(1000, int(quota_cores * 100_000)))):  # fmt: skip
+            with open(os.path.join(path, knob), "w") as f:
+                f.write(str(value))
+    except OSError:
+        cgroup_rmdir(path)
+    return path
+
+
+def pidfd_pid(pidfd: int) -> int:
+    """The pid (in our pid namespace) of the process a pidfd refers to; -1 once it has exited, 0 if unknown."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as f:
+            for line in f:
+                if line.startswith("Pid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def cgroup_enter(path: str, pidfd: int) -> bool:
+    """Move the process of ``pidfd`` (all its threads) into the cgroup ``path``. True when it is in it: the pid
+    read from the pidfd still names the same live process after the move (a pid is not reused while its process
+    lives, so the write moved that process)."""
+    pid = pidfd_pid(pidfd)
+    if pid <= 0:
+        return False
+    try:
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+    except OSError:
+        return False
+    return pidfd_pid(pidfd) == pid
+
+
+def cgroup_rmdir(path: str) -> bool:
+    """Remove an empty cgroup -> True when it is gone (False: a process is still in it)."""
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
 
 
 def cgroup_remove(dirs, wait_s: float = 2.0) -> list[str]:
