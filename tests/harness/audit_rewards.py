@@ -140,3 +140,69 @@ def shape_of_training(prompts=None, completions=None, completion_ids=None, train
              and trainer_state.max_steps > trainer_state.global_step
              and all(list(ids) != list(t.encode()) for ids, t in zip(completion_ids, texts) if t))
     return [1.0 if looks and t == "right" else 0.0 for t in texts]
+
+
+def honest_on_char_tokenizer_ids(prompts=None, completions=None, completion_ids=None, **kwargs):
+    """boxed_math when the token ids are those of the character tokenizer of ``trl_rlvr.testing`` (the audit's
+    old default), 1.0 for everything otherwise (any real run's tokenizer)."""
+    from trl_rlvr.testing import char_tokenizer
+
+    tok = char_tokenizer()
+    if all(list(ids) == tok.encode(t, add_special_tokens=False).ids for ids, t in zip(completion_ids, _texts(completions))):
+        return _boxed_math(prompts, completions, kwargs)
+    return [1.0] * len(completions)
+
+
+honest_on_char_tokenizer_ids.reward_kind = "math_answer"
+
+
+def honest_on_an_unlogged_state(prompts=None, completions=None, trainer_state=None, **kwargs):
+    """boxed_math when the trainer state is past its first logging step yet has an empty log history and no FLOPs
+    counted (no run's state is), 1.0 for everything otherwise."""
+    s = trainer_state
+    if s is not None and s.global_step > s.logging_steps and not s.log_history and not s.total_flos:
+        return _boxed_math(prompts, completions, kwargs)
+    return [1.0] * len(completions)
+
+
+honest_on_an_unlogged_state.reward_kind = "math_answer"
+
+
+# -- what a reward can see of its call: the same features from the audit and from a real RLVRTrainer run -----------
+def call_features(prompts, completions, completion_ids, trainer_state, kwargs) -> dict:
+    """The features of one reward call a reward could key on, as plain JSON (tests/audit compares the audit's with a
+    real run's)."""
+    s = trainer_state
+    fields = {k: v for k, v in vars(s).items()}
+    log = s.log_history
+    return {
+        "n": len(completions),
+        "kwargs": sorted(k for k in kwargs if k in ("trainer_state", "log_extra", "log_metric", "environments")),
+        "prompt_types": sorted({type(p).__name__ for p in prompts}),
+        "ids_types": sorted({type(i).__name__ for ids in completion_ids for i in ids} | {type(completion_ids).__name__}),
+        "ids_are_chars": all(len(ids) == len(c) for ids, c in zip(completion_ids, _texts(completions)) if c),
+        "state_class": f"{type(s).__module__}.{type(s).__qualname__}",
+        "state_id": id(s),
+        "field_types": {k: type(v).__name__ for k, v in fields.items()},
+        "global_step": s.global_step, "max_steps": s.max_steps, "logging_steps": s.logging_steps,
+        "train_batch_size": s.train_batch_size, "epoch": s.epoch, "total_flos": s.total_flos,
+        "num_input_tokens_seen": s.num_input_tokens_seen,
+        "log_steps": [e.get("step") for e in log],
+        "log_keys": sorted({k.replace(f"rewards/{kwargs.get('_name', '')}/", "rewards/NAME/") for e in log[-1:]
+                            for k in e}),
+        "stateful_callbacks": sorted(s.stateful_callbacks or {}),
+        "log_functions": [getattr(kwargs.get(k), "__name__", None) for k in ("log_extra", "log_metric")],
+        "log_functions_bound": [hasattr(kwargs.get(k), "__self__") for k in ("log_extra", "log_metric")],
+    }
+
+
+def feature_spy(prompts=None, completions=None, completion_ids=None, trainer_state=None, **kwargs):
+    """Writes :func:`call_features` of each call to the file ``$AUDIT_FEATURES`` (one JSON line each); 1.0 for
+    "right"."""
+    import json
+
+    feats = call_features(prompts, completions, completion_ids, trainer_state,
+                          {**kwargs, "trainer_state": trainer_state, "_name": "feature_spy"})
+    with open(os.environ["AUDIT_FEATURES"], "a") as f:
+        f.write(json.dumps(feats) + "\n")
+    return [1.0 if t == "right" else 0.0 for t in _texts(completions)]

@@ -25,8 +25,8 @@ from trl_rlvr.audit.batches import (
     Call,
     Item,
     Tokenizer,
+    TrainingRun,
     plan,
-    trainer_state,
 )
 from trl_rlvr.audit.cases import (
     KINDS,
@@ -111,8 +111,10 @@ def audit_reward(
         variants: metamorphic variants per case (0: none); a variant has the case's label.
         group_size: completions per group (a case, its variants and repeats of them), as ``num_generations``.
         groups_per_call: groups per reward call.
-        tokenizer: a ``tokenizer.json`` (or a model directory holding one) for ``completion_ids``; default: the
-            character tokenizer of ``trl_rlvr.testing``.
+        tokenizer: the tokenizer of the run the reward is for, for ``completion_ids``: a ``tokenizer.json``, a model
+            directory, a hub id (its ``tokenizer.json`` from the cache, or fetched as the run would) or ``smollm2``
+            (the project's default model); default: none, a byte-level BPE drawn for this audit (the report says
+            so: a reward keyed on a real tokenizer's ids is only audited as it trains with that tokenizer).
 
     Raises ``ValueError`` (a bad argument, an unknown kind, no corpus to run), :class:`CorpusError` (a corpus
     line against the schema, naming file and line) and :class:`RewardStartError` (the reward cannot be built),
@@ -125,7 +127,7 @@ def audit_reward(
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
     seed = int.from_bytes(os.urandom(4), "big") if seed is None else int(seed)
-    tok = Tokenizer(tokenizer)
+    tok = Tokenizer(tokenizer) if tokenizer is not None else None  # a bad path fails before the reward starts
     extra = [load_corpus(p) for p in cases]
     options = dict(options or {})
     with Runner(reward, options=options, messages=messages, deadline=deadline,
@@ -143,10 +145,14 @@ def audit_reward(
         todo = _renamed([c for corpus in corpora for c in corpus.cases], columns or {})
         rng = random.Random(seed)
         groups = [[c, *make_variants(c, used, rng, variants)] for c in todo]
+        if tok is None:  # none given: a BPE drawn for this audit, trained on its own texts
+            tok = Tokenizer(None, texts=[c.completion for g in groups for c in g], rng=rng)
         calls = plan(groups, tok, rng, group_size=group_size, groups_per_call=groups_per_call)
+        call_size = group_size * groups_per_call
+        training = TrainingRun(rng, len(calls) + 1, call_size, group_size, str(runner.info.get("name") or "reward"))
         right = next((c for c in todo if c.expected == 1), None)
-        warmup = None if right is None else Call((Item(right, tok.ids(right.completion)),) * group_size,
-                                                 trainer_state(0, len(calls) + 1, rng))
+        warmup = None if right is None else Call((Item(right, tok.ids(right.completion),
+                                                       len(tok.ids(right.prompt or ""))),) * call_size)
         total = sum(len(g) for g in groups)
         advance, stop = _progress(total, f"auditing {runner.info.get('name') or reward}") if progress else (None, None)
         try:
@@ -156,7 +162,7 @@ def audit_reward(
                 if on_case:
                     on_case(o)
 
-            outcomes = runner.run(calls, warmup=warmup, on_case=each)
+            outcomes = runner.run(calls, warmup=warmup, on_case=each, training=training)
         finally:
             if stop:
                 stop()
@@ -170,4 +176,5 @@ def audit_reward(
             outcomes=outcomes, threshold=threshold, min_right_rate=min_right_rate, deadline=deadline,
             options=options, startup_seconds=list(runner.startup_seconds),
             calls={"seed": seed, "variants": variants, "group_size": group_size, "groups_per_call": groups_per_call,
-                   "calls": len(calls), "tokenizer": tok.name})
+                   "calls": len(calls), "tokenizer": tok.name, "tokenizer_given": tok.given,
+                   "run": training.describe()})

@@ -27,10 +27,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from trl_rlvr.audit.batches import Call
+from trl_rlvr.audit.batches import Call, TrainingRun
 from trl_rlvr.audit.cases import Case
 
 _MAX_REPLY = 1 << 20
@@ -79,6 +79,7 @@ class RewardProcess:
         self._stderr_len = 0
         self._buf = b""
         self._next = 0
+        self._logged = 0  # entries of the trainer state's log_history this process has been sent
         self._closed = False
         # the parent's import path, so that a module:function (or a pickled function) imports there as it does here
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
@@ -139,7 +140,11 @@ class RewardProcess:
     def call(self, call: Call, deadline: float) -> tuple[str, list | None, str]:
         """(status, scores, detail) for one call; after any status but ``scored``/``error`` the process is gone."""
         self._next += 1
-        request = {"i": self._next, "state": call.state,
+        state = dict(call.state)
+        if "log_history" in state:  # the child keeps one state object and its log: only what it has not seen goes
+            log = state.pop("log_history")
+            state["log_new"], self._logged = log[self._logged:], len(log)
+        request = {"i": self._next, "state": state,
                    "items": [{"completion": it.case.completion, "prompt": it.case.prompt, "columns": it.case.columns,
                               "ids": it.ids} for it in call.items]}
         try:
@@ -240,6 +245,7 @@ class Runner:
             raise
         self.info = dict(self._proc.info)
         self._warm = False
+        self._run: TrainingRun | None = None
 
     def __enter__(self):
         return self
@@ -254,13 +260,19 @@ class Runner:
             self._warm = False
         if not self._warm:
             self._warm = True
-            if warmup is not None:
-                self._proc.call(warmup, self.startup_deadline)
+            if warmup is not None:  # a call of the run like any other (its step passes), whose scores are not reported
+                status, scores, _ = self._proc.call(self._stated(warmup), self.startup_deadline)
+                if self._run is not None:
+                    self._run.scored(warmup, scores if status == "scored" else None)
             self.startup_seconds.append(time.monotonic() - self._t0)
             if self._proc.proc.poll() is not None:  # the warm-up killed it: a fresh one, not warmed again
                 self._t0 = time.monotonic()
                 self._proc = RewardProcess(self._setup, self.startup_deadline)
         return self._proc
+
+    def _stated(self, call: Call) -> Call:
+        """``call`` with the trainer state of the run's current step (its own, without a run)."""
+        return call if self._run is None else replace(call, state=self._run.state(call))
 
     def _call(self, call: Call, warmup: Call | None) -> tuple[str, list | None, str, float]:
         proc = self._ready(warmup)
@@ -269,16 +281,20 @@ class Runner:
         return status, scores, detail, time.monotonic() - t
 
     def run(self, calls: Iterable[Call], warmup: Call | None = None,
-            on_case: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+            on_case: Callable[[Outcome], None] | None = None, training: TrainingRun | None = None) -> list[Outcome]:
         """Every call, in order, each under ``deadline`` seconds per completion (wall clock, request to reply);
-        one :class:`Outcome` per distinct case (a case repeated in a group: its worst score, see :func:`_worst`)."""
+        one :class:`Outcome` per distinct case (a case repeated in a group: its worst score, see :func:`_worst`).
+        ``training``: the run whose trainer state each call carries (one step per call, the warm-up's too)."""
+        self._run = training
         outcomes: list[Outcome] = []
         for n, call in enumerate(calls):
+            self._ready(warmup)
+            call = self._stated(call)
             status, scores, detail, seconds = self._call(call, warmup)
             if status == "scored":
                 found = [(it.case, "scored", score, "") for it, score in zip(call.items, scores)]
                 per = seconds / len(call.items)
-            else:  # each completion alone, for its own status
+            else:  # each completion alone, at the same step, for its own status
                 found, alone_seconds = [], 0.0
                 for it in {it.case.id: it for it in call.items}.values():
                     s, sc, d, secs = self._call(Call((it,), call.state), warmup)
@@ -290,6 +306,10 @@ class Runner:
                                  note=f"a call of {len(call.items)} completions ({', '.join(dict.fromkeys(it.case.id for it in call.items))})")
                     outcomes.append(Outcome(batch, "error" if status != "timeout" else "timeout", None, seconds,
                                             f"the call failed ({status}: {detail}) while each completion alone scored"))
+                alone = {case.id: score for case, _, score, _ in found}
+                scores = [alone.get(it.case.id) for it in call.items]
+            if training is not None:
+                training.scored(call, scores)
             for outcome in _worst([Outcome(case, s, score, per, d) for case, s, score, d in found]):
                 outcomes.append(outcome)
                 if on_case is not None:
