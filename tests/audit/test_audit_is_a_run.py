@@ -172,7 +172,7 @@ def test_property_a_drawn_runs_state_follows_a_runs_rules(seed, group_size, grou
     size = group_size * groups_per_call
     assert {len(c.items) for c in calls} == {size}
     run = TrainingRun(rng, len(calls), size, group_size, "my_reward")
-    first, seen, flos_types, epochs = run.step, 0, [], []
+    first, seen, epochs = run.step, 0, []
     window = []
     for call in calls:
         state = run.state(call)
