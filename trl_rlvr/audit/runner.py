@@ -205,7 +205,8 @@ class RewardProcess:
 
 def _worst(found: list[Outcome]) -> list[Outcome]:
     """One outcome per case: a failure if any, else the highest score of a case that must be rejected and the
-    lowest of one that must be accepted (``None`` lowest): a reward must score a repeated completion alike."""
+    lowest of one that must be accepted (``None`` lowest, but highest for a wrong answer a score is due for:
+    ``Case.must_score``): a reward must score a repeated completion alike."""
     by_id: dict[str, list[Outcome]] = {}
     for o in found:
         by_id.setdefault(o.case.id, []).append(o)
@@ -215,8 +216,10 @@ def _worst(found: list[Outcome]) -> list[Outcome]:
         if failed:
             out.append(failed[0])
             continue
-        def key(o: Outcome) -> float:
-            return -1.0 if o.score is None else o.score
+        def key(o: Outcome) -> float:  # None: the worst of a wrong answer a score is due for (an escape)
+            if o.score is None:
+                return float("inf") if o.case.must_score and o.case.expected == 0 else -1.0
+            return o.score
 
         out.append(max(group, key=key) if group[0].case.expected == 0 else min(group, key=key))
     return out
