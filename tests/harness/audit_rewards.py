@@ -206,3 +206,55 @@ def feature_spy(prompts=None, completions=None, completion_ids=None, trainer_sta
     with open(os.environ["AUDIT_FEATURES"], "a") as f:
         f.write(json.dumps(feats) + "\n")
     return [1.0 if t == "right" else 0.0 for t in _texts(completions)]
+
+
+# -- a code reward built the way the 2026 reviews found graders built: the code corpus must catch it ----------------
+def _program(text):
+    import re
+
+    blocks = re.findall(r"```[^\n]*\n(.*?)```", text, re.DOTALL)
+    return blocks[-1] if blocks else text
+
+
+def lenient_code_harness(prompts=None, completions=None, tests=None, test=None, entry_point=None, io_tests=None,
+                         **kwargs):
+    """Runs the program with its tests in a subprocess and pays exit status 0: the test runner is defined before
+    the program (which may redefine ``run_tests`` or ``check``), and a process killed by a signal, a timeout or an
+    error message that reads like the machinery's (``TimeoutError``, ``MemoryError``, a lost worker) is scored
+    ``None`` as an infrastructure failure, by its text."""
+    import subprocess
+
+    out = []
+    for k, text in enumerate(_texts(completions)):
+        program, stdin = _program(text), None
+        if tests is not None and tests[k] is not None:
+            body = "".join(f"    {t}\n" for t in tests[k]) or "    pass\n"
+            script = f"def run_tests():\n{body}\n\n{program}\n\nrun_tests()\n"
+        elif test is not None and test[k] is not None:
+            script = f"{test[k]}\n\n{program}\n\ncheck({entry_point[k]})\n"
+        elif io_tests is not None and io_tests[k] is not None:
+            script, stdin = program, io_tests[k][0]["input"]
+        else:
+            out.append(None)
+            continue
+        try:
+            proc = subprocess.run([sys.executable, "-c", script], input=stdin, capture_output=True, text=True,
+                                  timeout=5, check=False)
+        except subprocess.TimeoutExpired:
+            out.append(None)
+            continue
+        if proc.returncode < 0 or any(w in proc.stderr for w in ("TimeoutError", "MemoryError", "worker", "Broken pipe")):
+            out.append(None)
+        elif stdin is not None:
+            out.append(float(proc.returncode == 0 and proc.stdout.strip() == io_tests[k][0]["output"].strip()))
+        else:
+            out.append(float(proc.returncode == 0))
+    return out
+
+
+lenient_code_harness.reward_kind = "code"
+
+
+def none_for_wrong(prompts=None, completions=None, **kwargs):
+    """1.0 for "right", None (not applicable) for anything else."""
+    return [1.0 if t == "right" else None for t in _texts(completions)]
