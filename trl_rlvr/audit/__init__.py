@@ -22,8 +22,6 @@ from typing import Any
 from trl_rlvr.audit.batches import (
     DEFAULT_GROUP_SIZE,
     DEFAULT_GROUPS_PER_CALL,
-    Call,
-    Item,
     Tokenizer,
     TrainingRun,
     plan,
@@ -36,7 +34,7 @@ from trl_rlvr.audit.cases import (
     builtin_corpus,
     load_corpus,
 )
-from trl_rlvr.audit.runner import Outcome, RewardStartError, Runner
+from trl_rlvr.audit.runner import Outcome, RewardStartError, Runner, _worst
 from trl_rlvr.audit.scorecard import MIN_RIGHT_RATE, AuditReport
 from trl_rlvr.audit.variants import variants as make_variants
 
@@ -149,10 +147,7 @@ def audit_reward(
             tok = Tokenizer(None, texts=[c.completion for g in groups for c in g], rng=rng)
         calls = plan(groups, tok, rng, group_size=group_size, groups_per_call=groups_per_call)
         call_size = group_size * groups_per_call
-        training = TrainingRun(rng, len(calls) + 1, call_size, group_size, str(runner.info.get("name") or "reward"))
-        right = next((c for c in todo if c.expected == 1), None)
-        warmup = None if right is None else Call((Item(right, tok.ids(right.completion),
-                                                       len(tok.ids(right.prompt or ""))),) * call_size)
+        training = TrainingRun(rng, len(calls), call_size, group_size, str(runner.info.get("name") or "reward"))
         total = sum(len(g) for g in groups)
         advance, stop = _progress(total, f"auditing {runner.info.get('name') or reward}") if progress else (None, None)
         try:
@@ -162,10 +157,13 @@ def audit_reward(
                 if on_case:
                     on_case(o)
 
-            outcomes = runner.run(calls, warmup=warmup, on_case=each, training=training)
+            outcomes = runner.run(calls, on_case=each, training=training)
         finally:
             if stop:
                 stop()
+        # a case sent in more than one call (the last call of a set of columns is filled with groups sent before):
+        # one outcome, its worst, as for the repeats within a group
+        outcomes = _worst(outcomes)
         # the report in corpus order (each case, then its variants), whatever order the calls went in
         order = {(c.id, c.completion): i for i, c in enumerate(c for g in groups for c in g)}
         outcomes = sorted(outcomes, key=lambda o: order.get((o.case.id, o.case.completion), len(order)))

@@ -7,9 +7,9 @@ process died, or it ran past the deadline: then the whole group is killed and a 
 again one completion at a time, so that each case gets its own status: ``error`` (an exception, ``SystemExit``
 included), ``crash`` (the process died: ``os._exit``, a segfault) or ``timeout``. A call that fails while every
 one of its completions alone scores is reported as an error of its own (class ``batching``): a reward must score
-the calls training makes. Nothing the reward does can stop the audit. Every fresh child first scores a warm-up
-call (a right answer of the corpus) under the startup deadline, so that imports and worker pools are not charged
-to the first call.
+the calls training makes. Nothing the reward does can stop the audit. The first call of every fresh child is its
+warm-up: it has the startup deadline on top, and its time counts as startup, so that imports and worker pools are
+not charged to its cases.
 """
 
 from __future__ import annotations
@@ -256,51 +256,51 @@ class Runner:
     def __exit__(self, exc_type, *exc):
         self.close(graceful=exc_type is None)  # interrupted (Ctrl-C) or failed: no waiting for the case to end
 
-    def _ready(self, warmup: Call | None) -> RewardProcess:
+    def _ready(self) -> RewardProcess:
         if self._proc is None or self._proc.proc.poll() is not None:
             self._t0 = time.monotonic()
             self._proc = RewardProcess(self._setup, self.startup_deadline)
             self._warm = False
-        if not self._warm:
-            self._warm = True
-            if warmup is not None:  # a call of the run like any other (its step passes), whose scores are not reported
-                status, scores, _ = self._proc.call(self._stated(warmup), self.startup_deadline)
-                if self._run is not None:
-                    self._run.scored(warmup, scores if status == "scored" else None)
-            self.startup_seconds.append(time.monotonic() - self._t0)
-            if self._proc.proc.poll() is not None:  # the warm-up killed it: a fresh one, not warmed again
-                self._t0 = time.monotonic()
-                self._proc = RewardProcess(self._setup, self.startup_deadline)
         return self._proc
 
     def _stated(self, call: Call) -> Call:
         """``call`` with the trainer state of the run's current step (its own, without a run)."""
         return call if self._run is None else replace(call, state=self._run.state(call))
 
-    def _call(self, call: Call, warmup: Call | None) -> tuple[str, list | None, str, float]:
-        proc = self._ready(warmup)
+    def _call(self, call: Call) -> tuple[str, list | None, str, float]:
+        """One call; the first of a fresh process is its warm-up: it has the startup deadline on top, and its time
+        counts as the process's startup (its completions' own seconds are 0), so that imports and worker pools
+        are not charged to a case. It is an ordinary call of the run: a separate warm-up call, all of one right
+        answer, would be a call no run makes."""
+        proc = self._ready()
+        warming = not self._warm
         t = time.monotonic()
-        status, scores, detail = proc.call(call, self.deadline * len(call.items))
-        return status, scores, detail, time.monotonic() - t
+        status, scores, detail = proc.call(call, self.deadline * len(call.items)
+                                           + (self.startup_deadline if warming else 0.0))
+        now = time.monotonic()
+        if warming:
+            self._warm = True
+            self.startup_seconds.append(now - self._t0)
+            return status, scores, detail, 0.0
+        return status, scores, detail, now - t
 
-    def run(self, calls: Iterable[Call], warmup: Call | None = None,
-            on_case: Callable[[Outcome], None] | None = None, training: TrainingRun | None = None) -> list[Outcome]:
+    def run(self, calls: Iterable[Call], on_case: Callable[[Outcome], None] | None = None,
+            training: TrainingRun | None = None) -> list[Outcome]:
         """Every call, in order, each under ``deadline`` seconds per completion (wall clock, request to reply);
         one :class:`Outcome` per distinct case (a case repeated in a group: its worst score, see :func:`_worst`).
-        ``training``: the run whose trainer state each call carries (one step per call, the warm-up's too)."""
+        ``training``: the run whose trainer state each call carries (one step per call)."""
         self._run = training
         outcomes: list[Outcome] = []
         for n, call in enumerate(calls):
-            self._ready(warmup)
             call = self._stated(call)
-            status, scores, detail, seconds = self._call(call, warmup)
+            status, scores, detail, seconds = self._call(call)
             if status == "scored":
                 found = [(it.case, "scored", score, "") for it, score in zip(call.items, scores)]
                 per = seconds / len(call.items)
             else:  # each completion alone, at the same step, for its own status
                 found, alone_seconds = [], 0.0
                 for it in {it.case.id: it for it in call.items}.values():
-                    s, sc, d, secs = self._call(Call((it,), call.state), warmup)
+                    s, sc, d, secs = self._call(Call((it,), call.state))
                     found.append((it.case, s, sc[0] if sc else None, d))
                     alone_seconds += secs
                 per = alone_seconds / max(1, len(found))
