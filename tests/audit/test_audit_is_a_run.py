@@ -74,6 +74,7 @@ def test_with_the_runs_tokenizer_the_ids_are_the_runs(tmp_path, tiny_model_dir):
         t = Tokenizer(source)
         assert t.given and t.ids("def f(x):\n  return x + 1") == tuple(tok.encode("def f(x):\n  return x + 1",
                                                                                add_special_tokens=False))
+        assert t.eos_id == tok.eos_token_id
     with pytest.raises(ValueError, match="no tokenizer file"):
         Tokenizer(tmp_path / "missing.json")
 
@@ -103,6 +104,13 @@ def _log_rule(states, logging_steps):
             s["global_step"] < logging_steps
 
 
+def _ends_as_trl_keeps_them(calls, max_completion_length):
+    """Each completion's ids end with the end-of-sequence token, unless it ran to ``max_completion_length``."""
+    for c in calls:
+        for length, eos in c["ends"]:
+            assert eos or length >= max_completion_length, (length, eos)
+
+
 def _compare(real, audit):
     """The features of the audit's calls against a real run's, rule by rule."""
     for calls in (real, audit):
@@ -115,8 +123,8 @@ def _compare(real, audit):
         assert all(c["total_flos"] == 0 for c in calls)  # a GRPO run counts no FLOPs (its inputs hold no input_ids)
         assert all(c["n"] % c["train_batch_size"] == 0 for c in calls)
         _log_rule(calls, calls[0]["logging_steps"])
-    for key in ("kwargs", "prompt_types", "ids_types", "state_class", "stateful_callbacks", "log_functions",
-                "log_functions_bound"):
+    for key in ("kwargs", "prompt_types", "empty_prompts", "groups_share_prompts", "ids_types", "state_class",
+                "stateful_callbacks", "log_functions", "log_functions_bound"):
         assert {json.dumps(c[key]) for c in audit} == {json.dumps(real[0][key])}, key
 
     def kind(c):  # what the field types depend on in a run: the first step, whether a log was written
@@ -145,6 +153,9 @@ def test_the_audits_calls_look_like_a_real_runs_call_by_call(tmp_path, tiny_mode
     trainer.train()
     real = [json.loads(line) for line in real_file.read_text().splitlines()]
     assert len(real) == 5 and real[-1]["log_steps"] == [2, 4]
+    _ends_as_trl_keeps_them(real, trainer.args.max_completion_length)
+    assert any(eos for c in real for _, eos in c["ends"]) or all(n == trainer.args.max_completion_length
+                                                                   for c in real for n, _ in c["ends"])
     rows = [{"id": f"r{k}", "class": "c", "completion": "right" if k % 2 else "wrong", "expected": k % 2,
              "columns": {"answer": "0"}} for k in range(60)]
     monkeypatch.setenv("AUDIT_FEATURES", str(audit_file))
@@ -156,6 +167,7 @@ def test_the_audits_calls_look_like_a_real_runs_call_by_call(tmp_path, tiny_mode
         audit = [json.loads(line) for line in audit_file.read_text().splitlines()]
         assert len(audit) == report.calls["calls"]  # the warm-up is the first of them, an ordinary call
         _compare(real, audit)
+        _ends_as_trl_keeps_them(audit, report.calls["run"]["max_completion_length"])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

@@ -179,8 +179,11 @@ def call_features(prompts, completions, completion_ids, trainer_state, kwargs) -
         "n": len(completions),
         "kwargs": sorted(k for k in kwargs if k in ("trainer_state", "log_extra", "log_metric", "environments")),
         "prompt_types": sorted({type(p).__name__ for p in prompts}),
+        "empty_prompts": any(not p for p in prompts),
+        "groups_share_prompts": all(len({str(p) for p in prompts[k:k + 4]}) == 1 for k in range(0, len(prompts), 4)),
         "ids_types": sorted({type(i).__name__ for ids in completion_ids for i in ids} | {type(completion_ids).__name__}),
         "ids_are_chars": all(len(ids) == len(c) for ids, c in zip(completion_ids, _texts(completions)) if c),
+        "ends": [[len(ids), bool(ids) and ids[-1] == 1] for ids in completion_ids],  # 1: the tiny model's <eos>
         "state_class": f"{type(s).__module__}.{type(s).__qualname__}",
         "state_id": id(s),
         "field_types": {k: type(v).__name__ for k, v in fields.items()},

@@ -145,9 +145,10 @@ def audit_reward(
         groups = [[c, *make_variants(c, used, rng, variants)] for c in todo]
         if tok is None:  # none given: a BPE drawn for this audit, trained on its own texts
             tok = Tokenizer(None, texts=[c.completion for g in groups for c in g], rng=rng)
-        calls = plan(groups, tok, rng, group_size=group_size, groups_per_call=groups_per_call)
+        calls = plan(groups, tok, rng, group_size=group_size, groups_per_call=groups_per_call, kind=used)
         call_size = group_size * groups_per_call
-        training = TrainingRun(rng, len(calls), call_size, group_size, str(runner.info.get("name") or "reward"))
+        training = TrainingRun(rng, len(calls), call_size, group_size, str(runner.info.get("name") or "reward"),
+                               eos_id=tok.eos_id)
         total = sum(len(g) for g in groups)
         advance, stop = _progress(total, f"auditing {runner.info.get('name') or reward}") if progress else (None, None)
         try:

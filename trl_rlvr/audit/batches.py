@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trl_rlvr.audit.cases import Case
@@ -38,11 +38,32 @@ DEFAULT_GROUPS_PER_CALL = 2
 
 @dataclass(frozen=True)
 class Item:
-    """One completion of a call: the case it scores (a corpus case or one of its variants)."""
+    """One completion of a call: the case it scores (a corpus case or one of its variants) and the prompt sent
+    with it (the case's, else an instruction drawn for its group: no run has empty prompts)."""
 
     case: Case
     ids: tuple[int, ...]
     prompt_tokens: int = 0
+    prompt: str | None = None
+
+    @property
+    def prompt_text(self) -> str:
+        return self.prompt if self.prompt is not None else self.case.prompt or ""
+
+
+#: Instructions for a case that has no prompt of its own, per kind (no numbers or expressions: a reward that reads
+#: the question, as boxed_math does, finds none in them).
+INSTRUCTIONS = {
+    "math_answer": ("Solve the following problem. Put your final answer within \\boxed{}.",
+                    "Please reason step by step, and put your final answer within \\boxed{}.",
+                    "Answer the question below. Write the final answer in a box."),
+    "code": ("Write a Python function that solves the task. Return the code in a single fenced block.",
+             "Solve the programming problem below in Python.",
+             "Complete the following Python code so that the tests pass."),
+    "format": ("Think about the question first, then answer it.",
+               "Reason inside <think> tags, then give your answer.",
+               "Answer the user's question."),
+}
 
 
 @dataclass(frozen=True)
@@ -75,10 +96,37 @@ class Tokenizer:
         self._remap: dict[int, int] | None = None
         self.given = source is not None
         if source is None:
-            self._tok, self._remap, self.name = self.drawn(texts or [], rng or random.Random())
+            rng = rng or random.Random()
+            self._tok, self._remap, self.name, self.eos_id = self.drawn(texts or [], rng)
             return
         path = self._resolve(str(source))
         self._tok, self.name = HFTokenizer.from_file(str(path)), f"{source} ({path})" if str(path) != str(source) else str(path)
+        self.eos_id = self._eos(path)
+
+    #: End-of-turn tokens of released tokenizers, for a ``tokenizer.json`` given without its ``tokenizer_config.json``.
+    EOS_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<eos>", "<end_of_turn>",
+                 "<|end|>")
+
+    def _eos(self, path: Path) -> int | None:
+        """The id of the run's end-of-sequence token (a completion that ends ends with it: TRL keeps it in
+        ``completion_ids``): ``eos_token`` of the ``tokenizer_config.json`` beside the file, else a known name."""
+        import json
+
+        names = list(self.EOS_NAMES)
+        config = path.parent / "tokenizer_config.json"
+        if config.is_file():
+            try:
+                eos = json.loads(config.read_text()).get("eos_token")
+                eos = eos.get("content") if isinstance(eos, dict) else eos
+                if isinstance(eos, str):
+                    names.insert(0, eos)
+            except (OSError, ValueError):
+                pass
+        for name in names:
+            i = self._tok.token_to_id(name)
+            if i is not None:
+                return i
+        return None
 
     @staticmethod
     def _resolve(source: str) -> Path:
@@ -109,7 +157,7 @@ class Tokenizer:
         """A byte-level BPE trained on (the starts of) ``texts`` with a merge budget drawn from ``rng``; its ids
         laid out as a released tokenizer's are (a block of special tokens, the 256 bytes, then the merges in
         order of rank) over a vocabulary size drawn from :data:`VOCAB_SIZES`, with gaps drawn between them.
-        -> (tokenizer, id map, name)."""
+        -> (tokenizer, id map, name, end-of-sequence id)."""
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -131,7 +179,8 @@ class Tokenizer:
         remap = {}
         for k, (_, i) in enumerate(by_rank):
             remap[i] = specials + k if k < 256 else specials + 256 + ranks[k - 256]
-        return tok, remap, f"none given: a byte-level BPE drawn for this audit (vocabulary {size})"
+        eos = rng.randrange(specials) if specials else size - 1  # in the special block, else the last id (GPT-2's)
+        return tok, remap, f"none given: a byte-level BPE drawn for this audit (vocabulary {size})", eos
 
     def ids(self, text: str) -> tuple[int, ...]:
         ids = self._tok.encode(text, add_special_tokens=False).ids
@@ -176,8 +225,10 @@ class TrainingRun:
     :meth:`state` gives the fields of the call about to be made; :meth:`scored` records what the reward returned,
     for the log entries of the logging steps ahead."""
 
-    def __init__(self, rng: random.Random, calls: int, call_size: int, group_size: int, reward_name: str):
+    def __init__(self, rng: random.Random, calls: int, call_size: int, group_size: int, reward_name: str,
+                 eos_id: int | None = None):
         self.rng = rng
+        self.eos_id = eos_id
         self.reward_name = reward_name or "reward"
         self.group_size = group_size
         accumulation = rng.choice([d for d in (1, 1, 2, 4, 8) if call_size % d == 0])
@@ -255,6 +306,18 @@ class TrainingRun:
                 "max_completion_length": self.max_completion_length, "trainer": "RLVRTrainer" if self.rlvr else
                 "GRPOTrainer", "first_step": self.first_step}
 
+    def completion_ids(self, ids: tuple[int, ...]) -> tuple[int, ...]:
+        """A completion's ids as TRL hands them: ending with the end-of-sequence token when the completion ended
+        before ``max_completion_length`` (TRL keeps it), as they are when it would have been cut there."""
+        if self.eos_id is None or len(ids) >= self.max_completion_length:
+            return ids
+        return (*ids, self.eos_id)
+
+    def prepare(self, call: Call) -> Call:
+        """``call`` as it is made at the current step: its completions' ids as TRL's, its trainer state."""
+        call = replace(call, items=tuple(replace(it, ids=self.completion_ids(it.ids)) for it in call.items))
+        return replace(call, state=self.state(call))
+
     def state(self, call: Call) -> dict:
         """The trainer state's fields at the call about to be made (the current step; its tokens counted)."""
         self.tokens_seen += sum(len(it.ids) + it.prompt_tokens for it in call.items)
@@ -280,12 +343,13 @@ class TrainingRun:
 
 
 def plan(cases: list[list[Case]], tokenizer: Tokenizer, rng: random.Random, group_size: int = DEFAULT_GROUP_SIZE,
-         groups_per_call: int = DEFAULT_GROUPS_PER_CALL) -> list[Call]:
+         groups_per_call: int = DEFAULT_GROUPS_PER_CALL, kind: str | None = None) -> list[Call]:
     """The calls for ``cases`` (each a corpus case followed by its variants), in a seeded random order.
 
     Only cases with the same columns share a call (one dataset has one set of columns); each case's group is
     its members, shuffled, padded with repeats to ``group_size`` (a case with more members than that is several
-    groups); every call holds ``groups_per_call``
+    groups), all with the case's prompt (a case without one: an instruction of :data:`INSTRUCTIONS` for ``kind``
+    drawn for it); every call holds ``groups_per_call``
     groups (the last call of a set of columns is filled with groups of that set drawn again)."""
     groups: dict[tuple, list[list[Case]]] = {}
     for members in cases:
@@ -307,13 +371,19 @@ def plan(cases: list[list[Case]], tokenizer: Tokenizer, rng: random.Random, grou
     rng.shuffle(chunks)
     ids: dict[str, tuple[int, ...]] = {}
     prompt_tokens: dict[str, int] = {}
+    instructions = INSTRUCTIONS.get(kind or "", ("Answer the question below.",))
+    drawn: dict[str, str] = {}
+    for members in cases:  # one instruction per corpus case, shared by its variants (a group shares its prompt)
+        if not members[0].prompt:
+            p = rng.choice(instructions)
+            drawn.update((m.id, p) for m in members)
 
     def item(c: Case) -> Item:
         if c.completion not in ids:
             ids[c.completion] = tokenizer.ids(c.completion)
-        p = c.prompt or ""
+        p = c.prompt or drawn.get(c.id) or rng.choice(instructions)
         if p not in prompt_tokens:
-            prompt_tokens[p] = len(tokenizer.ids(p)) if p else 0
-        return Item(c, ids[c.completion], prompt_tokens[p])
+            prompt_tokens[p] = len(tokenizer.ids(p))
+        return Item(c, ids[c.completion], prompt_tokens[p], None if c.prompt else p)
 
     return [Call(tuple(item(c) for group in chunk for c in group)) for chunk in chunks]

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from trl_rlvr.audit.batches import Call, TrainingRun
@@ -145,7 +145,7 @@ class RewardProcess:
             log = state.pop("log_history")
             state["log_new"], self._logged = log[self._logged:], len(log)
         request = {"i": self._next, "state": state,
-                   "items": [{"completion": it.case.completion, "prompt": it.case.prompt, "columns": it.case.columns,
+                   "items": [{"completion": it.case.completion, "prompt": it.prompt_text, "columns": it.case.columns,
                               "ids": it.ids} for it in call.items]}
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -265,7 +265,7 @@ class Runner:
 
     def _stated(self, call: Call) -> Call:
         """``call`` with the trainer state of the run's current step (its own, without a run)."""
-        return call if self._run is None else replace(call, state=self._run.state(call))
+        return call if self._run is None else self._run.prepare(call)
 
     def _call(self, call: Call) -> tuple[str, list | None, str, float]:
         """One call; the first of a fresh process is its warm-up: it has the startup deadline on top, and its time
