@@ -3,10 +3,11 @@
 A policy under optimisation pressure finds whatever its verifier gets wrong. :func:`audit_reward` runs a
 versioned corpus of cases suited to the reward's kind (``math_answer``, ``code``, ``format``; the reward declares
 it as its ``reward_kind`` attribute) through the reward, each case also as a few metamorphic variants drawn
-per run (:mod:`trl_rlvr.audit.variants`), in calls shaped like training's (GRPO groups, token ids, a trainer
-state: :mod:`trl_rlvr.audit.batches`), each under a deadline, in a child process the reward cannot take down
-with it, and reports per class the wrong answers it accepted (false positives), the right answers it rejected
-(false negatives), crashes and hangs, and the cost. The rule for passing is in :mod:`trl_rlvr.audit.scorecard`;
+per run (:mod:`trl_rlvr.audit.variants`), in calls drawn from a training run's at that step (GRPO groups of one
+call size, the run's token ids, one trainer state object with a run's log: :mod:`trl_rlvr.audit.batches`), each
+under a deadline, in a child process the reward cannot take down with it, and reports per class the wrong answers
+it accepted (false positives), the wrong answers it let escape with ``None`` where a score is due, the right
+answers it rejected (false negatives), crashes and hangs, and the cost. The rule for passing is in :mod:`trl_rlvr.audit.scorecard`;
 the corpora's schema in :mod:`trl_rlvr.audit.cases`.
 """
 
