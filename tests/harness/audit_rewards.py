@@ -191,8 +191,7 @@ def call_features(prompts, completions, completion_ids, trainer_state, kwargs) -
         "train_batch_size": s.train_batch_size, "epoch": s.epoch, "total_flos": s.total_flos,
         "num_input_tokens_seen": s.num_input_tokens_seen,
         "log_steps": [e.get("step") for e in log],
-        "log_keys": sorted({k.replace(f"rewards/{kwargs.get('_name', '')}/", "rewards/NAME/") for e in log[-1:]
-                            for k in e}),
+        "log_keys": [k for e in log[-1:] for k in e],  # in the order the entry has them
         "stateful_callbacks": sorted(s.stateful_callbacks or {}),
         "log_functions": [getattr(kwargs.get(k), "__name__", None) for k in ("log_extra", "log_metric")],
         "log_functions_bound": [hasattr(kwargs.get(k), "__self__") for k in ("log_extra", "log_metric")],

@@ -285,7 +285,9 @@ class TrainingRun:
             wrong = [n for s, n in zip(scores, lengths) if s is not None and s < 1]
             entry |= {"rlvr/accuracy": mean, "rlvr/length_right": _mean(right), "rlvr/length_wrong": _mean(wrong),
                       "rlvr/zero_signal_frac": zero_std,
-                      "rlvr/zero_signal_expected": 2 * (1 - mean) ** self.group_size if mean == mean else 0.0,
+                      # a group with all rewards equal, were each right with the batch's rate
+                      "rlvr/zero_signal_expected": mean ** self.group_size + (1 - mean) ** self.group_size
+                      if mean == mean else 0.0,
                       "rlvr/truncated_frac": entry["completions/clipped_ratio"]}
         self.entropy = max(0.05, self.entropy + rng.gauss(0.0, 0.02))
         entry |= {f"rewards/{self.reward_name}/mean": mean, f"rewards/{self.reward_name}/std": std,
@@ -295,9 +297,15 @@ class TrainingRun:
         if self.rlvr:
             entry |= {"rlvr/clip_low_frac": 0.0, "rlvr/clip_high_frac": 0.0}
         entry |= {"epoch": step / self.steps_per_epoch, "step": step}
-        self.log_history.append(entry)
+        self.log_history.append({k: entry[k] for k in self.log_keys()})
         self.logged = True
         self._window = []
+
+    def log_keys(self) -> tuple[str, ...]:
+        """The keys of a log entry of this run, in the order a run writes them."""
+        rlvr = self.rlvr
+        return (*GRPO_LOG_KEYS, *(RLVR_LOG_KEYS if rlvr else ()), f"rewards/{self.reward_name}/mean",
+                f"rewards/{self.reward_name}/std", *GRPO_TAIL_KEYS, *(RLVR_TAIL_KEYS if rlvr else ()), "epoch", "step")
 
     def describe(self) -> dict:
         """The run's drawn settings, for the report."""
