@@ -49,6 +49,21 @@ def _renamed(cases: Iterable[Case], columns: Mapping[str, str]) -> list[Case]:
     return [replace(c, columns={columns.get(k, k): v for k, v in c.columns.items()}) for c in cases]
 
 
+def _warmup(groups, tok, rng, group_size, groups_per_call, kind):
+    """The call a fresh reward process scores first (not reported): an ordinary call of the run, of plain cases
+    (class ``agreement``, right and wrong answers, and their variants; else the right answers) with one set of
+    columns, so that a process's first call is neither a hostile case nor one answer repeated."""
+    plain = [g for g in groups if g[0].cls == "agreement"] or [g for g in groups if g[0].expected == 1]
+    if not plain:
+        return None
+    by_columns: dict[tuple, list] = {}
+    for g in plain:
+        by_columns.setdefault(tuple(sorted(g[0].columns)), []).append(g)
+    same = max(by_columns.values(), key=len)
+    return plan(rng.sample(same, min(len(same), groups_per_call)), tok, rng, group_size=group_size,
+                groups_per_call=groups_per_call, kind=kind)[0]
+
+
 def _progress(total: int, label: str):
     """A rich progress bar on stderr (when it is a terminal): (advance callback, stop callback)."""
     from rich.console import Console
@@ -147,6 +162,7 @@ def audit_reward(
         if tok is None:  # none given: a BPE drawn for this audit, trained on its own texts
             tok = Tokenizer(None, texts=[c.completion for g in groups for c in g], rng=rng)
         calls = plan(groups, tok, rng, group_size=group_size, groups_per_call=groups_per_call, kind=used)
+        warmup = _warmup(groups, tok, rng, group_size, groups_per_call, used)
         call_size = group_size * groups_per_call
         training = TrainingRun(rng, len(calls), call_size, group_size, str(runner.info.get("name") or "reward"),
                                eos_id=tok.eos_id)
@@ -159,7 +175,7 @@ def audit_reward(
                 if on_case:
                     on_case(o)
 
-            outcomes = runner.run(calls, on_case=each, training=training)
+            outcomes = runner.run(calls, warmup=warmup, on_case=each, training=training)
         finally:
             if stop:
                 stop()

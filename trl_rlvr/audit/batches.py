@@ -235,7 +235,7 @@ class TrainingRun:
         self.train_batch_size = call_size // accumulation
         self.logging_steps = rng.choice([1, 1, 5, 10, 10, 25])
         self.save_steps = rng.choice([50, 100, 200, 500, 500])
-        self.max_steps = calls + 1 + rng.randrange(20, 3000)
+        self.max_steps = calls + 1 + rng.randrange(100, 3000)  # room for the warm-ups of fresh processes too
         # an epoch: the dataset's prompts over the prompts of one step (a call)
         self.steps_per_epoch = math.ceil(rng.randrange(max(64, 2 * calls), 50000) / max(1, call_size // group_size))
         self.num_train_epochs = max(1, math.ceil(self.max_steps / self.steps_per_epoch))

@@ -7,9 +7,9 @@ process died, or it ran past the deadline: then the whole group is killed and a 
 again one completion at a time, so that each case gets its own status: ``error`` (an exception, ``SystemExit``
 included), ``crash`` (the process died: ``os._exit``, a segfault) or ``timeout``. A call that fails while every
 one of its completions alone scores is reported as an error of its own (class ``batching``): a reward must score
-the calls training makes. Nothing the reward does can stop the audit. The first call of every fresh child is its
-warm-up: it has the startup deadline on top, and its time counts as startup, so that imports and worker pools are
-not charged to its cases.
+the calls training makes. Nothing the reward does can stop the audit. Every fresh child first scores a warm-up
+call (a call of the run of the corpus's plain cases) under the startup deadline, so that imports and worker pools
+are not charged to a case.
 """
 
 from __future__ import annotations
@@ -249,6 +249,7 @@ class Runner:
         self.info = dict(self._proc.info)
         self._warm = False
         self._run: TrainingRun | None = None
+        self._warmup: Call | None = None
 
     def __enter__(self):
         return self
@@ -257,41 +258,46 @@ class Runner:
         self.close(graceful=exc_type is None)  # interrupted (Ctrl-C) or failed: no waiting for the case to end
 
     def _ready(self) -> RewardProcess:
+        """The reward's process, started and warmed: a fresh one first scores the warm-up call (a call of the run
+        like the others, of plain cases: its step passes, its scores are not reported) under the startup deadline,
+        so that imports and worker pools are not charged to a case."""
         if self._proc is None or self._proc.proc.poll() is not None:
             self._t0 = time.monotonic()
             self._proc = RewardProcess(self._setup, self.startup_deadline)
             self._warm = False
+        if not self._warm:
+            self._warm = True
+            if self._warmup is not None:
+                warmup = self._stated(self._warmup)
+                status, scores, _ = self._proc.call(warmup, self.startup_deadline)
+                if self._run is not None:
+                    self._run.scored(warmup, scores if status == "scored" else None)
+            self.startup_seconds.append(time.monotonic() - self._t0)
+            if self._proc.proc.poll() is not None:  # the warm-up killed it: a fresh one, not warmed again
+                self._t0 = time.monotonic()
+                self._proc = RewardProcess(self._setup, self.startup_deadline)
         return self._proc
 
     def _stated(self, call: Call) -> Call:
-        """``call`` with the trainer state of the run's current step (its own, without a run)."""
+        """``call`` as made at the run's current step (unchanged without a run)."""
         return call if self._run is None else self._run.prepare(call)
 
     def _call(self, call: Call) -> tuple[str, list | None, str, float]:
-        """One call; the first of a fresh process is its warm-up: it has the startup deadline on top, and its time
-        counts as the process's startup (its completions' own seconds are 0), so that imports and worker pools
-        are not charged to a case. It is an ordinary call of the run: a separate warm-up call, all of one right
-        answer, would be a call no run makes."""
         proc = self._ready()
-        warming = not self._warm
         t = time.monotonic()
-        status, scores, detail = proc.call(call, self.deadline * len(call.items)
-                                           + (self.startup_deadline if warming else 0.0))
-        now = time.monotonic()
-        if warming:
-            self._warm = True
-            self.startup_seconds.append(now - self._t0)
-            return status, scores, detail, 0.0
-        return status, scores, detail, now - t
+        status, scores, detail = proc.call(call, self.deadline * len(call.items))
+        return status, scores, detail, time.monotonic() - t
 
-    def run(self, calls: Iterable[Call], on_case: Callable[[Outcome], None] | None = None,
-            training: TrainingRun | None = None) -> list[Outcome]:
+    def run(self, calls: Iterable[Call], warmup: Call | None = None,
+            on_case: Callable[[Outcome], None] | None = None, training: TrainingRun | None = None) -> list[Outcome]:
         """Every call, in order, each under ``deadline`` seconds per completion (wall clock, request to reply);
         one :class:`Outcome` per distinct case (a case repeated in a group: its worst score, see :func:`_worst`).
-        ``training``: the run whose trainer state each call carries (one step per call)."""
-        self._run = training
+        ``warmup``: the call each fresh process scores first (:meth:`_ready`); ``training``: the run whose trainer
+        state each call carries (one step per call, the warm-up's too)."""
+        self._run, self._warmup = training, warmup
         outcomes: list[Outcome] = []
         for n, call in enumerate(calls):
+            self._ready()  # a fresh process's warm-up is a step of the run before this call's
             call = self._stated(call)
             status, scores, detail, seconds = self._call(call)
             if status == "scored":
