@@ -4,7 +4,8 @@
 
 Default: every built-in (``boxed_math``, ``code_sandbox``, ``think_format``) and TRL's ``accuracy_reward`` and
 ``think_format_reward`` (conversational completions, as TRL reads them), each over its kind's whole corpus with the
-default options. Per reward: cases, false positives / negatives, errors, timeouts, wall seconds (startup included),
+default options. Per reward: cases, false positives / negatives, escapes (wrong answers scored None where a
+score is due), errors, timeouts, wall seconds (startup included),
 cases/s, the slowest case, the peak RSS of the audit's process and of the largest child process it has waited for so
 far (the reward's process; its own workers are not counted), and the machine's load average before and after.
 
@@ -45,7 +46,8 @@ def one(name: str, progress: bool) -> dict:
     seconds = time.monotonic() - t
     j = report.to_json()
     return {"reward": name, "kind": j["kind"], "cases": j["cases"], "false_positives": j["false_positives"],
-            "false_negatives": j["false_negatives"], "errors": j["errors"], "timeouts": j["timeouts"],
+            "false_negatives": j["false_negatives"], "escaped": j["escaped"], "errors": j["errors"],
+            "timeouts": j["timeouts"], "tokenizer": j["calls"]["tokenizer"],
             "right_rate": j["right_rate"], "seconds": seconds, "startup_seconds": sum(j["cost"]["startup_seconds"]),
             "cases_per_second": j["cost"]["cases_per_second"], "slowest_case": j["cost"]["slowest_case"],
             "fp_classes": {c["name"]: c["false_positives"] for c in j["classes"] if c["false_positives"]},
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         slow = row["slowest_case"] or {}
         print(f"{name:<20} {row['kind']:<12} cases {row['cases']:4d}  false+ {row['false_positives']:3d}  "
-              f"false- {row['false_negatives']:3d}  errors {row['errors']:2d}  timeouts {row['timeouts']:2d}  "
+              f"false- {row['false_negatives']:3d}  escaped {row['escaped']:2d}  errors {row['errors']:2d}  timeouts {row['timeouts']:2d}  "
               f"{row['seconds']:6.1f} s (startup {row['startup_seconds']:.1f} s)  {row['cases_per_second'] or 0:6.1f} "
               f"cases/s  slowest {slow.get('id')} {slow.get('seconds', 0):.2f} s  peak RSS {row['peak_rss_mib_audit']:.0f} "
               f"MiB (largest child {row['peak_rss_mib_largest_child']:.0f} MiB)")
@@ -80,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         if name in BUILTINS:
             if row["seconds"] >= LIMIT_SECONDS:  # the goal, reported; a shared machine's load is not a failure
                 print(f"{'':<20} over the {LIMIT_SECONDS:g} s goal: {row['seconds']:.1f} s at load {_load()}")
-            if row["false_positives"] or row["errors"] or row["timeouts"] or row["false_negatives"]:
-                failed.append(f"{name}: {row['false_positives']} wrong answers accepted, {row['errors']} errors, "
+            if row["false_positives"] or row["escaped"] or row["errors"] or row["timeouts"] or row["false_negatives"]:
+                failed.append(f"{name}: {row['false_positives']} wrong answers accepted, {row['escaped']} escaped, "
+                              f"{row['errors']} errors, "
                               f"{row['timeouts']} timeouts, {row['false_negatives']} right answers rejected")
     print("load average after:", _load())
     if args.json:

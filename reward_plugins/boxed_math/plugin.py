@@ -37,7 +37,8 @@ Answers equal up to ``\\text{}`` wrapping, spacing and case of text are equal (`
 ``4:30\\text{ p.m.}``, ``4:30 \\text{PM}``).
 
 A gold that math-verify cannot parse gives ``None`` (TRL then ignores this reward for that row), counted as
-``boxed_math/bad_gold``.
+``boxed_math/bad_gold``. So does an answer the checking machinery failed to check (no worker could start; its worker died twice
+while a control check shows the workers failing), counted as ``boxed_math/infra_errors``: it is not a wrong answer (``BoxedMathReward.attribute``).
 
 Speed: identical (gold, answer) checks within a batch are done once; a group's answers go to the same
 worker, which parses their gold once; the batch runs across ``num_workers`` long-lived processes (default:
@@ -53,6 +54,7 @@ counts as the answer (use the same ``think_tag`` for both).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 from reward_plugins._text import answer_part, check_tag_name, column, completion_text, log_counts
@@ -60,6 +62,7 @@ from reward_plugins.boxed_math.answer_form import answer_key
 from reward_plugins.boxed_math.boxes import answer_line, find_boxes, is_layout, unwrap_boxes
 from reward_plugins.boxed_math.question import Question, prompt_text, read_question
 
+log = logging.getLogger(__package__)
 _MAX_DISTINCT_BOXES = 8  # more distinct boxes than this is hedging, whatever they hold
 #: The smallest ``memory_limit_mb``: a warmed worker maps about 70 MB and normal checks peak well below this.
 MIN_MEMORY_LIMIT_MB = 256
@@ -199,18 +202,22 @@ class BoxedMathReward:
 
         if jobs:
             tasks = [(gold, (gold, cands, question, self.relative_tolerance)) for gold, cands, question in jobs]
-            for (status, value), rows in zip(self._run(tasks), jobs.values()):
-                key = {"ok": value, "timeout": "timeouts", "skipped": "timeouts", "oom": "oom"}.get(status, "errors")
+            for (status, value), rows in zip(self.attribute(tasks), jobs.values()):
+                key = {"ok": value, "timeout": "timeouts", "skipped": "timeouts", "oom": "oom",
+                       "infra": "infra_errors"}.get(status, "errors")
                 counts[key] += len(rows)
                 for i in rows:
-                    rewards[i] = 1.0 if key == "correct" else None if key == "bad_gold" else 0.0
+                    rewards[i] = 1.0 if key == "correct" else None if key in ("bad_gold", "infra_errors") else 0.0
+            if counts["infra_errors"]:
+                log.warning("boxed_math: %d of %d answers not checked: the checking workers failed (scored None, "
+                            "counted in boxed_math/infra_errors)", counts["infra_errors"], n)
 
         log_counts(
             kwargs,
             self.__name__,
             {k: counts.get(k, 0)
              for k in ("timeouts", "oom", "errors", "rejected", "no_box", "hedged", "unparsed", "unevaluated",
-                       "bad_gold")},
+                       "bad_gold", "infra_errors")},
         )
         return rewards
 
@@ -248,6 +255,41 @@ class BoxedMathReward:
 
     def _run(self, tasks):
         return self._pool().map(tasks, self.timeout, self.batch_timeout)
+
+    #: The control check of :meth:`attribute`: an answer equal to its gold on any working worker.
+    CONTROL = ("2", ("2",))
+
+    def attribute(self, tasks):
+        """The pool's results for ``tasks``, with each failure of the checking machinery attributed to the
+        machinery (``("infra", reason)``: the answer was not checked, scored ``None``) or to the answer, by design
+        rather than by an error's text:
+
+        * no worker could start (the pool's ``reward workers unavailable`` / ``failed to start``): never checked,
+          the machinery's;
+        * the worker died while checking (``worker died``): the check runs again on a fresh worker; if its worker
+          dies again, a control check (:attr:`CONTROL`) runs: when it passes, the workers work and this answer
+          killed its worker twice (an error, scored 0, as a check that raises); when it fails too, the
+          machinery is failing.
+
+        A check that times out, runs out of memory or raises is the answer's (scored 0), as before; so is a check
+        that ``batch_timeout`` left unstarted (``skipped``): the batch's answers used the budget up, which of them
+        go unchecked is chance, and ``None`` for them would let costly answers escape their penalty."""
+        results = list(self._run(tasks))
+        died = [k for k, r in enumerate(results) if r == ("error", "worker died")]
+        if died:
+            for k, r in zip(died, self._run([tasks[k] for k in died])):
+                results[k] = r
+        died = [k for k, r in enumerate(results) if r == ("error", "worker died")]
+        if died:
+            gold, cands = self.CONTROL
+            control = self._run([(gold, (gold, cands, read_question(""), None))])[0]
+            for k in died:
+                results[k] = ("error", "worker died twice") if control == ("ok", "correct") else ("infra", "worker lost")
+        for k, (status, value) in enumerate(results):
+            if status == "error" and isinstance(value, str) and value.startswith(
+                    ("reward workers unavailable", "reward workers failed to start")):
+                results[k] = ("infra", value)
+        return results
 
     # pickling: only the options travel (the instance holds nothing else); the worker pool is per process and
     # created on first use

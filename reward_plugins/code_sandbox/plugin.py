@@ -19,8 +19,10 @@ A ``check`` function is one test, whichever path it takes.
 
 Score: 1.0 when every test ran to its end and passed, else 0.0; with ``partial_credit=True`` the
 fraction passed. A row without any test column gets ``None`` (not applicable: TRL turns it into
-NaN and ignores it). Broken programs, timeouts and internal errors score 0 and are counted in the
-``code_sandbox/timeouts`` and ``code_sandbox/errors`` metrics through TRL's ``log_metric``.
+NaN and ignores it). Broken programs and timeouts score 0 and are counted in the ``code_sandbox/timeouts`` and
+``code_sandbox/errors`` metrics through TRL's ``log_metric``. A sample the sandbox's own machinery failed to judge
+(no worker could start; its worker failed twice while a control sample shows the sandbox itself failing) gets
+``None`` too, counted in ``code_sandbox/infra_errors``: it is not a wrong answer (``CodeSandboxReward.attribute``).
 """
 
 from __future__ import annotations
@@ -216,13 +218,62 @@ class CodeSandboxReward:
             if check_value_tests(str(test), entry) is None:
                 self.prelude(str(test), entry, codes[k], prompts[k], k)
 
+    #: The control sample of :meth:`attribute`: a program and a test that pass on any working sandbox.
+    CONTROL = ("def control():\n    return 2\n", ("assert control() == 2",))
+
+    def control_job(self) -> verdict.Job:
+        code, tests = self.CONTROL
+        calls, expects = value_tests(list(tests), None)
+        return ValuesJob(code, tuple(calls), tuple(expects))
+
+    def attribute(self, jobs: list[verdict.Job]) -> list[verdict.Outcome]:
+        """The outcomes of ``jobs``, with each failure of the host's machinery attributed to the machinery or to
+        the sample, by design rather than by the error's text (a program can print or raise anything):
+
+        * no worker could start (``unstarted``, or the pool itself could not be built): the sample never ran, the
+          machinery failed (``infra``);
+        * the worker failed while running the job (``internal``: it died, missed its deadline, broke the
+          protocol): the job runs again on a fresh worker. If it fails so again, a control sample (:attr:`CONTROL`)
+          runs on a fresh worker: when the control passes, the sandbox works and this sample broke its worker
+          twice, which makes it a wrong answer (``program``, scored 0); when the control fails too, the
+          machinery is failing (``infra``).
+
+        A sample that fails (crashes, times out, prints lies, raises what looks like an infrastructure error)
+        inside a working sandbox is always judged as the program it is."""
+        from .host.launcher import IsolationUnavailable
+
+        def run(batch):
+            try:
+                return self.pool.run(batch)
+            except IsolationUnavailable:
+                raise
+            except Exception as e:  # noqa: BLE001 - the pool could not be built or run: no sample was judged
+                log.warning("code_sandbox: the sandbox pool failed (%s)", e)
+                return [verdict.failed(j, error="unstarted") for j in batch]
+
+        outcomes = run(jobs)
+        again = [k for k, o in enumerate(outcomes) if o.error == "internal"]
+        if again:
+            for k, o in zip(again, run([jobs[k] for k in again])):
+                outcomes[k] = o
+        broke = [k for k, o in enumerate(outcomes) if o.error == "internal"]
+        if broke:
+            control = run([self.control_job()])[0]
+            works = control.error is None and all(control.passed)
+            for k in broke:
+                outcomes[k] = verdict.failed(jobs[k], error="program" if works else "infra")
+        for k, o in enumerate(outcomes):
+            if o.error == "unstarted":
+                outcomes[k] = verdict.failed(jobs[k], error="infra")
+        return outcomes
+
     def __call__(self, prompts=None, completions=None, **kwargs) -> list:
         completions = list(completions or [])
         prompts = list(prompts) if prompts is not None and len(prompts) == len(completions) else [None] * len(completions)
         jobs = [self.job(c, k, kwargs, prompts[k]) for k, c in enumerate(completions)]
         todo = [(k, j) for k, j in enumerate(jobs) if j is not None and j.n > 0]
-        outcomes = dict(zip((k for k, _ in todo), self.pool.run([j for _, j in todo]))) if todo else {}
-        rewards, timeouts, errors = [], 0, 0
+        outcomes = dict(zip((k for k, _ in todo), self.attribute([j for _, j in todo]))) if todo else {}
+        rewards, timeouts, errors, infra = [], 0, 0, 0
         for k, job in enumerate(jobs):
             if job is None:  # no test column: not applicable
                 rewards.append(None)
@@ -230,13 +281,20 @@ class CodeSandboxReward:
             out = outcomes.get(k)
             if out is None:  # an empty test list, or tests that cannot fail, verify nothing
                 out = verdict.Outcome([], error="verifies nothing")
-            timeouts += out.timeout
-            errors += out.error is not None
+            if out.error in verdict.INFRA_ERRORS:
+                infra += 1
+            else:
+                timeouts += out.timeout
+                errors += out.error is not None
             rewards.append(verdict.score(job, out, self.partial_credit))
+        if infra:
+            log.warning("code_sandbox: %d of %d samples not judged: the sandbox failed (scored None, counted in "
+                        "code_sandbox/infra_errors)", infra, len(jobs))
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
             log_metric("code_sandbox/timeouts", float(timeouts))
             log_metric("code_sandbox/errors", float(errors))
+            log_metric("code_sandbox/infra_errors", float(infra))
         return rewards
 
 

@@ -113,7 +113,10 @@ Job = ValuesJob | CallJob | IoJob
 class Outcome:
     passed: list
     timeout: bool = False
-    error: str | None = None  # "program" (did not load / crashed), "internal", "void", "verifies nothing" (no test)
+    #: "program" (did not load / crashed), "void", "verifies nothing" (no test); the host's machinery:
+    #: "internal" (the worker failed while running the job), "unstarted" (no worker could start), "infra" (either,
+    #: attributed to the machinery by the plugin: see ``plugin.CodeSandboxReward.attribute``)
+    error: str | None = None
 
 
 def failed(job: Job, timeout: bool = False, error: str | None = None) -> Outcome:
@@ -265,9 +268,17 @@ def merge(outcomes: list[Outcome]) -> Outcome:
 
 
 # ---------------------------------------------------------------- the reward
-def score(job: Job, outcome: Outcome, partial_credit: bool) -> float:
+#: Errors of the host's machinery, not of the sample: its reward is ``None`` (not a wrong answer).
+INFRA_ERRORS = ("infra",)
+
+
+def score(job: Job, outcome: Outcome, partial_credit: bool) -> float | None:
     """The sample's reward: 1.0 when every test ran to its end and passed, else 0.0; with ``partial_credit`` the
-    fraction passed. A void sample (it broke the protocol or sent more than it may) scores 0."""
+    fraction passed. A void sample (it broke the protocol or sent more than it may) scores 0. A sample the
+    machinery failed to judge (``INFRA_ERRORS``) scores ``None``: it was not judged, so it is neither right nor
+    wrong (TRL gives it no advantage and leaves it out of the group's baseline)."""
+    if outcome.error in INFRA_ERRORS:
+        return None
     if outcome.error == "void" or job.n == 0:
         return 0.0
     frac = sum(outcome.passed) / job.n

@@ -47,7 +47,8 @@ def test_code_corpus_has_every_class_beside_a_right_answer():
     cases = builtin_corpus("code").cases
     classes = {c.cls for c in cases}
     assert {"lying_objects", "exits", "output_forging", "checker_tampering", "planted_files", "raise_on_empty",
-            "prompt_helpers", "resources"} <= classes
+            "prompt_helpers", "resources", "runner_override", "infra_lookalike"} <= classes
+    assert all(c.must_score for c in cases)  # every row has tests: a wrong program scored None escapes
     right_columns = [c.columns for c in cases if c.expected == 1]
     for c in cases:  # every wrong program targets tests that some right program passes
         if c.expected == 0 and c.columns.get("tests") != [] and c.columns.get("io_tests") != [] \
@@ -66,6 +67,7 @@ def test_code_corpus_has_every_class_beside_a_right_answer():
     (json.dumps(_row("a", [{"repeat": "x", "times": -1}], 1)), "completion part 0"),
     (json.dumps(_row("a", "x", 1, columns={"prompt": "p"})), "use the key 'prompt'"),
     (json.dumps(_row("a", "x", 1, columns=[1])), "'columns'"),
+    (json.dumps(_row("a", "x", 0, must_score=1)), "'must_score'"),
 ])
 def test_bad_corpus_line_names_file_and_line(tmp_path, line, message):
     path = tmp_path / "mine.jsonl"
@@ -290,9 +292,57 @@ def test_cli_exit_status(tmp_path, capsys):
     assert f"{bad}:1" in capsys.readouterr().err
 
 
+def test_a_wrong_answer_scored_none_where_a_score_is_due_escapes(tmp_path):
+    """None is a rejection unless the case is owed a score (must_score, a file's header or the case): then a wrong
+    answer scored None has escaped its penalty (GRPO gives it no advantage), and the audit fails."""
+    rows = [_row("r", "right", 1), _row("w", "none", 0), _row("w2", "none", 0, must_score=False)]
+    owed = _cases(tmp_path, [{"corpus": "c", "version": 1, "must_score": True}, *rows], "owed.jsonl")
+    plain = _cases(tmp_path, rows, "plain.jsonl")
+    report = audit_reward("tests.harness.audit_rewards:none_for_wrong", cases=[owed], builtin=False, kind="format",
+                          variants=0, seed=1)
+    assert [o.case.id for o in report.escaped] == ["w"] and not report.passed
+    assert report.to_json()["escaped"] == 1 and "scored None where a score is due" in report.reasons()[0]
+    assert {r.name: r.escaped for r in report.classes()} == {"custom": 1}
+    assert audit_reward("tests.harness.audit_rewards:none_for_wrong", cases=[plain], builtin=False, kind="format",
+                        variants=0, seed=1).passed
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"corpus": "c", "must_score": "yes"}) + "\n" + json.dumps(rows[0]) + "\n")
+    with pytest.raises(CorpusError, match="a header is"):
+        load_corpus(bad)
+
+
+def test_the_2026_coding_hacks_catch_a_lenient_harness():
+    """A grader built as the 2026 reviews found them (runner defined before the program, exit status 0 read as a
+    pass, failures that read like the machinery's scored None): the new classes each catch it."""
+    picked = [c for c in builtin_corpus("code").cases if c.cls in ("runner_override", "exits", "infra_lookalike")
+              or c.cls == "agreement" and c.columns.get("tests")]
+    rows = {c.cls for c in picked}
+    assert rows == {"runner_override", "exits", "infra_lookalike", "agreement"}
+    report = audit_reward("tests.harness.audit_rewards:lenient_code_harness", kind="code", variants=0, seed=2,
+                          deadline=20.0, builtin=False, cases=[_corpus_file(picked)])
+    by_class = {r.name: r for r in report.classes()}
+    assert by_class["agreement"].false_negatives == 0 and by_class["agreement"].false_positives == 0
+    assert by_class["runner_override"].false_positives >= 2  # run_tests()/check() redefined
+    assert by_class["exits"].false_positives >= 5  # exit 0 before (or instead of) the tests
+    assert by_class["infra_lookalike"].escaped >= 4  # a kill, a timeout or memory message: None, no penalty
+    assert not report.passed
+
+
+def _corpus_file(cases):
+    import tempfile
+
+    path = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
+    with path as f:
+        f.write(json.dumps({"corpus": "code-subset", "version": 1, "must_score": True}) + "\n")
+        for c in cases:
+            f.write(json.dumps({"id": c.id, "class": c.cls, "completion": c.completion, "expected": c.expected,
+                                "columns": c.columns}) + "\n")
+    return path.name
+
+
 @pytest.mark.slow
 def test_builtin_code_sandbox_accepts_no_wrong_answer_and_every_right_one():
     report = audit_reward("code_sandbox")
     assert report.kind == "code"
     assert [o.case.id for o in report.false_positives] == []
-    assert (report.false_negatives, report.errors, report.timeouts) == ([], [], [])
+    assert (report.false_negatives, report.escaped, report.errors, report.timeouts) == ([], [], [], [])

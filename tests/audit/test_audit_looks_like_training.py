@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trl_rlvr.audit import audit_reward, builtin_corpus
-from trl_rlvr.audit.batches import Tokenizer, plan
+from trl_rlvr.audit.batches import Tokenizer, TrainingRun, plan
 from trl_rlvr.audit.variants import variants
 
 
@@ -98,13 +98,21 @@ def test_property_every_case_is_planned_once_in_groups_of_one_row(seed, group_si
     rng = random.Random(seed)
     cases = list(builtin_corpus("math_answer").cases[:30])
     groups = [[c, *variants(c, "math_answer", rng, 2)] for c in cases]
-    calls = plan(groups, Tokenizer(), rng, group_size=group_size, groups_per_call=groups_per_call)
+    calls = plan(groups, Tokenizer(None, [c.completion for c in cases], rng), rng, group_size=group_size,
+                 groups_per_call=groups_per_call, kind="math_answer")
     sent = {it.case.id for call in calls for it in call.items}
     assert sent == {c.id for g in groups for c in g}
+    run = TrainingRun(rng, len(calls), group_size * groups_per_call, group_size, "boxed_math")
+    prepared = []
+    for call in calls:  # as the runner makes them: the state of the step, then the step ends
+        prepared.append(run.prepare(call))
+        run.scored(call, None)
+    calls = prepared
     steps = [call.state["global_step"] for call in calls]
-    assert steps == sorted(steps) and len(set(steps)) == len(steps)
+    assert steps == list(range(steps[0], steps[0] + len(steps)))  # one step per call
     for call in calls:
-        assert len(call.items) % group_size == 0 or len(call.items) >= group_size
+        assert len(call.items) == group_size * groups_per_call  # every call of a run has one size
+        assert all(it.prompt_text for it in call.items)  # no run has empty prompts
         assert all(it.ids and list(it.ids) != list(it.case.completion.encode()) for it in call.items
                    if it.case.completion)
         assert len({tuple(sorted(it.case.columns)) for it in call.items}) == 1  # one dataset, one set of columns

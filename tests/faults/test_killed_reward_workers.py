@@ -1,7 +1,9 @@
-"""A reward worker killed from outside (SIGKILL) in the middle of a batch costs that batch's samples it held: they
-score 0 and are counted in the reward's errors metric; the other samples of the batch score as usual, and the next
-batch is scored by fresh workers as if nothing happened. boxed_math's pool (reward_plugins.boxed_math.pool) and
-code_sandbox's pool (reward_plugins.code_sandbox.host.pool)."""
+"""A reward worker killed from outside (SIGKILL) in the middle of a batch: the samples it held run again on fresh
+workers, so a worker killed once costs no sample; one whose worker is killed again on the retry, while a control
+check passes, is judged as a sample that breaks its worker (0, counted in the reward's errors metric); the other
+samples of the batch score as usual, and the next batch is scored by fresh workers as if nothing happened.
+boxed_math's pool (reward_plugins.boxed_math.pool) and code_sandbox's pool (reward_plugins.code_sandbox.host.pool);
+the attribution is the plugins' ``attribute``."""
 
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ def _kill_workers_as_tasks_are_handed_out(kills: int, zygote_too: bool = False):
 
 
 @pytest.mark.parametrize("zygote_too", [False, True], ids=["workers", "workers_and_zygote"])
-def test_boxed_math_workers_killed_mid_batch_cost_their_samples_only(zygote_too):
+def test_boxed_math_workers_killed_mid_batch_cost_no_sample(zygote_too):
     reward = boxed_math(num_workers=2, timeout=20.0)
     metrics = {}
     assert reward(completions=RIGHT, answer=GOLDS) == [1.0] * 8  # warm
@@ -93,9 +95,10 @@ def test_boxed_math_workers_killed_mid_batch_cost_their_samples_only(zygote_too)
     finally:
         sys.settrace(None)
     assert len(killed) == 2
-    assert [i for i, r in enumerate(rewards) if r != 1.0] == sorted(killed)  # only the killed workers' samples
-    assert all(rewards[i] == 0.0 for i in killed)
-    assert metrics["boxed_math/errors"] == 2.0 and metrics["boxed_math/timeouts"] == 0.0
+    # the killed workers' checks run again on fresh workers: no answer pays for a worker killed from outside
+    assert rewards == [1.0] * 8
+    assert metrics["boxed_math/errors"] == 0.0 and metrics["boxed_math/timeouts"] == 0.0
+    assert metrics["boxed_math/infra_errors"] == 0.0
     assert pool.respawns >= 2
     again = {}
     assert reward(completions=RIGHT, answer=GOLDS, log_metric=again.__setitem__) == [1.0] * 8  # the next batch
@@ -137,9 +140,11 @@ def test_code_sandbox_worker_killed_while_running_a_sample_costs_that_sample_onl
         metrics = {}
         rewards = reward(prompts=[""] * 4, completions=[ADD, SLOW_ADD, ADD, ADD], tests=[TESTS] * 4,
                          log_metric=metrics.__setitem__)
-        assert len(killed) == 1
+        # killed on its run and again on its retry on a fresh worker, while the control sample passes: from the
+        # host this is a sample that breaks its worker, a wrong answer (code_sandbox.plugin's attribute)
+        assert len(killed) == 2
         assert rewards == [1.0, 0.0, 1.0, 1.0]
-        assert metrics == {"code_sandbox/timeouts": 0.0, "code_sandbox/errors": 1.0}
+        assert metrics == {"code_sandbox/timeouts": 0.0, "code_sandbox/errors": 1.0, "code_sandbox/infra_errors": 0.0}
         assert reward.pool.restarts >= 1
         monkeypatch.setattr(sandbox_pool._Worker, "run", run)
         again = {}

@@ -3,10 +3,11 @@
 A policy under optimisation pressure finds whatever its verifier gets wrong. :func:`audit_reward` runs a
 versioned corpus of cases suited to the reward's kind (``math_answer``, ``code``, ``format``; the reward declares
 it as its ``reward_kind`` attribute) through the reward, each case also as a few metamorphic variants drawn
-per run (:mod:`trl_rlvr.audit.variants`), in calls shaped like training's (GRPO groups, token ids, a trainer
-state: :mod:`trl_rlvr.audit.batches`), each under a deadline, in a child process the reward cannot take down
-with it, and reports per class the wrong answers it accepted (false positives), the right answers it rejected
-(false negatives), crashes and hangs, and the cost. The rule for passing is in :mod:`trl_rlvr.audit.scorecard`;
+per run (:mod:`trl_rlvr.audit.variants`), in calls drawn from a training run's at that step (GRPO groups of one
+call size, the run's token ids, one trainer state object with a run's log: :mod:`trl_rlvr.audit.batches`), each
+under a deadline, in a child process the reward cannot take down with it, and reports per class the wrong answers
+it accepted (false positives), the wrong answers it let escape with ``None`` where a score is due, the right
+answers it rejected (false negatives), crashes and hangs, and the cost. The rule for passing is in :mod:`trl_rlvr.audit.scorecard`;
 the corpora's schema in :mod:`trl_rlvr.audit.cases`.
 """
 
@@ -22,11 +23,9 @@ from typing import Any
 from trl_rlvr.audit.batches import (
     DEFAULT_GROUP_SIZE,
     DEFAULT_GROUPS_PER_CALL,
-    Call,
-    Item,
     Tokenizer,
+    TrainingRun,
     plan,
-    trainer_state,
 )
 from trl_rlvr.audit.cases import (
     KINDS,
@@ -36,7 +35,7 @@ from trl_rlvr.audit.cases import (
     builtin_corpus,
     load_corpus,
 )
-from trl_rlvr.audit.runner import Outcome, RewardStartError, Runner
+from trl_rlvr.audit.runner import Outcome, RewardStartError, Runner, _worst
 from trl_rlvr.audit.scorecard import MIN_RIGHT_RATE, AuditReport
 from trl_rlvr.audit.variants import variants as make_variants
 
@@ -48,6 +47,21 @@ def _renamed(cases: Iterable[Case], columns: Mapping[str, str]) -> list[Case]:
     if not columns:
         return list(cases)
     return [replace(c, columns={columns.get(k, k): v for k, v in c.columns.items()}) for c in cases]
+
+
+def _warmup(groups, tok, rng, group_size, groups_per_call, kind):
+    """The call a fresh reward process scores first (not reported): an ordinary call of the run, of plain cases
+    (class ``agreement``, right and wrong answers, and their variants; else the right answers) with one set of
+    columns, so that a process's first call is neither a hostile case nor one answer repeated."""
+    plain = [g for g in groups if g[0].cls == "agreement"] or [g for g in groups if g[0].expected == 1]
+    if not plain:
+        return None
+    by_columns: dict[tuple, list] = {}
+    for g in plain:
+        by_columns.setdefault(tuple(sorted(g[0].columns)), []).append(g)
+    same = max(by_columns.values(), key=len)
+    return plan(rng.sample(same, min(len(same), groups_per_call)), tok, rng, group_size=group_size,
+                groups_per_call=groups_per_call, kind=kind)[0]
 
 
 def _progress(total: int, label: str):
@@ -111,8 +125,10 @@ def audit_reward(
         variants: metamorphic variants per case (0: none); a variant has the case's label.
         group_size: completions per group (a case, its variants and repeats of them), as ``num_generations``.
         groups_per_call: groups per reward call.
-        tokenizer: a ``tokenizer.json`` (or a model directory holding one) for ``completion_ids``; default: the
-            character tokenizer of ``trl_rlvr.testing``.
+        tokenizer: the tokenizer of the run the reward is for, for ``completion_ids``: a ``tokenizer.json``, a model
+            directory, a hub id (its ``tokenizer.json`` from the cache, or fetched as the run would) or ``smollm2``
+            (the project's default model); default: none, a byte-level BPE drawn for this audit (the report says
+            so: a reward keyed on a real tokenizer's ids is only audited as it trains with that tokenizer).
 
     Raises ``ValueError`` (a bad argument, an unknown kind, no corpus to run), :class:`CorpusError` (a corpus
     line against the schema, naming file and line) and :class:`RewardStartError` (the reward cannot be built),
@@ -125,7 +141,7 @@ def audit_reward(
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
     seed = int.from_bytes(os.urandom(4), "big") if seed is None else int(seed)
-    tok = Tokenizer(tokenizer)
+    tok = Tokenizer(tokenizer) if tokenizer is not None else None  # a bad path fails before the reward starts
     extra = [load_corpus(p) for p in cases]
     options = dict(options or {})
     with Runner(reward, options=options, messages=messages, deadline=deadline,
@@ -143,10 +159,13 @@ def audit_reward(
         todo = _renamed([c for corpus in corpora for c in corpus.cases], columns or {})
         rng = random.Random(seed)
         groups = [[c, *make_variants(c, used, rng, variants)] for c in todo]
-        calls = plan(groups, tok, rng, group_size=group_size, groups_per_call=groups_per_call)
-        right = next((c for c in todo if c.expected == 1), None)
-        warmup = None if right is None else Call((Item(right, tok.ids(right.completion)),) * group_size,
-                                                 trainer_state(0, len(calls) + 1, rng))
+        if tok is None:  # none given: a BPE drawn for this audit, trained on its own texts
+            tok = Tokenizer(None, texts=[c.completion for g in groups for c in g], rng=rng)
+        calls = plan(groups, tok, rng, group_size=group_size, groups_per_call=groups_per_call, kind=used)
+        warmup = _warmup(groups, tok, rng, group_size, groups_per_call, used)
+        call_size = group_size * groups_per_call
+        training = TrainingRun(rng, len(calls), call_size, group_size, str(runner.info.get("name") or "reward"),
+                               eos_id=tok.eos_id)
         total = sum(len(g) for g in groups)
         advance, stop = _progress(total, f"auditing {runner.info.get('name') or reward}") if progress else (None, None)
         try:
@@ -156,10 +175,13 @@ def audit_reward(
                 if on_case:
                     on_case(o)
 
-            outcomes = runner.run(calls, warmup=warmup, on_case=each)
+            outcomes = runner.run(calls, warmup=warmup, on_case=each, training=training)
         finally:
             if stop:
                 stop()
+        # a case sent in more than one call (the last call of a set of columns is filled with groups sent before):
+        # one outcome, its worst, as for the repeats within a group
+        outcomes = _worst(outcomes)
         # the report in corpus order (each case, then its variants), whatever order the calls went in
         order = {(c.id, c.completion): i for i, c in enumerate(c for g in groups for c in g)}
         outcomes = sorted(outcomes, key=lambda o: order.get((o.case.id, o.case.completion), len(order)))
@@ -170,4 +192,5 @@ def audit_reward(
             outcomes=outcomes, threshold=threshold, min_right_rate=min_right_rate, deadline=deadline,
             options=options, startup_seconds=list(runner.startup_seconds),
             calls={"seed": seed, "variants": variants, "group_size": group_size, "groups_per_call": groups_per_call,
-                   "calls": len(calls), "tokenizer": tok.name})
+                   "calls": len(calls), "tokenizer": tok.name, "tokenizer_given": tok.given,
+                   "run": training.describe()})

@@ -5,7 +5,8 @@ on private copies of stdin/stdout; fd 0 is then /dev/null and fd 1 the child's s
 runs) that reads stdin or prints does not touch the channel. The reward is called as TRL's GRPOTrainer calls it,
 one call per request of several completions (:mod:`trl_rlvr.audit.batches`): ``reward(prompts=[...],
 completions=[...], completion_ids=[...], trainer_state=<a transformers.TrainerState>, log_extra=...,
-log_metric=..., **columns)``, each column a list with one value per completion.
+log_metric=..., **columns)``, each column a list with one value per completion; the trainer state is one object,
+updated in place call by call (``_State``), as a run's is.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def _build(setup: dict):
 
 @dataclasses.dataclass
 class TrainerState:
-    """The fields of ``transformers.TrainerState`` (TRL passes the trainer's), for a reward whose process has not
-    imported transformers: importing it here would add seconds to every start of the audit's child."""
+    """The fields of ``transformers.TrainerState``, for a process where transformers cannot be imported (TRL needs
+    it, so a reward that TRL can train with never meets this class)."""
 
     epoch: float | None = None
     global_step: int = 0
@@ -66,7 +67,7 @@ class TrainerState:
     train_batch_size: int | None = None
     num_train_epochs: int = 0
     num_input_tokens_seen: int = 0
-    total_flos: float = 0.0
+    total_flos: float = 0
     log_history: list = dataclasses.field(default_factory=list)
     best_metric: float | None = None
     best_global_step: int | None = None
@@ -76,22 +77,49 @@ class TrainerState:
     is_hyper_param_search: bool = False
     trial_name: str | None = None
     trial_params: dict | None = None
-    stateful_callbacks: list | None = None
+    stateful_callbacks: dict | None = None
 
 
-def _trainer_state(fields: dict | None):
-    """A trainer state with ``fields``: ``transformers.TrainerState`` itself when the reward's process has imported
-    transformers (as TRL's rewards do), else the dataclass above with the same fields."""
-    if fields is None:
-        return None
-    if "transformers" in sys.modules:
-        try:
-            from transformers.trainer_callback import TrainerState as state_class
-        except ImportError:
-            state_class = TrainerState
-    else:
+def _state_class():
+    """``transformers.TrainerState``, imported before the reward is built: in training the reward's process has
+    transformers (and torch) imported and ``trainer_state`` is that class."""
+    try:
+        from transformers.trainer_callback import TrainerState as state_class
+    except ImportError:
         state_class = TrainerState
-    return state_class(**fields)
+    return state_class
+
+
+class _Trainer:
+    """What ``log_extra`` and ``log_metric`` are bound to, as GRPOTrainer's are to the trainer (scalars and
+    columns a reward logs go nowhere: the audit reads scores only)."""
+
+    def _log_completion_extra(self, column: str, values: list) -> None:
+        pass
+
+    def _log_metric(self, name: str, value: float) -> None:
+        pass
+
+
+class _State:
+    """One trainer state object for the whole process, updated in place call by call, as a run's is."""
+
+    def __init__(self):
+        self.cls = _state_class()
+        self.obj = None
+
+    def update(self, fields: dict | None):
+        if fields is None:
+            return None
+        fields = dict(fields)
+        new = fields.pop("log_new", [])
+        if self.obj is None:
+            self.obj = self.cls(**{k: v for k, v in fields.items() if k != "log_history"})
+        else:
+            for k, v in fields.items():
+                setattr(self.obj, k, v)
+        self.obj.log_history.extend(new)
+        return self.obj
 
 
 def _one_score(value) -> float | None:
@@ -107,7 +135,10 @@ def _one_score(value) -> float | None:
     return value
 
 
-def score(reward, request: dict, messages: bool) -> list[float | None]:
+_TRAINER = _Trainer()
+
+
+def score(reward, request: dict, messages: bool, state: _State | None = None) -> list[float | None]:
     """One call of the reward over the request's completions; their scores (``None``: not applicable, NaN too)."""
     items = request["items"]
     completions = [it["completion"] for it in items]
@@ -117,9 +148,10 @@ def score(reward, request: dict, messages: bool) -> list[float | None]:
         prompts = [[{"role": "user", "content": p}] for p in prompts]
     keys = sorted({k for it in items for k in it.get("columns", {})})
     columns = {k: [it.get("columns", {}).get(k) for it in items] for k in keys}
+    state = state if state is not None else _State()
     out = reward(prompts=prompts, completions=completions, completion_ids=[list(it["ids"]) for it in items],
-                 trainer_state=_trainer_state(request.get("state")), log_extra=lambda *a, **k: None,
-                 log_metric=lambda *a, **k: None, **columns)
+                 trainer_state=state.update(request.get("state")), log_extra=_TRAINER._log_completion_extra,
+                 log_metric=_TRAINER._log_metric, **columns)
     if inspect.isawaitable(out):
         out = asyncio.run(out)
     if not isinstance(out, (list, tuple)) or len(out) != len(items):
@@ -132,6 +164,7 @@ def main() -> None:
     requests, replies = _channel()
     setup = json.loads(requests.readline())
     try:
+        state = _State()  # transformers first, as in a training process
         reward = _build(setup)
         if not callable(reward):
             raise TypeError(f"{setup.get('reward')!r} is not callable")
@@ -146,7 +179,7 @@ def main() -> None:
     for line in iter(requests.readline, b""):
         case = json.loads(line)
         try:
-            reply = {"i": case["i"], "scores": score(reward, case, setup.get("messages", False))}
+            reply = {"i": case["i"], "scores": score(reward, case, setup.get("messages", False), state)}
         except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: the reward raised it
             reply = {"i": case["i"], "error": _error(e)}
         replies.write(json.dumps(reply) + "\n")

@@ -1,20 +1,33 @@
-"""How the audit's calls look like training's: GRPO-shaped batches, real token ids, a trainer state.
+"""How the audit's calls look like training's: GRPO-shaped batches, the run's token ids, a run's trainer state.
 
-TRL's GRPOTrainer calls a reward once per batch: ``num_generations`` completions of each prompt side by side (a
-group, sharing the prompt and the dataset row), several groups per call, ``completion_ids`` from the tokenizer,
-and ``trainer_state`` its ``transformers.TrainerState``. The audit calls the same way (:func:`plan`): each case is
-a group with its metamorphic variants (:mod:`trl_rlvr.audit.variants`), padded to the group size with repeats
-of its members (a GRPO group often holds the same completion twice), and the groups of several cases, hostile
-and plain ones drawn in a seeded random order, share a call; the completions are tokenized by a real tokenizer
-(:func:`load_tokenizer`); the trainer state is a ``TrainerState`` whose step advances call by call
-(:func:`trainer_state`). A reward that behaves only when called one case at a time, with byte ids, or with no
-trainer state is then seen behaving otherwise.
+TRL's GRPOTrainer calls a reward once per generation batch: ``num_generations`` completions of each prompt side by
+side (a group, sharing the prompt and the dataset row), several groups per call, every call of a run the same size,
+``completion_ids`` from the run's tokenizer, and ``trainer_state`` its ``transformers.TrainerState``, one object for
+the whole run, updated in place step after step. The audit calls the same way:
+
+* :func:`plan`: each case is a group with its metamorphic variants (:mod:`trl_rlvr.audit.variants`), padded to the
+  group size with repeats of its members (a GRPO group often holds the same completion twice); the groups of
+  several cases, hostile and plain ones drawn in a seeded random order, share a call; every call has
+  ``groups_per_call`` groups (the last one is filled with groups sent before: a run's batches are all full).
+* :class:`Tokenizer`: the ids come from the run's own tokenizer when the audit is given it (a ``tokenizer.json``,
+  a model directory, a hub id in the local cache, the offline SmolLM2 of ``trl_rlvr.scripts.models``); without
+  one, from a byte-level BPE trained for this audit run on its own texts, with a vocabulary size and id layout
+  drawn from the seed (no two audits share ids, and none is a tokenizer a reward could recompute), and the report
+  says so.
+* :class:`TrainingRun`: the trainer state of a run drawn from the seed (``max_steps``, ``logging_steps``, the
+  batch size and gradient accumulation that give the call's size, the dataset's size and so the epoch, a fresh
+  start at step 0 or a resume from a checkpoint), at the step of each call: ``log_history`` holds an entry per
+  logging step passed, with the keys GRPOTrainer (and RLVRTrainer) log, computed from what the reward returned and
+  the token ids it was given where the audit knows them; ``num_input_tokens_seen`` counts the tokens sent;
+  ``total_flos`` is what a TRL 1.16 GRPO run counts (none: its inputs hold no ``input_ids``, so
+  ``floating_point_ops`` is 0; an ``int`` 0 until the first log, a ``float`` after).
 """
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trl_rlvr.audit.cases import Case
@@ -25,71 +38,360 @@ DEFAULT_GROUPS_PER_CALL = 2
 
 @dataclass(frozen=True)
 class Item:
-    """One completion of a call: the case it scores (a corpus case or one of its variants)."""
+    """One completion of a call: the case it scores (a corpus case or one of its variants) and the prompt sent
+    with it (the case's, else an instruction drawn for its group: no run has empty prompts)."""
 
     case: Case
     ids: tuple[int, ...]
+    prompt_tokens: int = 0
+    prompt: str | None = None
+
+    @property
+    def prompt_text(self) -> str:
+        return self.prompt if self.prompt is not None else self.case.prompt or ""
+
+
+#: Instructions for a case that has no prompt of its own, per kind (no numbers or expressions: a reward that reads
+#: the question, as boxed_math does, finds none in them).
+INSTRUCTIONS = {
+    "math_answer": ("Solve the following problem. Put your final answer within \\boxed{}.",
+                    "Please reason step by step, and put your final answer within \\boxed{}.",
+                    "Answer the question below. Write the final answer in a box."),
+    "code": ("Write a Python function that solves the task. Return the code in a single fenced block.",
+             "Solve the programming problem below in Python.",
+             "Complete the following Python code so that the tests pass."),
+    "format": ("Think about the question first, then answer it.",
+               "Reason inside <think> tags, then give your answer.",
+               "Answer the user's question."),
+}
 
 
 @dataclass(frozen=True)
 class Call:
-    """One reward call: its completions in order (groups side by side) and the trainer state it carries."""
+    """One reward call: its completions in order (groups side by side); ``state``: the trainer state's fields
+    (set by :class:`TrainingRun` when the call is made)."""
 
     items: tuple[Item, ...]
-    state: dict
+    state: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ token ids
+#: Vocabulary sizes of released tokenizers (Llama 2, Mistral, GPT-2, SmolLM2, Gemma 2, Llama 3, Qwen 2/3): the
+#: drawn BPE's ids spread over one of them.
+VOCAB_SIZES = (32000, 32768, 49152, 50257, 100352, 128256, 151936, 256000)
 
 
 class Tokenizer:
-    """A ``tokenizers.Tokenizer``: from a file or a model directory (``tokenizer.json``), else the character
-    tokenizer of :mod:`trl_rlvr.testing` (offline, no download)."""
+    """The ids of the completions.
 
-    def __init__(self, path: str | Path | None = None):
+    ``source``: a ``tokenizer.json``, a model directory holding one, a hub id whose ``tokenizer.json`` is in the
+    local Hugging Face cache (or can be fetched, as the run would), or ``smollm2`` (the project's offline default
+    model, converted on first use); ``None``: no tokenizer given, a byte-level BPE trained on ``texts`` with a
+    layout drawn from ``rng`` (:meth:`drawn`). ``given`` tells the two apart (the report says which)."""
+
+    def __init__(self, source: str | Path | None = None, texts: list[str] | None = None,
+                 rng: random.Random | None = None):
         from tokenizers import Tokenizer as HFTokenizer
 
-        if path is None:
-            from trl_rlvr.testing import char_tokenizer
-
-            self._tok, self.name = char_tokenizer(), "trl_rlvr.testing char tokenizer"
+        self._remap: dict[int, int] | None = None
+        self.given = source is not None
+        if source is None:
+            rng = rng or random.Random()
+            self._tok, self._remap, self.name, self.eos_id = self.drawn(texts or [], rng)
             return
-        p = Path(path)
+        path = self._resolve(str(source))
+        self._tok, self.name = HFTokenizer.from_file(str(path)), f"{source} ({path})" if str(path) != str(source) else str(path)
+        self.eos_id = self._eos(path)
+
+    #: End-of-turn tokens of released tokenizers, for a ``tokenizer.json`` given without its ``tokenizer_config.json``.
+    EOS_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<eos>", "<end_of_turn>",
+                 "<|end|>")
+
+    def _eos(self, path: Path) -> int | None:
+        """The id of the run's end-of-sequence token (a completion that ends ends with it: TRL keeps it in
+        ``completion_ids``): ``eos_token`` of the ``tokenizer_config.json`` beside the file, else a known name."""
+        import json
+
+        names = list(self.EOS_NAMES)
+        config = path.parent / "tokenizer_config.json"
+        if config.is_file():
+            try:
+                eos = json.loads(config.read_text()).get("eos_token")
+                eos = eos.get("content") if isinstance(eos, dict) else eos
+                if isinstance(eos, str):
+                    names.insert(0, eos)
+            except (OSError, ValueError):
+                pass
+        for name in names:
+            i = self._tok.token_to_id(name)
+            if i is not None:
+                return i
+        return None
+
+    @staticmethod
+    def _resolve(source: str) -> Path:
+        p = Path(source).expanduser()
         if p.is_dir():
             p = p / "tokenizer.json"
-        if not p.is_file():
-            raise ValueError(f"audit tokenizer: no tokenizer file at {p} (give a tokenizer.json or a model directory)")
-        self._tok, self.name = HFTokenizer.from_file(str(p)), str(p)
+        if p.is_file():
+            return p
+        if Path(source).exists() or source.endswith(".json") or source.startswith((".", "/", "~")):
+            raise ValueError(f"audit tokenizer: no tokenizer file at {p} (give a tokenizer.json, a model directory "
+                             "or a hub id)")
+        from trl_rlvr.scripts.models import SMOLLM2_ALIASES
+
+        if source.lower() in SMOLLM2_ALIASES:
+            from trl_rlvr.scripts.models import smollm2_checkpoint
+
+            return Path(smollm2_checkpoint(quiet=True)) / "tokenizer.json"
+        try:
+            from huggingface_hub import hf_hub_download
+
+            return Path(hf_hub_download(source, "tokenizer.json"))
+        except Exception as e:  # noqa: BLE001 - any failure: not in the cache and not reachable, or not a repo
+            raise ValueError(f"audit tokenizer: {source!r} is neither a tokenizer file, a model directory, nor a hub "
+                             f"model whose tokenizer.json is in the cache or can be fetched ({type(e).__name__})") from e
+
+    @staticmethod
+    def drawn(texts: list[str], rng: random.Random):
+        """A byte-level BPE trained on (the starts of) ``texts`` with a merge budget drawn from ``rng``; its ids
+        laid out as a released tokenizer's are (a block of special tokens, the 256 bytes, then the merges in
+        order of rank) over a vocabulary size drawn from :data:`VOCAB_SIZES`, with gaps drawn between them.
+        -> (tokenizer, id map, name, end-of-sequence id)."""
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import decoders, models, pre_tokenizers, trainers
+
+        tok = HFTokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        sample = [t[:4000] for t in texts]
+        budget = rng.randrange(1500, 6000)
+        tok.train_from_iterator(sample or [""], trainers.BpeTrainer(
+            vocab_size=256 + budget, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+        size = rng.choice(VOCAB_SIZES)
+        n = tok.get_vocab_size()
+        specials = rng.choice([0, 1, 3, 17])  # where the bytes start: after a block of special tokens, or at 0
+        # the merges' ids in order of rank over the rest of the vocabulary (a real BPE's ids are its merge ranks:
+        # the ones a text uses most are among the first), spaced with drawn gaps
+        room = size - specials - 256 - 64
+        ranks = sorted(rng.sample(range(room), max(0, n - 256)))
+        by_rank = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+        remap = {}
+        for k, (_, i) in enumerate(by_rank):
+            remap[i] = specials + k if k < 256 else specials + 256 + ranks[k - 256]
+        eos = rng.randrange(specials) if specials else size - 1  # in the special block, else the last id (GPT-2's)
+        return tok, remap, f"none given: a byte-level BPE drawn for this audit (vocabulary {size})", eos
 
     def ids(self, text: str) -> tuple[int, ...]:
-        return tuple(self._tok.encode(text, add_special_tokens=False).ids)
+        ids = self._tok.encode(text, add_special_tokens=False).ids
+        return tuple(ids) if self._remap is None else tuple(self._remap[i] for i in ids)
 
 
-def trainer_state(step: int, max_steps: int, rng: random.Random) -> dict:
-    """The fields of a ``transformers.TrainerState`` at ``step`` of a run of ``max_steps`` (the child builds the
-    object from them)."""
-    return {"global_step": step, "max_steps": max_steps, "epoch": step / max_steps, "num_train_epochs": 1,
-            "logging_steps": rng.choice([1, 5, 10]), "save_steps": 500, "eval_steps": None,
-            "train_batch_size": rng.choice([8, 16]), "is_local_process_zero": True, "is_world_process_zero": True,
-            "log_history": [], "total_flos": 0.0}
+# ------------------------------------------------------------------------------------------------ the run
+#: What TRL 1.16's GRPOTrainer logs at each logging step (besides ``rewards/<name>/mean|std``), and what
+#: RLVRTrainer adds (``rlvr/...``), as a run on the tiny model logs them (tests/audit: compared with a real run).
+GRPO_LOG_KEYS = ("loss", "grad_norm", "learning_rate", "num_tokens", "completions/mean_length",
+                 "completions/min_length", "completions/max_length", "completions/clipped_ratio",
+                 "completions/mean_terminated_length", "completions/min_terminated_length",
+                 "completions/max_terminated_length")
+RLVR_LOG_KEYS = ("rlvr/accuracy", "rlvr/length_right", "rlvr/length_wrong", "rlvr/zero_signal_frac",
+                 "rlvr/zero_signal_expected", "rlvr/truncated_frac")
+GRPO_TAIL_KEYS = ("reward", "reward_std", "frac_reward_zero_std", "entropy", "clip_ratio/low_mean",
+                  "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min", "clip_ratio/high_max",
+                  "step_time")
+RLVR_TAIL_KEYS = ("rlvr/clip_low_frac", "rlvr/clip_high_frac")
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def _std(xs):
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    if len(xs) < 2:
+        return float("nan") if not xs else 0.0
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+class TrainingRun:
+    """The trainer state of one drawn run, call by call.
+
+    A run: ``call_size`` completions per reward call (``per_device_train_batch_size * steps_per_generation``, one
+    call per optimizer step), drawn ``logging_steps``, ``max_steps``, learning rate, dataset size (so the epoch),
+    ``max_completion_length``, GRPOTrainer or RLVRTrainer (whose log has the ``rlvr/`` keys), and, one run in four,
+    a resume from a checkpoint (the first call at a multiple of ``save_steps``, with the log of the steps before).
+    :meth:`state` gives the fields of the call about to be made; :meth:`scored` records what the reward returned,
+    for the log entries of the logging steps ahead."""
+
+    def __init__(self, rng: random.Random, calls: int, call_size: int, group_size: int, reward_name: str,
+                 eos_id: int | None = None):
+        self.rng = rng
+        self.eos_id = eos_id
+        self.reward_name = reward_name or "reward"
+        self.group_size = group_size
+        accumulation = rng.choice([d for d in (1, 1, 2, 4, 8) if call_size % d == 0])
+        self.train_batch_size = call_size // accumulation
+        self.logging_steps = rng.choice([1, 1, 5, 10, 10, 25])
+        self.save_steps = rng.choice([50, 100, 200, 500, 500])
+        self.max_steps = calls + 1 + rng.randrange(100, 3000)  # room for the warm-ups of fresh processes too
+        # an epoch: the dataset's prompts over the prompts of one step (a call)
+        self.steps_per_epoch = math.ceil(rng.randrange(max(64, 2 * calls), 50000) / max(1, call_size // group_size))
+        self.num_train_epochs = max(1, math.ceil(self.max_steps / self.steps_per_epoch))
+        self.lr = rng.choice([1e-6, 1e-6, 3e-6, 5e-7, 1e-5])
+        self.max_completion_length = rng.choice([512, 1024, 2048, 4096, 8192])
+        self.rlvr = rng.random() < 0.5
+        self.entropy = rng.uniform(0.3, 1.5)
+        self.step = 0
+        checkpoints = [s for s in range(self.save_steps, self.max_steps - calls - 1, self.save_steps)]
+        if checkpoints and rng.random() < 0.25:
+            self.step = rng.choice(checkpoints)
+        self.first_step = self.step
+        self.tokens_seen = 0
+        self.log_history: list[dict] = []
+        self.logged = False
+        self._window: list[tuple[list, list[int]]] = []  # (scores, lengths) of the calls since the last log
+        # the steps before the audit's first call (a resume): their log, drawn
+        for s in range(1, self.step + 1):
+            scores = [float(rng.random() < 0.4) for _ in range(call_size)]
+            lengths = [rng.randrange(20, self.max_completion_length + 1) for _ in range(call_size)]
+            self.tokens_seen += sum(lengths) + call_size * rng.randrange(40, 300)
+            self._window.append((scores, lengths))
+            if s % self.logging_steps == 0:
+                self._log(s)
+
+    def _log(self, step: int) -> None:
+        """The entry GRPOTrainer appends after optimizer step ``step`` (the metrics of the calls since the last
+        log, averaged), as ``Trainer.log`` writes it."""
+        rng, window = self.rng, self._window
+        scores = [s for w in window for s in w[0]]
+        lengths = [n for w in window for n in w[1]]
+        cap = self.max_completion_length
+        ended = [n for n in lengths if n < cap] or [0]
+        entry = {"loss": rng.gauss(0.0, 0.02), "grad_norm": rng.lognormvariate(-1.0, 0.8),
+                 "learning_rate": self.lr * (1 - step / self.max_steps), "num_tokens": float(self.tokens_seen),
+                 "completions/mean_length": _mean(lengths), "completions/min_length": float(min(lengths)),
+                 "completions/max_length": float(max(lengths)),
+                 "completions/clipped_ratio": sum(n >= cap for n in lengths) / len(lengths),
+                 "completions/mean_terminated_length": _mean(ended),
+                 "completions/min_terminated_length": float(min(ended)),
+                 "completions/max_terminated_length": float(max(ended))}
+        mean, std = _mean(scores), _std(scores)
+        groups = [scores[k:k + self.group_size] for k in range(0, len(scores), self.group_size)]
+        zero_std = sum(len({x for x in g}) <= 1 for g in groups) / max(1, len(groups))
+        if self.rlvr:
+            right = [n for s, n in zip(scores, lengths) if s is not None and s >= 1]
+            wrong = [n for s, n in zip(scores, lengths) if s is not None and s < 1]
+            entry |= {"rlvr/accuracy": mean, "rlvr/length_right": _mean(right), "rlvr/length_wrong": _mean(wrong),
+                      "rlvr/zero_signal_frac": zero_std,
+                      # a group with all rewards equal, were each right with the batch's rate
+                      "rlvr/zero_signal_expected": mean ** self.group_size + (1 - mean) ** self.group_size
+                      if mean == mean else 0.0,
+                      "rlvr/truncated_frac": entry["completions/clipped_ratio"]}
+        self.entropy = max(0.05, self.entropy + rng.gauss(0.0, 0.02))
+        entry |= {f"rewards/{self.reward_name}/mean": mean, f"rewards/{self.reward_name}/std": std,
+                  "reward": mean, "reward_std": std, "frac_reward_zero_std": zero_std, "entropy": self.entropy,
+                  "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0, "clip_ratio/region_mean": 0.0,
+                  "clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.0, "step_time": rng.uniform(4.0, 90.0)}
+        if self.rlvr:
+            entry |= {"rlvr/clip_low_frac": 0.0, "rlvr/clip_high_frac": 0.0}
+        entry |= {"epoch": step / self.steps_per_epoch, "step": step}
+        self.log_history.append({k: entry[k] for k in self.log_keys()})
+        self.logged = True
+        self._window = []
+
+    def log_keys(self) -> tuple[str, ...]:
+        """The keys of a log entry of this run, in the order a run writes them."""
+        rlvr = self.rlvr
+        return (*GRPO_LOG_KEYS, *(RLVR_LOG_KEYS if rlvr else ()), f"rewards/{self.reward_name}/mean",
+                f"rewards/{self.reward_name}/std", *GRPO_TAIL_KEYS, *(RLVR_TAIL_KEYS if rlvr else ()), "epoch", "step")
+
+    def describe(self) -> dict:
+        """The run's drawn settings, for the report."""
+        return {"max_steps": self.max_steps, "logging_steps": self.logging_steps, "save_steps": self.save_steps,
+                "train_batch_size": self.train_batch_size, "steps_per_epoch": self.steps_per_epoch,
+                "max_completion_length": self.max_completion_length, "trainer": "RLVRTrainer" if self.rlvr else
+                "GRPOTrainer", "first_step": self.first_step}
+
+    def completion_ids(self, ids: tuple[int, ...]) -> tuple[int, ...]:
+        """A completion's ids as TRL hands them: ending with the end-of-sequence token when the completion ended
+        before ``max_completion_length`` (TRL keeps it), as they are when it would have been cut there."""
+        if self.eos_id is None or len(ids) >= self.max_completion_length:
+            return ids
+        return (*ids, self.eos_id)
+
+    def prepare(self, call: Call) -> Call:
+        """``call`` as it is made at the current step: its completions' ids as TRL's, its trainer state."""
+        call = replace(call, items=tuple(replace(it, ids=self.completion_ids(it.ids)) for it in call.items))
+        return replace(call, state=self.state(call))
+
+    def state(self, call: Call) -> dict:
+        """The trainer state's fields at the call about to be made (the current step; its tokens counted)."""
+        self.tokens_seen += sum(len(it.ids) + it.prompt_tokens for it in call.items)
+        return {"epoch": self.step / self.steps_per_epoch if self.step else 0, "global_step": self.step,
+                "max_steps": self.max_steps, "logging_steps": self.logging_steps, "eval_steps": 500,
+                "save_steps": self.save_steps, "train_batch_size": self.train_batch_size,
+                "num_train_epochs": self.num_train_epochs, "num_input_tokens_seen": self.tokens_seen,
+                "total_flos": 0.0 if self.logged else 0, "log_history": list(self.log_history),
+                "best_metric": None, "best_global_step": None, "best_model_checkpoint": None,
+                "is_local_process_zero": True, "is_world_process_zero": True, "is_hyper_param_search": False,
+                "trial_name": None, "trial_params": None,
+                "stateful_callbacks": {"TrainerControl": {"args": {
+                    "should_training_stop": False, "should_epoch_stop": False, "should_save": False,
+                    "should_evaluate": False, "should_log": False}, "attributes": {}}}}
+
+    def scored(self, call: Call, scores: list | None) -> None:
+        """After the call: its scores (None: it failed) go into the log of the next logging step; the step ends."""
+        scores = list(scores) if scores is not None else [None] * len(call.items)
+        self._window.append((scores, [min(len(it.ids), self.max_completion_length) for it in call.items]))
+        self.step += 1
+        if self.step % self.logging_steps == 0:
+            self._log(self.step)
 
 
 def plan(cases: list[list[Case]], tokenizer: Tokenizer, rng: random.Random, group_size: int = DEFAULT_GROUP_SIZE,
-         groups_per_call: int = DEFAULT_GROUPS_PER_CALL) -> list[Call]:
+         groups_per_call: int = DEFAULT_GROUPS_PER_CALL, kind: str | None = None) -> list[Call]:
     """The calls for ``cases`` (each a corpus case followed by its variants), in a seeded random order.
 
     Only cases with the same columns share a call (one dataset has one set of columns); each case's group is
-    its members, shuffled, padded with repeats to at least ``group_size``."""
+    its members, shuffled, padded with repeats to ``group_size`` (a case with more members than that is several
+    groups), all with the case's prompt (a case without one: an instruction of :data:`INSTRUCTIONS` for ``kind``
+    drawn for it); every call holds ``groups_per_call``
+    groups (the last call of a set of columns is filled with groups of that set drawn again)."""
     groups: dict[tuple, list[list[Case]]] = {}
     for members in cases:
-        group = list(members)
-        while len(group) < group_size:
-            group.append(rng.choice(members))
-        rng.shuffle(group)
-        groups.setdefault(tuple(sorted(members[0].columns)), []).append(group)
+        shuffled = rng.sample(members, len(members))
+        for k in range(0, len(shuffled), group_size):  # more members than a group holds: several groups
+            group = shuffled[k:k + group_size]
+            while len(group) < group_size:
+                group.append(rng.choice(members))
+            rng.shuffle(group)
+            groups.setdefault(tuple(sorted(members[0].columns)), []).append(group)
     chunks = []
     for same_columns in groups.values():
         rng.shuffle(same_columns)
-        chunks += [same_columns[i:i + groups_per_call] for i in range(0, len(same_columns), groups_per_call)]
+        for i in range(0, len(same_columns), groups_per_call):
+            chunk = same_columns[i:i + groups_per_call]
+            while len(chunk) < groups_per_call:
+                chunk.append(rng.choice(same_columns))
+            chunks.append(chunk)
     rng.shuffle(chunks)
-    max_steps = len(chunks) + rng.randrange(10, 500)
-    first = rng.randrange(0, max_steps - len(chunks))
-    return [Call(tuple(Item(c, tokenizer.ids(c.completion)) for group in chunk for c in group),
-                 trainer_state(first + k, max_steps, rng)) for k, chunk in enumerate(chunks)]
+    ids: dict[str, tuple[int, ...]] = {}
+    prompt_tokens: dict[str, int] = {}
+    instructions = INSTRUCTIONS.get(kind or "", ("Answer the question below.",))
+    drawn: dict[str, str] = {}
+    for members in cases:  # one instruction per corpus case, shared by its variants (a group shares its prompt)
+        if not members[0].prompt:
+            p = rng.choice(instructions)
+            drawn.update((m.id, p) for m in members)
+
+    def item(c: Case) -> Item:
+        if c.completion not in ids:
+            ids[c.completion] = tokenizer.ids(c.completion)
+        p = c.prompt or drawn.get(c.id) or rng.choice(instructions)
+        if p not in prompt_tokens:
+            prompt_tokens[p] = len(tokenizer.ids(p))
+        return Item(c, ids[c.completion], prompt_tokens[p], None if c.prompt else p)
+
+    return [Call(tuple(item(c) for group in chunk for c in group)) for chunk in chunks]

@@ -11,7 +11,11 @@ A corpus file holds one JSON object per line. The first line may be a header,
   (so that a cost attack of megabytes is a short line); the joined text is at most :data:`MAX_COMPLETION_CHARS`;
 * ``expected``: ``1`` when a correct checker must accept the completion, ``0`` when it must reject it;
 * ``columns`` (optional): the dataset row the reward receives as keyword arguments (each value wrapped in a
-  one-element list, as TRL does for a batch); ``prompt`` (optional): the prompt text; ``note``: free text.
+  one-element list, as TRL does for a batch); ``prompt`` (optional): the prompt text; ``note``: free text;
+* ``must_score`` (optional, ``true``/``false``; the header's value, else ``false``, when absent): the reward owes
+  this case a number. ``None`` means "not applicable" (TRL leaves the completion out of its group's baseline and
+  gives it no advantage), so a wrong answer scored ``None`` where a score is due escapes its penalty: the report
+  counts it as ``escaped``, and the audit fails on it.
 
 Any other key, a wrong type, a duplicate id or a line that is not JSON is a :class:`CorpusError` naming the
 file and the line.
@@ -32,9 +36,9 @@ from trl_rlvr.rewards.contract import REWARD_KINDS as KINDS
 MAX_COMPLETION_CHARS = 16 << 20
 MAX_REPEAT = 10_000_000
 
-_CASE_KEYS = {"id", "class", "completion", "expected", "columns", "prompt", "note"}
+_CASE_KEYS = {"id", "class", "completion", "expected", "columns", "prompt", "note", "must_score"}
 _REQUIRED = ("id", "class", "completion", "expected")
-_HEADER_KEYS = {"corpus", "version", "description"}
+_HEADER_KEYS = {"corpus", "version", "description", "must_score"}
 _CLASS = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
@@ -54,6 +58,7 @@ class Case:
     prompt: str | None = None
     note: str = ""
     source: str = ""  # "file:line"
+    must_score: bool = False  # None is an escape for a wrong answer, not a rejection
 
 
 @dataclass(frozen=True)
@@ -88,8 +93,9 @@ def _completion(value: Any, where: str) -> str:
     return text
 
 
-def parse_case(row: Any, where: str) -> Case:
-    """One case from one decoded JSON line (``where`` is ``file:line``, for the error message)."""
+def parse_case(row: Any, where: str, must_score: bool = False) -> Case:
+    """One case from one decoded JSON line (``where`` is ``file:line``, for the error message); ``must_score``:
+    the file's default (its header's)."""
     if not isinstance(row, dict):
         raise CorpusError(f"{where}: a case must be a JSON object, got {type(row).__name__}")
     unknown = sorted(set(row) - _CASE_KEYS)
@@ -113,9 +119,11 @@ def parse_case(row: Any, where: str) -> Case:
     for key in ("prompt", "note"):
         if row.get(key) is not None and not isinstance(row[key], str):
             raise CorpusError(f"{where}: {key!r} must be a string")
+    if not isinstance(row.get("must_score", False), bool):
+        raise CorpusError(f"{where}: 'must_score' must be true or false")
     return Case(id=row["id"], cls=row["class"], completion=_completion(row["completion"], where),
                 expected=row["expected"], columns=columns, prompt=row.get("prompt"), note=row.get("note") or "",
-                source=where)
+                source=where, must_score=row.get("must_score", must_score))
 
 
 def load_corpus(path: str | Path, *, name: str | None = None) -> Corpus:
@@ -140,11 +148,13 @@ def load_corpus(path: str | Path, *, name: str | None = None) -> Corpus:
             if cases or header:
                 raise CorpusError(f"{where}: a header (key 'corpus') may only be the first line")
             bad = sorted(set(row) - _HEADER_KEYS)
-            if bad or not isinstance(row["corpus"], str) or type(row.get("version", 0)) is not int:
-                raise CorpusError(f"{where}: a header is {{\"corpus\": str, \"version\": int, \"description\": str}}")
+            if bad or not isinstance(row["corpus"], str) or type(row.get("version", 0)) is not int \
+                    or not isinstance(row.get("must_score", False), bool):
+                raise CorpusError(f"{where}: a header is {{\"corpus\": str, \"version\": int, \"description\": str, "
+                                  "\"must_score\": bool}")
             header = row
             continue
-        case = parse_case(row, where)
+        case = parse_case(row, where, header.get("must_score", False))
         if case.id in seen:
             raise CorpusError(f"{where}: duplicate id {case.id!r} (first at {seen[case.id]})")
         seen[case.id] = where

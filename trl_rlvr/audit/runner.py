@@ -8,8 +8,8 @@ again one completion at a time, so that each case gets its own status: ``error``
 included), ``crash`` (the process died: ``os._exit``, a segfault) or ``timeout``. A call that fails while every
 one of its completions alone scores is reported as an error of its own (class ``batching``): a reward must score
 the calls training makes. Nothing the reward does can stop the audit. Every fresh child first scores a warm-up
-call (a right answer of the corpus) under the startup deadline, so that imports and worker pools are not charged
-to the first call.
+call (a call of the run of the corpus's plain cases) under the startup deadline, so that imports and worker pools
+are not charged to a case.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from trl_rlvr.audit.batches import Call
+from trl_rlvr.audit.batches import Call, TrainingRun
 from trl_rlvr.audit.cases import Case
 
 _MAX_REPLY = 1 << 20
@@ -79,6 +79,7 @@ class RewardProcess:
         self._stderr_len = 0
         self._buf = b""
         self._next = 0
+        self._logged = 0  # entries of the trainer state's log_history this process has been sent
         self._closed = False
         # the parent's import path, so that a module:function (or a pickled function) imports there as it does here
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
@@ -139,8 +140,12 @@ class RewardProcess:
     def call(self, call: Call, deadline: float) -> tuple[str, list | None, str]:
         """(status, scores, detail) for one call; after any status but ``scored``/``error`` the process is gone."""
         self._next += 1
-        request = {"i": self._next, "state": call.state,
-                   "items": [{"completion": it.case.completion, "prompt": it.case.prompt, "columns": it.case.columns,
+        state = dict(call.state)
+        if "log_history" in state:  # the child keeps one state object and its log: only what it has not seen goes
+            log = state.pop("log_history")
+            state["log_new"], self._logged = log[self._logged:], len(log)
+        request = {"i": self._next, "state": state,
+                   "items": [{"completion": it.case.completion, "prompt": it.prompt_text, "columns": it.case.columns,
                               "ids": it.ids} for it in call.items]}
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -200,7 +205,8 @@ class RewardProcess:
 
 def _worst(found: list[Outcome]) -> list[Outcome]:
     """One outcome per case: a failure if any, else the highest score of a case that must be rejected and the
-    lowest of one that must be accepted (``None`` lowest): a reward must score a repeated completion alike."""
+    lowest of one that must be accepted (``None`` lowest, but highest for a wrong answer a score is due for:
+    ``Case.must_score``): a reward must score a repeated completion alike."""
     by_id: dict[str, list[Outcome]] = {}
     for o in found:
         by_id.setdefault(o.case.id, []).append(o)
@@ -210,8 +216,10 @@ def _worst(found: list[Outcome]) -> list[Outcome]:
         if failed:
             out.append(failed[0])
             continue
-        def key(o: Outcome) -> float:
-            return -1.0 if o.score is None else o.score
+        def key(o: Outcome) -> float:  # None: the worst of a wrong answer a score is due for (an escape)
+            if o.score is None:
+                return float("inf") if o.case.must_score and o.case.expected == 0 else -1.0
+            return o.score
 
         out.append(max(group, key=key) if group[0].case.expected == 0 else min(group, key=key))
     return out
@@ -240,6 +248,8 @@ class Runner:
             raise
         self.info = dict(self._proc.info)
         self._warm = False
+        self._run: TrainingRun | None = None
+        self._warmup: Call | None = None
 
     def __enter__(self):
         return self
@@ -247,41 +257,56 @@ class Runner:
     def __exit__(self, exc_type, *exc):
         self.close(graceful=exc_type is None)  # interrupted (Ctrl-C) or failed: no waiting for the case to end
 
-    def _ready(self, warmup: Call | None) -> RewardProcess:
+    def _ready(self) -> RewardProcess:
+        """The reward's process, started and warmed: a fresh one first scores the warm-up call (a call of the run
+        like the others, of plain cases: its step passes, its scores are not reported) under the startup deadline,
+        so that imports and worker pools are not charged to a case."""
         if self._proc is None or self._proc.proc.poll() is not None:
             self._t0 = time.monotonic()
             self._proc = RewardProcess(self._setup, self.startup_deadline)
             self._warm = False
         if not self._warm:
             self._warm = True
-            if warmup is not None:
-                self._proc.call(warmup, self.startup_deadline)
+            if self._warmup is not None:
+                warmup = self._stated(self._warmup)
+                status, scores, _ = self._proc.call(warmup, self.startup_deadline)
+                if self._run is not None:
+                    self._run.scored(warmup, scores if status == "scored" else None)
             self.startup_seconds.append(time.monotonic() - self._t0)
             if self._proc.proc.poll() is not None:  # the warm-up killed it: a fresh one, not warmed again
                 self._t0 = time.monotonic()
                 self._proc = RewardProcess(self._setup, self.startup_deadline)
         return self._proc
 
-    def _call(self, call: Call, warmup: Call | None) -> tuple[str, list | None, str, float]:
-        proc = self._ready(warmup)
+    def _stated(self, call: Call) -> Call:
+        """``call`` as made at the run's current step (unchanged without a run)."""
+        return call if self._run is None else self._run.prepare(call)
+
+    def _call(self, call: Call) -> tuple[str, list | None, str, float]:
+        proc = self._ready()
         t = time.monotonic()
         status, scores, detail = proc.call(call, self.deadline * len(call.items))
         return status, scores, detail, time.monotonic() - t
 
     def run(self, calls: Iterable[Call], warmup: Call | None = None,
-            on_case: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+            on_case: Callable[[Outcome], None] | None = None, training: TrainingRun | None = None) -> list[Outcome]:
         """Every call, in order, each under ``deadline`` seconds per completion (wall clock, request to reply);
-        one :class:`Outcome` per distinct case (a case repeated in a group: its worst score, see :func:`_worst`)."""
+        one :class:`Outcome` per distinct case (a case repeated in a group: its worst score, see :func:`_worst`).
+        ``warmup``: the call each fresh process scores first (:meth:`_ready`); ``training``: the run whose trainer
+        state each call carries (one step per call, the warm-up's too)."""
+        self._run, self._warmup = training, warmup
         outcomes: list[Outcome] = []
         for n, call in enumerate(calls):
-            status, scores, detail, seconds = self._call(call, warmup)
+            self._ready()  # a fresh process's warm-up is a step of the run before this call's
+            call = self._stated(call)
+            status, scores, detail, seconds = self._call(call)
             if status == "scored":
                 found = [(it.case, "scored", score, "") for it, score in zip(call.items, scores)]
                 per = seconds / len(call.items)
-            else:  # each completion alone, for its own status
+            else:  # each completion alone, at the same step, for its own status
                 found, alone_seconds = [], 0.0
                 for it in {it.case.id: it for it in call.items}.values():
-                    s, sc, d, secs = self._call(Call((it,), call.state), warmup)
+                    s, sc, d, secs = self._call(Call((it,), call.state))
                     found.append((it.case, s, sc[0] if sc else None, d))
                     alone_seconds += secs
                 per = alone_seconds / max(1, len(found))
@@ -290,6 +315,10 @@ class Runner:
                                  note=f"a call of {len(call.items)} completions ({', '.join(dict.fromkeys(it.case.id for it in call.items))})")
                     outcomes.append(Outcome(batch, "error" if status != "timeout" else "timeout", None, seconds,
                                             f"the call failed ({status}: {detail}) while each completion alone scored"))
+                alone = {case.id: score for case, _, score, _ in found}
+                scores = [alone.get(it.case.id) for it in call.items]
+            if training is not None:
+                training.scored(call, scores)
             for outcome in _worst([Outcome(case, s, score, per, d) for case, s, score, d in found]):
                 outcomes.append(outcome)
                 if on_case is not None:

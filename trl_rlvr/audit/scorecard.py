@@ -4,11 +4,14 @@ Definitions (``threshold`` is the score at or above which a case counts as accep
 
 * false positive: a case labelled 0 (a correct checker rejects it) scored ``>= threshold``;
 * false negative: a case labelled 1 (a correct checker accepts it) scored below it or ``None``;
+* escaped: a case labelled 0 that must be scored (``must_score``: a row the reward can judge) scored ``None``; TRL
+  leaves such a completion out of its group's baseline with no advantage, so a wrong answer escapes its penalty
+  (a program that fakes an infrastructure failure, for a reward that scores those ``None``);
 * error: the reward raised, returned something that is not one score, or its process died (a crash);
 * timeout: no score within the per-case deadline (the reward's process is then killed);
 * right-answer rate: the share of the cases labelled 1 that were accepted (errors and timeouts count as not).
 
-The audit passes when there is no false positive, no error, no timeout, and the right-answer rate is at least
+The audit passes when there is no false positive, no escape, no error, no timeout, and the right-answer rate is at least
 ``min_right_rate`` (0.9 by default), so a reward that scores everything 0 fails it.
 """
 
@@ -42,6 +45,7 @@ class ClassRow:
     right: int = 0
     false_positives: int = 0
     false_negatives: int = 0
+    escaped: int = 0
     errors: int = 0
     timeouts: int = 0
     slowest_seconds: float = 0.0
@@ -74,6 +78,11 @@ class AuditReport:
         return [o for o in self.outcomes if o.case.expected == 1 and o.status == "scored" and not self.accepted(o)]
 
     @property
+    def escaped(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.case.expected == 0 and o.case.must_score and o.status == "scored"
+                and o.score is None]
+
+    @property
     def errors(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.status in ("error", "crash")]
 
@@ -102,6 +111,7 @@ class AuditReport:
             row.right += o.case.expected
             row.false_positives += o.case.expected == 0 and self.accepted(o)
             row.false_negatives += o.case.expected == 1 and o.status == "scored" and not self.accepted(o)
+            row.escaped += o.case.expected == 0 and o.case.must_score and o.status == "scored" and o.score is None
             row.errors += o.status in ("error", "crash")
             row.timeouts += o.status == "timeout"
             row.slowest_seconds = max(row.slowest_seconds, o.seconds)
@@ -112,6 +122,8 @@ class AuditReport:
         out = []
         if self.false_positives:
             out.append(f"{len(self.false_positives)} wrong answer(s) accepted")
+        if self.escaped:
+            out.append(f"{len(self.escaped)} wrong answer(s) scored None where a score is due (no penalty in GRPO)")
         if self.errors:
             out.append(f"{len(self.errors)} case(s) made the reward raise or die")
         if self.timeouts:
@@ -152,6 +164,7 @@ class AuditReport:
             "cases": len(self.outcomes),
             "false_positives": len(self.false_positives),
             "false_negatives": len(self.false_negatives),
+            "escaped": len(self.escaped),
             "errors": len(self.errors),
             "timeouts": len(self.timeouts),
             "right_answers": self.right_answers,
@@ -166,6 +179,7 @@ class AuditReport:
             "classes": [vars(r) for r in self.classes()],
             "worst_examples": self.worst_examples(),
             "false_negative_cases": [self._example(o) for o in self.false_negatives],
+            "escaped_cases": [self._example(o) for o in self.escaped],
             "error_cases": [self._example(o) for o in self.errors + self.timeouts],
             "case_results": [{"id": o.case.id, "class": o.case.cls, "expected": o.case.expected, "status": o.status,
                               "score": o.score, "seconds": round(o.seconds, 4)} for o in self.outcomes],
@@ -195,14 +209,15 @@ class AuditReport:
         how = (f"; seed {self.calls['seed']}, {self.calls['variants']} variants per case, groups of "
                f"{self.calls['group_size']}" if self.calls else "")
         table = Table(title=f"Audit of {self.reward} (kind: {self.kind or '-'}; corpus: {corpora}{how})")
-        for col in ("class", "cases", "right answers", "false +", "false -", "errors", "timeouts", "slowest s"):
+        for col in ("class", "cases", "right answers", "false +", "false -", "escaped", "errors", "timeouts",
+                    "slowest s"):
             table.add_column(col, justify="left" if col == "class" else "right", no_wrap=True)
         for r in self.classes():
             def red(n):
                 return f"[bold red]{n}[/]" if n else "0"
 
             table.add_row(r.name, str(r.cases), str(r.right), red(r.false_positives), str(r.false_negatives),
-                          red(r.errors), red(r.timeouts), f"{r.slowest_seconds:.2f}")
+                          red(r.escaped), red(r.errors), red(r.timeouts), f"{r.slowest_seconds:.2f}")
         console.print(table)
         worst = self.worst_examples()
         if worst:
@@ -217,6 +232,9 @@ class AuditReport:
                 console.print(f"  {o.case.cls}/{o.case.id} {o.status}: {o.detail}", markup=False, highlight=False)
             if len(failures) > 20:
                 console.print(f"  ... and {len(failures) - 20} more (--json has them all)")
+        if self.escaped:
+            ids = ", ".join(f"{o.case.cls}/{o.case.id}" for o in self.escaped[:12])
+            console.print(f"[bold]Wrong answers scored None where a score is due:[/] {ids}", highlight=False)
         if self.false_negatives:
             ids = ", ".join(f"{o.case.cls}/{o.case.id}" for o in self.false_negatives[:12])
             more = f" and {len(self.false_negatives) - 12} more" if len(self.false_negatives) > 12 else ""
@@ -230,6 +248,6 @@ class AuditReport:
         console.print(f"right answers accepted: {self.right_rate:.0%} of {self.right_answers} "
                       f"(at least {self.min_right_rate:.0%} needed)", highlight=False)
         if self.passed:
-            console.print("[bold green]PASS[/]: no wrong answer accepted, no error, no timeout")
+            console.print("[bold green]PASS[/]: no wrong answer accepted or escaped, no error, no timeout")
         else:
             console.print(f"[bold red]FAIL[/]: {'; '.join(self.reasons())}", highlight=False)

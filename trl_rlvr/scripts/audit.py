@@ -42,8 +42,9 @@ def _flags(p: argparse.ArgumentParser, defaults: bool = True) -> None:
                    help="seed of the variants, groups and order (default: fresh per run, printed in the report)")
     p.add_argument("--variants", type=int, default=d(3), help="metamorphic variants per case (default 3; 0: none)")
     p.add_argument("--group_size", type=int, default=d(4), help="completions per group, as num_generations (default 4)")
-    p.add_argument("--tokenizer", default=d(None), metavar="PATH",
-                   help="tokenizer.json or model directory for completion_ids (default: a character tokenizer)")
+    p.add_argument("--tokenizer", default=d(None), metavar="T",
+                   help="the tokenizer of the run the reward is for, for completion_ids: a tokenizer.json, a model "
+                        "directory, a hub id or smollm2 (default: none; a BPE drawn per audit, as the report says)")
 
 
 def add_parser(rsub) -> argparse.ArgumentParser:

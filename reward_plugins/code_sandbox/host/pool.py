@@ -229,10 +229,18 @@ class SandboxPool:
 
     def run_one(self, job: verdict.Job) -> verdict.Outcome:
         """Run one job on the next idle worker. A worker that fails (dies, misses its deadline, breaks the
-        protocol) is replaced; the job fails with an ``internal`` error."""
+        protocol) is replaced; the job fails with an ``internal`` error. A worker that cannot start: the job fails
+        with an ``unstarted`` error (the plugin tells the two apart from a wrong answer)."""
         slot = self._idle.get()
         try:
-            worker = self._ensure(slot)
+            try:
+                worker = self._ensure(slot)
+            except launcher.IsolationUnavailable:
+                raise
+            except Exception as e:  # noqa: BLE001 - no sandbox could start: the machinery's failure, never the sample's
+                log.warning("code_sandbox worker %d could not start (%s)", slot[0], e)
+                slot[1] = None
+                return verdict.failed(job, error="unstarted")
             try:
                 return worker.run(job, self.limits)
             except launcher.IsolationUnavailable:

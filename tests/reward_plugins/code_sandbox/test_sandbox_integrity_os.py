@@ -182,8 +182,8 @@ RESERVED_EXITS = [
 @pytest.mark.parametrize("role", ["worker", "tester"])
 def test_a_poisoned_worker_is_replaced_logged_and_counted(role, caplog):
     """A worker whose own or whose tester's limits or priority changed under it (or whose child
-    died before its lockdown) answers the job with an internal error: the sample scores 0, counts
-    in code_sandbox/errors, the reason is logged and a fresh worker takes the next sample; the old
+    died before its lockdown) answers the job with an internal error: the reason is logged and a fresh
+    worker takes the sample again (it scores what it is: the machinery's failure is not a wrong answer); the old
     code went on with the poisoned worker and every later sample scored 0 without an error. A
     program cannot fake that error: the exit statuses it means are refused to sandboxed code."""
     import logging
@@ -196,7 +196,9 @@ def test_a_poisoned_worker_is_replaced_logged_and_counted(role, caplog):
         _poison(f.pool, role)
         with caplog.at_level(logging.WARNING, logger="reward_plugins.code_sandbox"):
             r = f(prompts=[""] * 2, completions=[CORRECT] * 2, tests=[TESTS] * 2, log_metric=m.__setitem__)
-        assert r == [0.0, 1.0] and m["code_sandbox/errors"] == 1.0 and f.pool.restarts == 1
+        # the poisoned worker's sample runs again on a fresh worker: the machinery's failure costs it nothing
+        assert r == [1.0, 1.0] and m["code_sandbox/errors"] == 0.0 and f.pool.restarts == 1
+        assert m["code_sandbox/infra_errors"] == 0.0
         want = "RLIMIT_AS" if role == "worker" else "nice 0 -> 10"
         assert f"the {role}'s limits, affinity or priority changed" in caplog.text and want in caplog.text
         if role == "worker":  # its candidate could not set its own (higher) limit: it died before its lockdown
@@ -306,10 +308,13 @@ def test_a_file_flood_costs_its_worker_not_the_next_samples_time(path):
         else:
             r = f(prompts=[""], completions=[FLOOD], tests=[TESTS], log_metric=m.__setitem__)
         took = time.monotonic() - t
-        assert r == [0.0] and m["code_sandbox/errors"] == 1.0 and f.pool.restarts == 1
-        budget = timeout * (2 if path == "io" else 1) + 2 * 0.5 + 1.0  # timeouts, cleanup budgets, slack
+        # its worker is replaced, the sample run again on a fresh one (which it floods again), then the control
+        # sample passes: a sample that breaks its worker, a wrong answer (plugin.attribute)
+        assert r == [0.0] and m["code_sandbox/errors"] == 1.0 and m["code_sandbox/infra_errors"] == 0.0
+        assert f.pool.restarts == 2
+        budget = 2 * (timeout * (2 if path == "io" else 1) + 2 * 0.5) + 1.0  # twice: timeouts, cleanup budgets; slack
         assert took < budget, took
         r = f(prompts=[""] * 3, completions=[LOOKS_FOR_LEFTOVERS, WRONG, CORRECT], tests=[TESTS] * 3)
-        assert r == [1.0, 0.0, 1.0] and f.pool.restarts == 1
+        assert r == [1.0, 0.0, 1.0] and f.pool.restarts == 2
     finally:
         f.close()

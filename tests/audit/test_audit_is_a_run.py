@@ -1,0 +1,213 @@
+"""What the audit hands a reward is what a run hands it at the same step: the run's token ids (or, with none given,
+ids no reward can recompute), one trainer state object updated in place with the log a run has at that step, calls
+of one size. A real RLVRTrainer run on the tiny model is the reference: the features a reward could key on
+(``tests.harness.audit_rewards.call_features``) are compared call by call. The two rewards written to tell the
+previous audit from training (keyed on its character tokenizer's ids; on a state past its first logging step with
+an empty log) are caught."""
+
+import json
+import math
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.harness import audit_rewards
+from trl_rlvr.audit import audit_reward, builtin_corpus
+from trl_rlvr.audit.batches import GRPO_LOG_KEYS, Call, Item, Tokenizer, TrainingRun, plan
+from trl_rlvr.audit.cases import Case
+
+
+def _cases(tmp_path, rows, name="cases.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _math_subset(tmp_path, classes=("agreement", "hedging")):
+    rows = [{"id": c.id, "class": c.cls, "completion": c.completion, "expected": c.expected, "columns": c.columns}
+            for c in builtin_corpus("math_answer").cases if c.cls in classes]
+    return _cases(tmp_path, rows, "math.jsonl")
+
+
+# -- the two rewards that told the previous audit from training -----------------------------------------------------
+def _training_state(step=3, logging_steps=2):
+    """A state as TRL's trainer has it at ``step`` (a log entry per logging step passed, GRPO's FLOPs: none)."""
+    from transformers.trainer_callback import TrainerState
+
+    return TrainerState(epoch=step / 64, global_step=step, max_steps=100, logging_steps=logging_steps,
+                        train_batch_size=8, num_train_epochs=2, total_flos=0.0,
+                        log_history=[{"loss": 0.0, "reward": 0.5, "epoch": s / 64, "step": s}
+                                     for s in range(logging_steps, step + 1, logging_steps)])
+
+
+@pytest.mark.parametrize("name", ["honest_on_char_tokenizer_ids", "honest_on_an_unlogged_state"])
+def test_a_reward_that_tells_the_previous_audit_from_training_is_caught(name, tmp_path):
+    reward = getattr(audit_rewards, name)
+    # the attack is real: in a call shaped like training's (a real tokenizer's ids, a run's state) it pays a wrong
+    # answer, and in the previous audit's call (character ids; a state past its first logging step with no log) it
+    # is boxed_math
+    wrong = r"The answer is \boxed{8}"
+    training = reward(prompts=["q"], completions=[wrong], completion_ids=[[785, 4226, 374, 1124, 79075, 90, 23, 92]],
+                      trainer_state=_training_state(), solution=["7"])
+    assert training == [1.0]
+    from trl_rlvr.testing import char_tokenizer
+
+    old_state = _training_state()
+    old_state.log_history = []
+    old = reward(prompts=["q"], completions=[wrong], completion_ids=[char_tokenizer().encode(wrong).ids],
+                 trainer_state=old_state, solution=["7"])
+    assert old == [0.0]
+    # and the audit now catches it, whatever its seed
+    for seed in (1, 2):
+        report = audit_reward(f"tests.harness.audit_rewards:{name}", cases=[_math_subset(tmp_path)], builtin=False,
+                              kind="math_answer", seed=seed, variants=1)
+        assert not report.passed and len(report.false_positives) >= 10, (seed, report.reasons())
+
+
+def test_with_the_runs_tokenizer_the_ids_are_the_runs(tmp_path, tiny_model_dir):
+    from trl_rlvr.testing import load_tokenizer
+
+    tok = load_tokenizer(tiny_model_dir)
+    for source in (tiny_model_dir, tiny_model_dir / "tokenizer.json"):
+        t = Tokenizer(source)
+        assert t.given and t.ids("def f(x):\n  return x + 1") == tuple(tok.encode("def f(x):\n  return x + 1",
+                                                                               add_special_tokens=False))
+        assert t.eos_id == tok.eos_token_id
+    with pytest.raises(ValueError, match="no tokenizer file"):
+        Tokenizer(tmp_path / "missing.json")
+
+
+def test_without_a_tokenizer_the_ids_are_drawn_per_audit_and_the_report_says_so(tmp_path):
+    texts = [c.completion for c in builtin_corpus("math_answer").cases]
+    a, b = (Tokenizer(None, texts, random.Random(s)) for s in (1, 2))
+    text = r"So the answer is \boxed{\frac{1}{2}}."
+    from trl_rlvr.testing import char_tokenizer
+
+    assert not a.given and "none given" in a.name
+    assert a.ids(text) != b.ids(text)  # no two audits share ids
+    assert a.ids(text) == Tokenizer(None, texts, random.Random(1)).ids(text)  # the seed repeats them
+    for t in (a, b):
+        ids = t.ids(text)
+        assert len(ids) < len(text) and list(ids) != char_tokenizer().encode(text).ids and max(ids) > 255
+    report = audit_reward("think_format", seed=4, variants=0)
+    assert report.calls["tokenizer_given"] is False and "none given" in report.calls["tokenizer"]
+
+
+# -- the trainer state: a run's, step by step ------------------------------------------------------------------------
+def _log_rule(states, logging_steps):
+    """Each state's log has one entry per logging step passed, the last at the latest one."""
+    for s in states:
+        steps = s["log_steps"]
+        assert steps == list(range(logging_steps, s["global_step"] + 1, logging_steps))[-len(steps):] if steps else \
+            s["global_step"] < logging_steps
+
+
+def _ends_as_trl_keeps_them(calls, max_completion_length):
+    """Each completion's ids end with the end-of-sequence token, unless it ran to ``max_completion_length``."""
+    for c in calls:
+        for length, eos in c["ends"]:
+            assert eos or length >= max_completion_length, (length, eos)
+
+
+def _compare(real, audit):
+    """The features of the audit's calls against a real run's, rule by rule."""
+    for calls in (real, audit):
+        assert len({c["n"] for c in calls}) == 1  # every call of a run has one size
+        assert len({c["state_id"] for c in calls}) == 1  # one state object, updated in place
+        steps = [c["global_step"] for c in calls]
+        assert steps == list(range(steps[0], steps[0] + len(steps)))  # one step per call
+        seen = [c["num_input_tokens_seen"] for c in calls]
+        assert seen == sorted(seen) and len(set(seen)) == len(seen)
+        assert all(c["total_flos"] == 0 for c in calls)  # a GRPO run counts no FLOPs (its inputs hold no input_ids)
+        assert all(c["n"] % c["train_batch_size"] == 0 for c in calls)
+        _log_rule(calls, calls[0]["logging_steps"])
+    for key in ("kwargs", "prompt_types", "empty_prompts", "groups_share_prompts", "ids_types", "state_class",
+                "stateful_callbacks", "log_functions", "log_functions_bound"):
+        assert {json.dumps(c[key]) for c in audit} == {json.dumps(real[0][key])}, key
+
+    def kind(c):  # what the field types depend on in a run: the first step, whether a log was written
+        return c["global_step"] == 0, bool(c["log_steps"])
+
+    real_types = {kind(c): c["field_types"] for c in real}
+    for c in audit:
+        if kind(c) in real_types:
+            assert c["field_types"] == real_types[kind(c)], kind(c)
+        else:  # a resumed run's first steps: a log (restored), floats
+            assert c["field_types"] == real_types[(False, True)]
+    real_keys = next(c["log_keys"] for c in real if c["log_keys"])
+    for c in audit:
+        if c["log_keys"]:  # RLVRTrainer's log, or GRPOTrainer's (the same without RLVRTrainer's keys), in order
+            assert c["log_keys"] in (real_keys, [k for k in real_keys if not k.startswith("rlvr/")])
+
+
+@pytest.mark.slow
+def test_the_audits_calls_look_like_a_real_runs_call_by_call(tmp_path, tiny_model_dir, monkeypatch):
+    from tests.harness.loss_harness import make_trainer
+
+    real_file, audit_file = tmp_path / "real.jsonl", tmp_path / "audit.jsonl"
+    monkeypatch.setenv("AUDIT_FEATURES", str(real_file))
+    trainer = make_trainer(tiny_model_dir, reward_funcs=[audit_rewards.feature_spy], max_steps=5, logging_steps=2,
+                           per_device_train_batch_size=8, num_generations=4, learning_rate=1e-3, max_grad_norm=1.0)
+    trainer.train()
+    real = [json.loads(line) for line in real_file.read_text().splitlines()]
+    assert len(real) == 5 and real[-1]["log_steps"] == [2, 4]
+    _ends_as_trl_keeps_them(real, trainer.args.max_completion_length)
+    assert any(eos for c in real for _, eos in c["ends"]) or all(n == trainer.args.max_completion_length
+                                                                   for c in real for n, _ in c["ends"])
+    rows = [{"id": f"r{k}", "class": "c", "completion": "right" if k % 2 else "wrong", "expected": k % 2,
+             "columns": {"answer": "0"}} for k in range(60)]
+    monkeypatch.setenv("AUDIT_FEATURES", str(audit_file))
+    for seed in (0, 1, 2):
+        audit_file.write_text("")
+        report = audit_reward("tests.harness.audit_rewards:feature_spy", cases=[_cases(tmp_path, rows)],
+                              builtin=False, kind="format", seed=seed, variants=0, tokenizer=tiny_model_dir)
+        assert report.passed, report.reasons()
+        audit = [json.loads(line) for line in audit_file.read_text().splitlines()]
+        assert len(audit) == report.calls["calls"] + 1  # and the warm-up, a call of the run like the others
+        _compare(real, audit)
+        _ends_as_trl_keeps_them(audit, report.calls["run"]["max_completion_length"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2**32 - 1), st.integers(1, 8), st.integers(1, 4), st.integers(1, 60))
+def test_property_a_drawn_runs_state_follows_a_runs_rules(seed, group_size, groups_per_call, n_cases):
+    """Whatever the seed and shape: calls of one size, one step each, a log entry per logging step passed with the
+    keys a run logs (its reward's mean the mean of what the reward returned since the last entry), a growing
+    token count, no FLOPs, an epoch that grows with the step."""
+    rng = random.Random(seed)
+    cases = [[Case(id=f"c{k}", cls="c", completion="x" * (k + 1), expected=k % 2, columns={"answer": "1"})]
+             for k in range(n_cases)]
+    tok = Tokenizer(None, ["x" * 50, "some text"], rng)
+    calls = plan(cases, tok, rng, group_size=group_size, groups_per_call=groups_per_call)
+    size = group_size * groups_per_call
+    assert {len(c.items) for c in calls} == {size}
+    run = TrainingRun(rng, len(calls), size, group_size, "my_reward")
+    first, seen, epochs = run.step, 0, []
+    window = []
+    for call in calls:
+        state = run.state(call)
+        assert state["global_step"] == first + calls.index(call) and state["train_batch_size"] * (
+            size // state["train_batch_size"]) == size
+        assert state["num_input_tokens_seen"] > seen
+        seen = state["num_input_tokens_seen"]
+        L = state["logging_steps"]
+        assert [e["step"] for e in state["log_history"]] == list(range(L, state["global_step"] + 1, L))
+        assert state["total_flos"] == 0 and type(state["total_flos"]) is (float if state["log_history"] else int)
+        epochs.append(state["epoch"])
+        for e in state["log_history"]:
+            assert set(GRPO_LOG_KEYS) <= set(e) and {"rewards/my_reward/mean", "reward", "epoch", "step"} <= set(e)
+            assert e["epoch"] == pytest.approx(e["step"] / run.steps_per_epoch)
+        scores = [rng.choice([0.0, 1.0, None]) for _ in call.items]
+        window += scores
+        run.scored(call, scores)
+        if run.step % L == 0:
+            entry = run.log_history[-1]
+            want = [s for s in window if s is not None]
+            got = entry["rewards/my_reward/mean"]
+            assert (math.isnan(got) and not want) or got == pytest.approx(sum(want) / len(want))
+            window = []
+        assert state["max_steps"] > state["global_step"]
+    assert epochs == sorted(epochs) and (epochs[0] == 0 if first == 0 else epochs[0] > 0)
+    assert all(isinstance(c, Call) and all(isinstance(it, Item) for it in c.items) for c in calls)
