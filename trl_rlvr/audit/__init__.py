@@ -134,28 +134,14 @@ def audit_reward(
     line against the schema, naming file and line) and :class:`RewardStartError` (the reward cannot be built),
     each before any case runs.
     """
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"unknown reward kind {kind!r}: one of {', '.join(KINDS)}")
-    for name, value, least in (("variants", variants, 0), ("group_size", group_size, 1),
-                               ("groups_per_call", groups_per_call, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    _check_arguments(kind, variants=variants, group_size=group_size, groups_per_call=groups_per_call)
     seed = int.from_bytes(os.urandom(4), "big") if seed is None else int(seed)
     tok = Tokenizer(tokenizer) if tokenizer is not None else None  # a bad path fails before the reward starts
     extra = [load_corpus(p) for p in cases]
     options = dict(options or {})
     with Runner(reward, options=options, messages=messages, deadline=deadline,
                 startup_deadline=startup_deadline) as runner:
-        declared = runner.info.get("kind")
-        used = kind or (declared if declared in KINDS else None)
-        if builtin and used is None and not extra:
-            raise ValueError(
-                f"reward {runner.info.get('name') or reward!r} declares no reward_kind "
-                f"({'got ' + repr(declared) if declared else 'none'}): pass --kind ({', '.join(KINDS)}) "
-                "or your own cases (--cases)")
-        corpora = ([builtin_corpus(used)] if builtin and used else []) + extra
-        if not corpora:
-            raise ValueError("no corpus to run: builtin=False and no cases")
+        used, corpora = _corpora(runner, reward, kind, builtin, extra)
         todo = _renamed([c for corpus in corpora for c in corpus.cases], columns or {})
         rng = random.Random(seed)
         groups = [[c, *make_variants(c, used, rng, variants)] for c in todo]
@@ -163,34 +149,66 @@ def audit_reward(
             tok = Tokenizer(None, texts=[c.completion for g in groups for c in g], rng=rng)
         calls = plan(groups, tok, rng, group_size=group_size, groups_per_call=groups_per_call, kind=used)
         warmup = _warmup(groups, tok, rng, group_size, groups_per_call, used)
-        call_size = group_size * groups_per_call
-        training = TrainingRun(rng, len(calls), call_size, group_size, str(runner.info.get("name") or "reward"),
-                               eos_id=tok.eos_id)
-        total = sum(len(g) for g in groups)
-        advance, stop = _progress(total, f"auditing {runner.info.get('name') or reward}") if progress else (None, None)
-        try:
-            def each(o):
-                if advance:
-                    advance(o)
-                if on_case:
-                    on_case(o)
-
-            outcomes = runner.run(calls, warmup=warmup, on_case=each, training=training)
-        finally:
-            if stop:
-                stop()
-        # a case sent in more than one call (the last call of a set of columns is filled with groups sent before):
-        # one outcome, its worst, as for the repeats within a group
-        outcomes = _worst(outcomes)
-        # the report in corpus order (each case, then its variants), whatever order the calls went in
-        order = {(c.id, c.completion): i for i, c in enumerate(c for g in groups for c in g)}
-        outcomes = sorted(outcomes, key=lambda o: order.get((o.case.id, o.case.completion), len(order)))
+        training = TrainingRun(rng, len(calls), group_size * groups_per_call, group_size,
+                               str(runner.info.get("name") or "reward"), eos_id=tok.eos_id)
+        title = f"auditing {runner.info.get('name') or reward}" if progress else None
+        outcomes = _run(runner, calls, warmup, training, sum(len(g) for g in groups), title, on_case)
         name = reward if isinstance(reward, str) else runner.info.get("name") or repr(reward)
         return AuditReport(
             reward=name, kind=used, corpora=[{"name": c.name, "version": c.version, "path": c.path,
                                               "cases": len(c.cases)} for c in corpora],
-            outcomes=outcomes, threshold=threshold, min_right_rate=min_right_rate, deadline=deadline,
-            options=options, startup_seconds=list(runner.startup_seconds),
+            outcomes=_in_corpus_order(outcomes, groups), threshold=threshold, min_right_rate=min_right_rate,
+            deadline=deadline, options=options, startup_seconds=list(runner.startup_seconds),
             calls={"seed": seed, "variants": variants, "group_size": group_size, "groups_per_call": groups_per_call,
                    "calls": len(calls), "tokenizer": tok.name, "tokenizer_given": tok.given,
                    "run": training.describe()})
+
+
+def _check_arguments(kind: str | None, **counts: int) -> None:
+    """ValueError for an unknown kind or a count below its least value (variants 0, the others 1)."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"unknown reward kind {kind!r}: one of {', '.join(KINDS)}")
+    for name, value in counts.items():
+        least = 0 if name == "variants" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+
+
+def _corpora(runner: Runner, reward, kind: str | None, builtin: bool, extra: list) -> tuple[str | None, list]:
+    """The kind the audit uses (``kind``, else the one the reward declares) and the corpora to run: the built-in
+    one of that kind (``builtin``), then ``extra``. ValueError when there is none to run."""
+    declared = runner.info.get("kind")
+    used = kind or (declared if declared in KINDS else None)
+    if builtin and used is None and not extra:
+        raise ValueError(
+            f"reward {runner.info.get('name') or reward!r} declares no reward_kind "
+            f"({'got ' + repr(declared) if declared else 'none'}): pass --kind ({', '.join(KINDS)}) "
+            "or your own cases (--cases)")
+    corpora = ([builtin_corpus(used)] if builtin and used else []) + extra
+    if not corpora:
+        raise ValueError("no corpus to run: builtin=False and no cases")
+    return used, corpora
+
+
+def _run(runner: Runner, calls, warmup, training, total: int, title: str | None, on_case) -> list[Outcome]:
+    """Send the calls; one outcome per case (a case sent in more than one call: its worst, as for the repeats
+    within a group; the last call of a set of columns is filled with groups sent before)."""
+    advance, stop = _progress(total, title) if title else (None, None)
+
+    def each(o):
+        if advance:
+            advance(o)
+        if on_case:
+            on_case(o)
+
+    try:
+        return _worst(runner.run(calls, warmup=warmup, on_case=each, training=training))
+    finally:
+        if stop:
+            stop()
+
+
+def _in_corpus_order(outcomes: list[Outcome], groups: list[list]) -> list[Outcome]:
+    """The outcomes in corpus order (each case, then its variants), whatever order the calls went in."""
+    order = {(c.id, c.completion): i for i, c in enumerate(c for g in groups for c in g)}
+    return sorted(outcomes, key=lambda o: order.get((o.case.id, o.case.completion), len(order)))
