@@ -123,7 +123,8 @@ class PythonEnvironment:
         call that ``python`` would refuse, or a second one while a cell is in flight, is left to the call (which
         counts the refusal: nothing is counted here)."""
         code = arguments.get("code") if name == "python" and isinstance(arguments, dict) else None
-        if self._sent is None and isinstance(arguments, dict) and set(arguments) == {"code"} and self._refusal(code) is None:
+        well_formed = isinstance(arguments, dict) and set(arguments) == {"code"}
+        if self._sent is None and well_formed and self._refusal(code) is None:
             self._send(code)
 
     def _refusal(self, code) -> tuple[str, str] | None:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.results_shape import fields
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "r1zero.py"
 COMMITTED = ROOT / "examples" / "results" / "r1zero_metrics.json"
@@ -56,27 +58,6 @@ def test_committed_arguments_are_the_code_defaults_names(committed):
             assert committed["training_args"][name] == written[name], name
 
 
-def _shape(value, depth=0):
-    """The field names of a metrics file (nested dicts; lists of dicts by their first element), not the values."""
-    if isinstance(value, dict) and depth < 4:
-        return {k: _shape(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list) and value and isinstance(value[0], dict) and depth < 4:
-        return [_shape(value[0], depth + 1)]
-    return None
-
-
-#: Fields whose contents are per-run lists of free size (the sample answers, per-question records) or paths.
-_FREE = {"samples", "per_question"}
-
-
-def _strip(shape):
-    if isinstance(shape, dict):
-        return {k: (None if k in _FREE else _strip(v)) for k, v in shape.items()}
-    if isinstance(shape, list):
-        return [_strip(shape[0])]
-    return shape
-
-
 @pytest.mark.slow
 def test_committed_results_have_the_fields_a_run_of_the_code_writes_today(committed, tiny_model_dir, tmp_path):
     r1 = _load_script()
@@ -93,7 +74,7 @@ def test_committed_results_have_the_fields_a_run_of_the_code_writes_today(commit
     assert step_keys == {frozenset(h) for h in committed["history"]}, "the logged keys changed: regenerate with " + REGENERATE
     for part in ("history", "script_args", "training_args", "timings_s", "train_metrics"):
         fresh.pop(part), committed.pop(part)
-    assert _strip(_shape(fresh)) == _strip(_shape(committed)), "the file's fields changed: regenerate with " + REGENERATE
+    assert fields(fresh) == fields(committed), "the file's fields changed: regenerate with " + REGENERATE
     assert list(fresh["sampled"]["results"]) == list(committed["sampled"]["results"]) == ["base", "trained"]
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.results_shape import fields
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "tool_r1.py"
 TEMPLATE = ROOT / "examples" / "chat_templates" / "chatml_tools.jinja"
@@ -213,3 +215,13 @@ def test_main_one_step_of_each_stage(tiny_chatml_model, tmp_path, arm):
         assert saved["cold_start_history"] and (out / "cold_start" / "model.safetensors").exists()
         assert "rewards/tool_format/mean" in saved["history"][0]
         assert (out / "tool_r1_curves.png").stat().st_size > 1000
+    # the committed run of this arm (examples/results/) has the fields this code writes: every logged step's keys,
+    # every figure's name, the script's and the trainer's arguments (a field added, renamed or dropped since the
+    # committed run shows here); regenerate with the commands in examples/README.md ("Reproduce")
+    committed = json.loads((ROOT / "examples" / "results" / name).read_text())
+    assert {frozenset(h) for h in committed["history"]} == {frozenset(h) for h in saved["history"]}
+    assert set(committed["script_args"]) == set(saved["script_args"])
+    assert set(committed["training_args"]) == set(saved["training_args"])
+    parts = ("history", "cold_start_history", "script_args", "training_args", "goals", "passk_large")
+    assert fields({k: v for k, v in committed.items() if k not in parts}) == \
+        fields({k: v for k, v in saved.items() if k not in parts})

@@ -1,0 +1,26 @@
+"""The field names of a committed results file, compared with what a run of today's code writes (not the values)."""
+
+#: Fields whose contents are per-run lists of free size (the sample answers, per-question records) or paths.
+FREE = {"samples", "per_question"}
+
+
+def shape(value, depth=0):
+    """The field names of a metrics file (nested dicts; lists of dicts by their first element), not the values."""
+    if isinstance(value, dict) and depth < 4:
+        return {k: shape(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list) and value and isinstance(value[0], dict) and depth < 4:
+        return [shape(value[0], depth + 1)]
+    return None
+
+
+def fields(value, free=FREE):
+    """``shape(value)`` with the free-size fields' contents left out."""
+
+    def strip(s):
+        if isinstance(s, dict):
+            return {k: (None if k in free else strip(v)) for k, v in s.items()}
+        if isinstance(s, list):
+            return [strip(s[0])]
+        return s
+
+    return strip(shape(value))
