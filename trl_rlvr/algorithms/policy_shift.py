@@ -38,6 +38,40 @@ def k3_kl(old_logps: torch.Tensor, new_logps: torch.Tensor) -> torch.Tensor:
     return torch.expm1(log_ratio) - log_ratio
 
 
+#: The sums :func:`shift_sums` returns, in order (added over micro-batches and processes; the last is a maximum).
+SHIFT_SUMS = ("dlogp_pos", "n_pos", "dlogp_neg", "n_neg", "kl_tokens", "tokens", "token_max_abs")
+
+
+def shift_sums(old_logps: torch.Tensor, new_logps: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor
+               ) -> torch.Tensor:
+    """(7,) float64 sums of one batch (:data:`SHIFT_SUMS`): summed per-rollout log-prob change and count of the
+    positive- and of the negative-advantage rollouts, masked k3 sum and token count, largest token change. Sums of
+    several micro-batches (processes) add, the last entry takes the maximum: :func:`shift_figures` of the total is
+    :func:`policy_shift` of the whole batch."""
+    if old_logps.shape != new_logps.shape or old_logps.shape != mask.shape or advantages.shape != old_logps.shape[:1]:
+        raise ValueError(f"policy_shift: old {tuple(old_logps.shape)}, new {tuple(new_logps.shape)}, mask "
+                         f"{tuple(mask.shape)} must be (N, T) and advantages {tuple(advantages.shape)} (N,)")
+    m = mask.to(torch.float64)
+    delta = (new_logps.double() - old_logps.double()) * m
+    per_rollout = delta.sum(dim=1)
+    pos, neg = advantages > 0, advantages < 0
+    kl = (k3_kl(old_logps.double(), new_logps.double()) * m).sum()
+    biggest = delta.abs().max() if delta.numel() else torch.zeros((), dtype=torch.float64, device=delta.device)
+    return torch.stack([per_rollout[pos].sum(), pos.sum().double(), per_rollout[neg].sum(), neg.sum().double(), kl,
+                        m.sum(), biggest.to(torch.float64)])
+
+
+def shift_figures(sums: torch.Tensor) -> dict[str, float]:
+    """The ``shift/`` figures of :func:`policy_shift` from :func:`shift_sums` (NaN where nothing was counted)."""
+    dpos, npos, dneg, nneg, kl, tokens, biggest = sums.tolist()
+    return {
+        "shift/logp_pos": dpos / npos if npos else math.nan,
+        "shift/logp_neg": dneg / nneg if nneg else math.nan,
+        "shift/kl_old_new": kl / tokens if tokens else math.nan,
+        "shift/token_logp_max_abs": biggest if tokens else math.nan,
+    }
+
+
 def policy_shift(old_logps: torch.Tensor, new_logps: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor
                  ) -> dict[str, float]:
     """The ``shift/`` figures of one update (module docstring).
@@ -50,21 +84,7 @@ def policy_shift(old_logps: torch.Tensor, new_logps: torch.Tensor, mask: torch.T
     Returns ``shift/logp_pos``, ``shift/logp_neg`` (NaN when no rollout has that sign), ``shift/kl_old_new``,
     ``shift/token_logp_max_abs`` (the largest change of one trained token).
     """
-    if old_logps.shape != new_logps.shape or old_logps.shape != mask.shape or advantages.shape != old_logps.shape[:1]:
-        raise ValueError(f"policy_shift: old {tuple(old_logps.shape)}, new {tuple(new_logps.shape)}, mask "
-                         f"{tuple(mask.shape)} must be (N, T) and advantages {tuple(advantages.shape)} (N,)")
-    m = mask.to(torch.float32)
-    delta = (new_logps - old_logps).float() * m
-    per_rollout = delta.sum(dim=1)
-    pos, neg = advantages > 0, advantages < 0
-    tokens = m.sum()
-    kl = (k3_kl(old_logps, new_logps) * m).sum() / tokens if tokens > 0 else torch.tensor(math.nan)
-    return {
-        "shift/logp_pos": per_rollout[pos].mean().item() if pos.any() else math.nan,
-        "shift/logp_neg": per_rollout[neg].mean().item() if neg.any() else math.nan,
-        "shift/kl_old_new": kl.item(),
-        "shift/token_logp_max_abs": delta.abs().max().item() if tokens > 0 else math.nan,
-    }
+    return shift_figures(shift_sums(old_logps, new_logps, mask, advantages))
 
 
 def shift_alarm(shift: dict[str, float], max_nats: float = SHIFT_ALARM_NATS, max_kl: float = SHIFT_ALARM_KL
