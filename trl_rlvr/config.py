@@ -570,7 +570,8 @@ def parameters_section(cls, groups) -> str:
         for name in names:
             f = fields[name]
             lines.append(f"    {name} ({field_type_text(f)}, *optional*, defaults to {field_default_text(f)}):")
-            lines += textwrap.wrap(field_help_text(f), width=116, initial_indent=" " * 8, subsequent_indent=" " * 8)
+            lines += textwrap.wrap(field_help_text(f), width=116, initial_indent=" " * 8, subsequent_indent=" " * 8,
+                                   break_on_hyphens=False)  # "log-probability" stays one word when joined back
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
