@@ -47,8 +47,8 @@ def independent_figures(model_dir, batch, before, after):
 
 
 def test_each_steps_figures_are_those_of_the_weights_before_and_after_it(tiny_model_dir, caplog):
-    trainer = make_trainer(tiny_model_dir, learning_rate=1e-4, policy_shift_metrics=True, policy_shift_alarm_nats=1e6,
-                           policy_shift_alarm_kl=1e6)
+    trainer = make_trainer(tiny_model_dir, learning_rate=1e-4, policy_shift_metrics=True,
+                           policy_shift_alarm_token_nats=1e6)
     with caplog.at_level(logging.WARNING):
         batches, weights = train_with_snapshots(trainer)
     assert len(batches) == 2 and len(weights) == 3  # one micro-batch per optimizer step here
@@ -72,13 +72,16 @@ def test_no_update_moves_nothing_and_raises_no_alarm(tiny_model_dir):
 
 
 def test_a_step_too_large_for_its_batch_fires_the_alarm_once_and_is_counted(tiny_model_dir, caplog):
-    trainer = make_trainer(tiny_model_dir, learning_rate=0.05, policy_shift_metrics=True)
+    """lr 0.05 on the tiny random model moves every token a little (each by < 3 nats) and the batch by a lot (KL 0.3
+    to 0.6 per token): the KL bound, set, fires."""
+    trainer = make_trainer(tiny_model_dir, learning_rate=0.05, policy_shift_metrics=True, policy_shift_alarm_kl=0.05)
     with caplog.at_level(logging.WARNING):
         run_recorded(trainer)
     assert _logged(trainer, "rlvr/alarm/policy_shift") == [1.0, 1.0]
-    assert max(_logged(trainer, "rlvr/shift_kl")) > 0.05
+    assert min(_logged(trainer, "rlvr/shift_kl")) > 0.05
     warnings = [r.getMessage() for r in caplog.records if "alarm policy_shift" in r.getMessage()]
     assert len(warnings) == 1 and "lower the learning rate" in warnings[0] and "at step 1" in warnings[0]
+    assert "KL(old||new) to" in warnings[0] and "(bound 0.05)" in warnings[0]
 
 
 def test_off_by_default_records_nothing(tiny_model_dir):

@@ -290,18 +290,25 @@ class RLVRConfig(GRPOConfig):
             "it: rlvr/shift_pos_logp and rlvr/shift_neg_logp (mean change of a rollout's summed log-probability, "
             "positive and negative advantage), rlvr/shift_kl (KL(old||new) per token, k3 estimate), "
             "rlvr/shift_token_max_abs; a warning and rlvr/alarm/policy_shift (1) when one update moves the batch "
-            "beyond policy_shift_alarm_nats or policy_shift_alarm_kl (docs/tool_rl.md)."
+            "beyond policy_shift_alarm_token_nats (or the optional policy_shift_alarm_nats, policy_shift_alarm_kl; docs/tool_rl.md)."
         },
     )
-    policy_shift_alarm_nats: float = field(
-        default=1.0,
-        metadata={"help": "With policy_shift_metrics: the alarm's bound on the mean change of either sign's "
-                  "rollouts' summed log-probability in one update, in nats per rollout. > 0."},
+    policy_shift_alarm_token_nats: float | None = field(
+        default=6.0,
+        metadata={"help": "With policy_shift_metrics: the alarm's bound on the change of one trained token's "
+                  "log-probability in one update, in nats (6: 400x; between the first main job's healthy steps, 4.2, "
+                  "and the tool job's failing one, 8.7: docs/tool_rl.md). None: not checked; else > 0."},
     )
-    policy_shift_alarm_kl: float = field(
-        default=0.05,
-        metadata={"help": "With policy_shift_metrics: the alarm's bound on KL(old||new) per token in one update, in "
-                  "nats. > 0."},
+    policy_shift_alarm_nats: float | None = field(
+        default=None,
+        metadata={"help": "With policy_shift_metrics: an optional bound on the mean change of either sign's "
+                  "rollouts' summed log-probability in one update, in nats per rollout (the first main job's healthy "
+                  "steps reach 19). None (default): not checked; else > 0."},
+    )
+    policy_shift_alarm_kl: float | None = field(
+        default=None,
+        metadata={"help": "With policy_shift_metrics: an optional bound on KL(old||new) per token in one update, in "
+                  "nats (the first main job's healthy steps reach 0.23). None (default): not checked; else > 0."},
     )
 
     save_on_sigterm: bool = field(
@@ -452,9 +459,9 @@ class RLVRConfig(GRPOConfig):
         k = self.resample_on_correct_oversample
         if isinstance(k, bool) or not isinstance(k, int) or k < 2:
             raise ValueError(f"resample_on_correct_oversample must be an integer >= 2, got {k!r}")
-        for name in ("policy_shift_alarm_nats", "policy_shift_alarm_kl"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("policy_shift_alarm_token_nats", "policy_shift_alarm_nats", "policy_shift_alarm_kl"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 (or None), got {getattr(self, name)!r}")
         if self.alarm_thresholds is not None:
             self.alarm_thresholds = parse_thresholds(self.alarm_thresholds)  # every key, validated (trl_rlvr.checks.alarms)
         check_settings(self)  # options without effect, bf16 on a CPU, use_vllm without vLLM (trl_rlvr.checks.settings)
@@ -535,7 +542,8 @@ PARAMETER_GROUPS = {
         "resample_on_correct_oversample",
     ),
     "Parameters that control the alarms during training": (
-        "alarms", "alarm_thresholds", "policy_shift_metrics", "policy_shift_alarm_nats", "policy_shift_alarm_kl",
+        "alarms", "alarm_thresholds", "policy_shift_metrics", "policy_shift_alarm_token_nats", "policy_shift_alarm_nats",
+        "policy_shift_alarm_kl",
     ),
     "Parameters that control what a run survives": ("save_on_sigterm",),
     "Parameters kept for compatibility": (

@@ -11,8 +11,9 @@
 - the figures of :mod:`trl_rlvr.algorithms.policy_shift` over the step's global batch (sums reduced over processes):
   ``rlvr/shift_pos_logp``, ``rlvr/shift_neg_logp`` (mean change of a rollout's summed log-probability, positive and
   negative advantage, in nats), ``rlvr/shift_kl`` (KL(old||new) per token, k3), ``rlvr/shift_token_max_abs``;
-- the alarm: when one step moves either sign's rollouts by more than ``policy_shift_alarm_nats`` or the KL above
-  ``policy_shift_alarm_kl`` (bounds argued in docs/tool_rl.md), a warning (the first time, with the numbers; later
+- the alarm: when one step moves a trained token's log-probability by more than ``policy_shift_alarm_token_nats``
+  (or, when set, either sign's rollouts by more than ``policy_shift_alarm_nats``, the KL above
+  ``policy_shift_alarm_kl``; the bound argued in docs/tool_rl.md), a warning (the first time, with the numbers; later
   steps are counted, not repeated) and ``rlvr/alarm/policy_shift`` = 1 for that step (0 otherwise: its mean over a
   logging window is the fraction of steps that fired).
 
@@ -95,7 +96,8 @@ class PolicyShiftMonitor(TrainerCallback):
         for name, value in figures.items():
             metrics[LOGGED_AS[name]].append(value)
         metrics["rlvr/shift_seconds"].append(elapsed)
-        message = shift_alarm(figures, trainer.args.policy_shift_alarm_nats, trainer.args.policy_shift_alarm_kl)
+        message = shift_alarm(figures, trainer.args.policy_shift_alarm_token_nats, trainer.args.policy_shift_alarm_nats,
+                              trainer.args.policy_shift_alarm_kl)
         metrics["rlvr/alarm/policy_shift"].append(float(message is not None))
         if message is not None:
             self.fired += 1
