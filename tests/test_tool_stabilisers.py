@@ -66,14 +66,22 @@ def void_or_call(question, rng):
     return VOID if rng.random() < 0.3 else tool_call_text("python", code=question)
 
 
-@pytest.mark.parametrize("action", ["zero_advantage", "drop"])
-def test_void_turn_rollouts_leave_the_gradient(tiny_model_dir, action):
-    trainer = scripted(tiny_model_dir, void_or_call, void_turn_action=action, learning_rate=0.0)
+@pytest.mark.parametrize("action,switches", [
+    ("zero_advantage", {}),
+    ("drop", {}),
+    # dynamic sampling's rounds: the driver's re-scaled advantages keep void rows at 0, and its token count (the
+    # one TRL's loss divides by with token_count_scope="generation_batch") leaves dropped rows out
+    ("drop", {"dynamic_sampling": True, "scale_rewards": "batch", "token_count_scope": "generation_batch"}),
+], ids=["zero_advantage", "drop", "drop-dynamic_sampling"])
+def test_void_turn_rollouts_leave_the_gradient(tiny_model_dir, action, switches):
+    trainer = scripted(tiny_model_dir, void_or_call, void_turn_action=action, learning_rate=0.0, **switches)
     batches, grads, completions = run_recorded(trainer)
     void = void_turn_rollouts(completions, boxed)
     assert 0 < sum(void) < len(void)
-    assert _logged(trainer, "rlvr/void_turn_rollouts") == pytest.approx(
-        [sum(void[:8]) / 8, sum(void[8:]) / 8])  # per step, of the round's rollouts
+    logged = _logged(trainer, "rlvr/void_turn_rollouts")
+    assert len(logged) == 2 and all(0 < v < 1 for v in logged)
+    if not switches:  # one round per step: the fraction of that round's rollouts
+        assert logged == pytest.approx([sum(void[:8]) / 8, sum(void[8:]) / 8])
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)  # lr 0: the same weights
@@ -84,13 +92,17 @@ def test_void_turn_rollouts_leave_the_gradient(tiny_model_dir, action):
         assert (rows["advantages"][is_void] == 0).all()
         if action == "drop":
             assert (rows["completion_mask"][is_void] == 0).all() and (rows["completion_mask"][~is_void].sum(1) > 0).all()
+            assert rows["num_items_in_batch"].item() == (rows["completion_mask"] * rows["tool_mask"]).sum().item()
         else:
             assert (rows["completion_mask"][is_void].sum(1) > 0).all()  # in the token count, at advantage 0
         model.zero_grad()
         reference_loss(model, rows, "per_batch_token", num_rows_in_step=rows["prompt_ids"].size(0)).backward()
         assert_grads_equal(got, {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None},
                            atol=1e-6)
-    assert seen_void == sum(void)
+    if not switches:  # every rollout generated is trained on
+        assert seen_void == sum(void)
+    else:
+        assert seen_void > 0
 
 
 def test_void_turns_need_a_reward_that_reads_a_final_answer(tiny_model_dir):
