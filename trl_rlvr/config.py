@@ -296,7 +296,7 @@ class RLVRConfig(GRPOConfig):
     policy_shift_alarm_token_nats: float | None = field(
         default=6.0,
         metadata={"help": "With policy_shift_metrics: the alarm's bound on the change of one trained token's "
-                  "log-probability in one update, in nats (6: 400x; between the first main job's healthy steps, 4.2, "
+                  "log-probability in one update, in nats (6: 400x; between the first main job's healthy steps, 4.3, "
                   "and the tool job's failing one, 8.7: docs/tool_rl.md). None: not checked; else > 0."},
     )
     policy_shift_alarm_nats: float | None = field(
