@@ -95,6 +95,8 @@ class RoundDriver:
             history = PromptHistory(args.selective_sampling_window, args.revisit_probability, args.seed)
         # resample-on-correct samples k x G answers per prompt (the sampled group) and trains on G of them
         self.resample = args.resample_on_correct_oversample if args.resample_on_correct else None
+        if self.resample and success_index is None:
+            raise ValueError("resample_on_correct needs a reward that says which answers are right (success_reward)")
         self.sampled_group = group_size * (self.resample or 1)
         self.stream = PromptStream(len(dataset), prompts_per_round=args.generation_batch_size // group_size,
                                    group_size=self.sampled_group, seed=args.seed, shuffle=shuffle, history=history)
