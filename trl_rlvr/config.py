@@ -18,6 +18,7 @@ from trl import GRPOConfig
 
 from trl_rlvr._compat.trl_contract import trl_loss_types
 from trl_rlvr.algorithms.advantages import BASELINES, STD_KINDS
+from trl_rlvr.algorithms.multi_turn import TOOL_ERROR_REPLIES, VOID_TURN_ACTIONS
 from trl_rlvr.algorithms.shaping import validate_overlong
 from trl_rlvr.checks.alarms import parse_thresholds
 from trl_rlvr.checks.machine import check_machine
@@ -235,6 +236,81 @@ class RLVRConfig(GRPOConfig):
         },
     )
 
+    void_turn_action: str = field(
+        default="off",
+        metadata={
+            "help": "Multi-turn rollouts with a void turn, one that neither calls a tool nor gives a final answer "
+            "(SimpleTIR, Xue et al. 2025, arXiv 2509.02479; the success reward's is_final_answer(text) decides what "
+            "answers): 'off' (default) trains them as they come; 'zero_advantage' keeps them in the loss with "
+            "advantage 0; 'drop' takes them out of the loss, their tokens out of the token count too "
+            "(docs/tool_rl.md). Logged: rlvr/void_turn_rollouts (their fraction of the round).",
+            "choices": ["off", "zero_advantage", "drop"],
+        },
+    )
+    max_tool_calls_per_answer: int | None = field(
+        default=None,
+        metadata={
+            "help": "A rollout with more tool calls than this (every call of every turn) scores 0 for every reward "
+            "function, as a wrong answer, so looping on the tool is never paid. TRL's max_tool_calling_iterations "
+            "bounds tool turns and stops the loop, not calls, and does not change the reward. None (default): no "
+            "cap. Logged: rlvr/over_tool_call_cap (the fraction of the round over it)."
+        },
+    )
+    tool_error_reply: str = field(
+        default="full",
+        metadata={
+            "help": "'last_line': a tool call that raised in an environment keeping stats (PythonEnvironment: its "
+            "stats['errors'] went up) replies with the last line of its error only, e.g. \"NameError: name 'x' is "
+            "not defined\" (ToRL, Li et al. 2025, arXiv 2503.23383); 'full' (default): the environment's reply as "
+            "it is.",
+            "choices": ["full", "last_line"],
+        },
+    )
+    resample_on_correct: bool = field(
+        default=False,
+        metadata={
+            "help": "rStar2-Agent's GRPO-RoC (Shang et al. 2025, arXiv 2508.20722): sample "
+            "resample_on_correct_oversample x num_generations rollouts per prompt, keep num_generations: the right "
+            "answers with the fewest tool errors (errors + timeouts of the environment's stats) and a uniform draw "
+            "of the wrong ones, each group keeping its share of right answers. Needs a map-style train_dataset "
+            "(the trainer's prompt stream). Logged: rlvr/resampled_right_tool_errors and "
+            "rlvr/sampled_right_tool_errors (mean tool errors of the right answers kept and sampled)."
+        },
+    )
+    resample_on_correct_oversample: int = field(
+        default=2,
+        metadata={"help": "With resample_on_correct: k, the rollouts sampled per prompt as a multiple of "
+                  "num_generations (rStar2-Agent: 2). An integer >= 2."},
+    )
+    policy_shift_metrics: bool = field(
+        default=False,
+        metadata={
+            "help": "After every optimizer step, score the step's batch again under the updated policy (one forward "
+            "pass without gradients: its cost is logged as rlvr/shift_seconds) and log how far the update moved "
+            "it: rlvr/shift_pos_logp and rlvr/shift_neg_logp (mean change of a rollout's summed log-probability, "
+            "positive and negative advantage), rlvr/shift_kl (KL(old||new) per token, k3 estimate), "
+            "rlvr/shift_token_max_abs; a warning and rlvr/alarm/policy_shift (1) when one update moves the batch "
+            "beyond policy_shift_alarm_token_nats (or the optional policy_shift_alarm_nats, policy_shift_alarm_kl; docs/tool_rl.md)."
+        },
+    )
+    policy_shift_alarm_token_nats: float | None = field(
+        default=6.0,
+        metadata={"help": "With policy_shift_metrics: the alarm's bound on the change of one trained token's "
+                  "log-probability in one update, in nats (6: 400x; between the first main job's healthy steps, 4.3, "
+                  "and the tool job's failing one, 8.7: docs/tool_rl.md). None: not checked; else > 0."},
+    )
+    policy_shift_alarm_nats: float | None = field(
+        default=None,
+        metadata={"help": "With policy_shift_metrics: an optional bound on the mean change of either sign's "
+                  "rollouts' summed log-probability in one update, in nats per rollout (the first main job's healthy "
+                  "steps reach 19). None (default): not checked; else > 0."},
+    )
+    policy_shift_alarm_kl: float | None = field(
+        default=None,
+        metadata={"help": "With policy_shift_metrics: an optional bound on KL(old||new) per token in one update, in "
+                  "nats (the first main job's healthy steps reach 0.23). None (default): not checked; else > 0."},
+    )
+
     save_on_sigterm: bool = field(
         default=True,
         metadata={
@@ -373,6 +449,19 @@ class RLVRConfig(GRPOConfig):
                 f"revisit_probability must be in (0, 1] (0 would never revisit a skipped prompt), got "
                 f"{self.revisit_probability!r}"
             )
+        if self.void_turn_action not in VOID_TURN_ACTIONS:
+            raise _choice_error("void_turn_action", self.void_turn_action, VOID_TURN_ACTIONS)
+        cap = self.max_tool_calls_per_answer
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"max_tool_calls_per_answer must be an integer >= 1 (or None), got {cap!r}")
+        if self.tool_error_reply not in TOOL_ERROR_REPLIES:
+            raise _choice_error("tool_error_reply", self.tool_error_reply, TOOL_ERROR_REPLIES)
+        k = self.resample_on_correct_oversample
+        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+            raise ValueError(f"resample_on_correct_oversample must be an integer >= 2, got {k!r}")
+        for name in ("policy_shift_alarm_token_nats", "policy_shift_alarm_nats", "policy_shift_alarm_kl"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 (or None), got {getattr(self, name)!r}")
         if self.alarm_thresholds is not None:
             self.alarm_thresholds = parse_thresholds(self.alarm_thresholds)  # every key, validated (trl_rlvr.checks.alarms)
         check_settings(self)  # options without effect, bf16 on a CPU, use_vllm without vLLM (trl_rlvr.checks.settings)
@@ -448,7 +537,14 @@ PARAMETER_GROUPS = {
     "Parameters that control the rewards and the rlvr/ diagnostics": (
         "reward_options", "success_reward", "success_threshold",
     ),
-    "Parameters that control the alarms during training": ("alarms", "alarm_thresholds"),
+    "Parameters that control multi-turn (tool) rollouts": (
+        "void_turn_action", "max_tool_calls_per_answer", "tool_error_reply", "resample_on_correct",
+        "resample_on_correct_oversample",
+    ),
+    "Parameters that control the alarms during training": (
+        "alarms", "alarm_thresholds", "policy_shift_metrics", "policy_shift_alarm_token_nats", "policy_shift_alarm_nats",
+        "policy_shift_alarm_kl",
+    ),
     "Parameters that control what a run survives": ("save_on_sigterm",),
     "Parameters kept for compatibility": (
         "gradient_checkpointing", *(() if _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING else ("activation_checkpointing",)),
@@ -482,7 +578,8 @@ def parameters_section(cls, groups) -> str:
         for name in names:
             f = fields[name]
             lines.append(f"    {name} ({field_type_text(f)}, *optional*, defaults to {field_default_text(f)}):")
-            lines += textwrap.wrap(field_help_text(f), width=116, initial_indent=" " * 8, subsequent_indent=" " * 8)
+            lines += textwrap.wrap(field_help_text(f), width=116, initial_indent=" " * 8, subsequent_indent=" " * 8,
+                                   break_on_hyphens=False)  # "log-probability" stays one word when joined back
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

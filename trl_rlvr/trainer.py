@@ -48,13 +48,15 @@ from trl_rlvr.algorithms.shaping import overlong_penalty
 from trl_rlvr.checks.alarms import RLVRAlarms
 from trl_rlvr.checks.columns import check_dataset_columns
 from trl_rlvr.checks.settings import check_tool_settings
+from trl_rlvr.checks.shift_monitor import PolicyShiftMonitor
 from trl_rlvr.config import RLVRConfig
 from trl_rlvr.faults import checkpoint_to_resume, sigterm_saves, write_json_atomically
 from trl_rlvr.rewards.registry import resolve_reward_funcs
+from trl_rlvr.rollouts.stabilisers import RoundStabilisers
 from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead
 from trl_rlvr.sampling.driver import RoundDriver, filter_rewards
 from trl_rlvr.sampling.empty_updates import SkipEmptyUpdates
-from trl_rlvr.sampling.rounds import GenerationRecord, RoundNotes, RoundRecord
+from trl_rlvr.sampling.rounds import GenerationRecord, RoundNotes, RoundRecord, gathered_lengths
 
 logger = logging.getLogger(__name__)
 PROMPT_STREAM_STATE_FILE = "rlvr_prompt_stream.json"
@@ -122,7 +124,7 @@ class RLVRTrainer(GRPOTrainer):
 
             adapt_weight_sync(self.vllm_generation)
         self._success_index = self._find_success_reward(args.success_reward)
-        self._driver = self._make_driver() if args.dynamic_sampling or args.selective_sampling else None
+        self._driver = self._make_driver() if RoundDriver.needed(args) else None
         self._round: RoundNotes | None = None  # the round TRL is generating: noted by _generate, _calculate_rewards
         self._generation_has_signal: bool | None = None  # of the generation batch TRL's _buffered_inputs holds
         self._skip_empty_updates = SkipEmptyUpdates(self) if args.dynamic_sampling else None
@@ -130,6 +132,10 @@ class RLVRTrainer(GRPOTrainer):
             self.add_callback(self._skip_empty_updates)
         if args.alarms:
             self.add_callback(RLVRAlarms(self))  # warnings when a run goes quietly wrong (trl_rlvr.checks.alarms)
+        self._stabilisers = RoundStabilisers.of(self)  # the multi-turn switches (trl_rlvr.rollouts.stabilisers)
+        self._policy_shift = PolicyShiftMonitor(self, args.policy_shift_metrics)  # rlvr/shift_* after each step
+        if args.policy_shift_metrics:
+            self.add_callback(self._policy_shift)
 
     @property
     def success_reward_index(self) -> int | None:
@@ -174,7 +180,7 @@ class RLVRTrainer(GRPOTrainer):
     # -- a generation batch: one round, or the driver's rounds --------------------------------------------------
 
     def _generate_and_score_completions(self, inputs, **kwargs):
-        if self.model.training and self.args.dynamic_sampling:
+        if self.model.training and (self.args.dynamic_sampling or self.args.resample_on_correct):
             batch, generation = self._generate_informative_batch(inputs)
         elif self.model.training and self.args.selective_sampling:
             batch, generation = self._driver.selected_round()
@@ -217,6 +223,7 @@ class RLVRTrainer(GRPOTrainer):
             output["advantages"] = advantages[start : start + rows].to(output["advantages"].dtype)
         else:  # TRL's, exactly as it computed (and logged) them for every process
             advantages = torch.tensor(table["advantages"], dtype=torch.float32)
+        advantages = self._stabilisers.void_turns(output, advantages, notes.void)  # void_turn_action
         return output, notes.finish(advantages, table)
 
     def _generate(self, prompts, **kwargs):
@@ -227,7 +234,7 @@ class RLVRTrainer(GRPOTrainer):
 
     def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, *rest, **kwargs):
         # the round's calls go to their environments together; TRL's sequential calls then collect (tool_round)
-        dispatch_rounds_ahead(self._sync_tool_dicts, completions)
+        dispatch_rounds_ahead(self._sync_tool_dicts, completions, self.args.tool_error_reply)
         return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *rest, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list, **kwargs):
@@ -237,11 +244,14 @@ class RLVRTrainer(GRPOTrainer):
             inputs = [{**row, "tool_mask": mask} for row, mask in zip(inputs, tool_mask, strict=True)]  # overlong
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list, **kwargs)
         require_finite_rewards(rewards_per_func, self.reward_func_names)  # gathered: every rank raises alike
+        if self.model.training:  # the tool-call cap, void turns, tool errors (trl_rlvr.rollouts.stabilisers)
+            rewards_per_func = self._stabilisers.score(notes, rewards_per_func, completions, self.environments)
         notes.rewards_per_func = rewards_per_func
         notes.rewards = self._total_rewards(rewards_per_func)
         notes.reward_metrics = tuple(self._pending_metrics)  # log_metric counters, flushed by TRL after this
         model_lengths = [len(ids) for ids in completion_ids_list] if tool_mask is None else [sum(m) for m in tool_mask]
-        notes.lengths, notes.truncated = self._gathered_lengths(completion_ids_list, model_lengths)
+        notes.lengths, notes.truncated = gathered_lengths(self.accelerator, completion_ids_list, model_lengths,
+                                                          {*self.eos_token_ids, self._tokenizer.pad_token_id})
         self._log_rollout_metrics(notes)
         if self.tools:
             self._log_tool_metrics(completions)
@@ -252,19 +262,6 @@ class RLVRTrainer(GRPOTrainer):
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         return rewards
-
-    def _gathered_lengths(self, completion_ids_list, model_lengths) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N,) tokens the model wrote (tool results not counted, as TRL's ``completions/mean_length``) and (N,)
-        truncation flags (no stop token at the end), gathered over processes."""
-        stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
-        local = torch.tensor(
-            [[n, float(bool(ids) and ids[-1] not in stop_ids)]
-             for ids, n in zip(completion_ids_list, model_lengths, strict=True)],
-            dtype=torch.float32,
-            device=self.accelerator.device,
-        )
-        lengths, truncated = self.accelerator.gather(local).unbind(dim=1)
-        return lengths, truncated.bool()
 
     def _filter_rewards(self, record: RoundRecord) -> torch.Tensor:
         """What a group must vary in to have signal (``dynamic_sampling_metric``)."""
@@ -386,10 +383,10 @@ class RLVRTrainer(GRPOTrainer):
             batch["num_items_in_batch"] = num_items
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.args.loss_normalization != "constant" or self.args.loss_constant is None:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         # TRL's dr_grpo divides by (rows x max_completion_length); Dr. GRPO's constant may be set apart from it.
-        with swapped(self, "max_completion_length", self.args.loss_constant):
+        constant = self.args.loss_normalization == "constant" and self.args.loss_constant is not None
+        with self._policy_shift.recording(inputs), swapped(  # the loss's log-probs: rlvr/shift_* (checks.shift_monitor)
+                self, "max_completion_length", self.args.loss_constant if constant else self.max_completion_length):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
 

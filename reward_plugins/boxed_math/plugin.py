@@ -164,6 +164,12 @@ class BoxedMathReward:
             return "hedged"
         return (*others, final)
 
+    def is_final_answer(self, text: str) -> bool:
+        """Whether one turn's text gives a final answer, right or wrong: a box this reward reads as an answer (an
+        unreadable or hedged box is an answer too, a bad one); no box is none. RLVRTrainer's ``void_turn_action``
+        asks it of each assistant turn (:func:`trl_rlvr.algorithms.multi_turn.void_turn_rollouts`)."""
+        return self.candidates(text) != "no_box"
+
     def __call__(self, prompts=None, completions=None, **kwargs) -> list[float | None]:
         if completions is None:
             raise TypeError("boxed_math: called without completions")

@@ -73,8 +73,35 @@ def test_a_large_step_fires_the_alarm(model_and_batch):
     new = completion_logps(one_step(model, ids, mask, adv, lr=3e-2), ids, att, COMPLETION)
     shift = policy_shift(old, new, mask, adv)
     assert shift["shift/logp_neg"] < -1.0
-    message = shift_alarm(shift)
+    message = shift_alarm(shift, max_nats=1.0)
     assert message is not None and "negative-advantage" in message and "nats" in message
+
+
+# The figures rlvr/shift_* logged on the two CPU main jobs' default steps (docs/tool_rl.md, "No false alarm on the
+# main jobs"): examples/r1zero.py, its 9 steps (a run that takes held-out accuracy from 0% to 20%), and
+# examples/tool_r1.py, step 1 (a run whose RL loses 19 points against its cold start).
+R1ZERO_STEPS = [
+    {"shift/logp_pos": 4.329, "shift/logp_neg": -18.949, "shift/kl_old_new": 0.2286, "shift/token_logp_max_abs": 4.155},
+    {"shift/logp_pos": 2.374, "shift/logp_neg": -8.813, "shift/kl_old_new": 0.0484, "shift/token_logp_max_abs": 3.386},
+    {"shift/logp_pos": 0.494, "shift/logp_neg": -2.961, "shift/kl_old_new": 0.0292, "shift/token_logp_max_abs": 1.894},
+    {"shift/logp_pos": 1.436, "shift/logp_neg": -5.564, "shift/kl_old_new": 0.0257, "shift/token_logp_max_abs": 1.313},
+    {"shift/logp_pos": 0.733, "shift/logp_neg": -6.278, "shift/kl_old_new": 0.0337, "shift/token_logp_max_abs": 4.338},
+    {"shift/logp_pos": 1.821, "shift/logp_neg": -4.443, "shift/kl_old_new": 0.0206, "shift/token_logp_max_abs": 2.158},
+    {"shift/logp_pos": 0.519, "shift/logp_neg": -5.537, "shift/kl_old_new": 0.0298, "shift/token_logp_max_abs": 2.428},
+    {"shift/logp_pos": 0.620, "shift/logp_neg": -2.195, "shift/kl_old_new": 0.0295, "shift/token_logp_max_abs": 1.491},
+    {"shift/logp_pos": 0.497, "shift/logp_neg": -2.446, "shift/kl_old_new": 0.0165, "shift/token_logp_max_abs": 1.661},
+]
+TOOL_STEP_1 = {"shift/logp_pos": 0.185, "shift/logp_neg": -8.563, "shift/kl_old_new": 0.0672,
+               "shift/token_logp_max_abs": 8.729}
+
+
+def test_the_default_bound_spares_the_healthy_main_job_and_names_the_failing_one():
+    assert all(shift_alarm(step) is None for step in R1ZERO_STEPS)
+    message = shift_alarm(TOOL_STEP_1)
+    assert message is not None and "one trained token's log-probability by 8.73 nats (bound 6)" in message
+    # bounds on the per-rollout change or the KL cannot tell them apart: the healthy steps are the larger
+    for bound in ({"max_nats": 8.0}, {"max_kl": 0.06}):
+        assert shift_alarm(TOOL_STEP_1, None, **bound) is not None and shift_alarm(R1ZERO_STEPS[0], None, **bound)
 
 
 def test_masked_tokens_do_not_count():

@@ -102,6 +102,11 @@ def test_use_vllm_without_vllm_fails_at_config_time(tmp_path):
     ({"token_count_scope": "generation_batch", "loss_normalization": "per_answer"},
      "token_count_scope='generation_batch' has no effect without loss_normalization='per_batch_token'"),
     ({"advantage_std": "sample", "scale_rewards": "none"}, "advantage_std='sample' has no effect without scale_rewards"),
+    ({"resample_on_correct_oversample": 4}, "resample_on_correct_oversample=4 has no effect without resample_on_correct"),
+    ({"policy_shift_alarm_token_nats": 3.0},
+     "policy_shift_alarm_token_nats=3.0 has no effect without policy_shift_metrics=True"),
+    ({"policy_shift_alarm_nats": 2.0}, "policy_shift_alarm_nats=2.0 has no effect without policy_shift_metrics=True"),
+    ({"policy_shift_alarm_kl": 0.1}, "policy_shift_alarm_kl=0.1 has no effect without policy_shift_metrics=True"),
 ])
 def test_options_without_effect_warn(fields, message):
     with pytest.warns(UserWarning, match=message):
@@ -117,6 +122,34 @@ def test_no_warning_where_options_act():
                dynamic_sampling_tolerance=0.1)
         config(max_completion_length=64, overlong_buffer_length=16, overlong_penalty_factor=0.5)
         config(token_count_scope="generation_batch", advantage_std="sample")
+        config(resample_on_correct=True, resample_on_correct_oversample=4, void_turn_action="drop",
+               max_tool_calls_per_answer=3, tool_error_reply="last_line")
+        config(policy_shift_metrics=True, policy_shift_alarm_nats=2.0, policy_shift_alarm_kl=0.1)
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"void_turn_action": "zero"}, "void_turn_action='zero' is not valid; allowed values: 'off', 'zero_advantage', 'drop'"),
+    ({"max_tool_calls_per_answer": 0}, "max_tool_calls_per_answer must be an integer >= 1"),
+    ({"max_tool_calls_per_answer": True}, "max_tool_calls_per_answer must be an integer >= 1"),
+    ({"tool_error_reply": "short"}, "tool_error_reply='short' is not valid; allowed values: 'full', 'last_line'"),
+    ({"resample_on_correct": True, "resample_on_correct_oversample": 1}, "resample_on_correct_oversample must be"),
+    ({"policy_shift_metrics": True, "policy_shift_alarm_nats": 0.0}, "policy_shift_alarm_nats must be > 0"),
+    ({"policy_shift_metrics": True, "policy_shift_alarm_token_nats": 0}, "policy_shift_alarm_token_nats must be > 0"),
+    ({"policy_shift_metrics": True, "policy_shift_alarm_kl": -1.0}, "policy_shift_alarm_kl must be > 0"),
+])
+def test_multi_turn_and_shift_fields_are_checked_naming_the_field(fields, message):
+    import re
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        config(**fields)
+
+
+def test_the_alarm_bounds_default_to_the_documented_ones():
+    from trl_rlvr.algorithms.policy_shift import SHIFT_ALARM_TOKEN_NATS
+
+    built = config()
+    assert built.policy_shift_alarm_token_nats == SHIFT_ALARM_TOKEN_NATS
+    assert built.policy_shift_alarm_nats is None and built.policy_shift_alarm_kl is None
 
 
 def test_bf16_on_cpu_warns_once_per_process(monkeypatch):

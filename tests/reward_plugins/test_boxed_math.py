@@ -20,6 +20,16 @@ def score(reward, completion, gold=HALF, **kwargs):
     return reward(prompts=None, completions=[completion], answer=[gold], **kwargs)[0]
 
 
+def test_is_final_answer_is_any_box_the_reward_reads_as_an_answer(reward):
+    """void_turn_action's rule: a turn answers when it holds a box (right, wrong, hedged or unreadable), not when it
+    holds none (plain text, an empty turn)."""
+    assert reward.is_final_answer(r"so \boxed{12}") and reward.is_final_answer(r"\boxed{wrong}")
+    assert reward.is_final_answer(r"\boxed{1} or \boxed{2}")  # hedged: an answer, a bad one
+    assert reward.is_final_answer(r"\boxed")  # a box the reward cannot read: an answer it scores 0
+    assert not reward.is_final_answer("let me compute 3 * 4 first")
+    assert not reward.is_final_answer("")
+
+
 @pytest.mark.parametrize(
     "completion, expected",
     [

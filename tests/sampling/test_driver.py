@@ -29,7 +29,8 @@ def _args(**overrides):
     settings = dict(selective_sampling=False, generation_batch_size=8, seed=0, dynamic_sampling_metric="reward",
                     dynamic_sampling_tolerance=0.0, max_sampling_rounds=None, dynamic_sampling_oversample=None,
                     steps_per_generation=2, advantage_baseline="group_mean", advantage_std="population",
-                    success_threshold=1.0)
+                    success_threshold=1.0, dynamic_sampling=True, resample_on_correct=False,
+                    resample_on_correct_oversample=2, void_turn_action="off")
     return SimpleNamespace(**{**settings, **overrides})
 
 

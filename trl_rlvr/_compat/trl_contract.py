@@ -24,7 +24,8 @@ TRL ``GRPOTrainer`` (trl/trainer/grpo_trainer.py)
   ``_pending_metrics``, ...); set only with vLLM: :data:`VLLM_TRAINER_ATTRIBUTES`; set while TRL generates and
   changed here: :data:`ROUND_ATTRIBUTES` (``_sync_tool_dicts``, wrapped in place by trl_rlvr.rollouts.tool_round).
 - attributes swapped for one call (:data:`SWAPPED_ATTRIBUTES`, :mod:`trl_rlvr._compat.swaps`):
-  ``max_completion_length`` around ``compute_loss`` (Dr. GRPO's ``loss_constant``; guarded by the gradient test
+  ``_get_per_token_logps_and_entropies`` around ``compute_loss`` with ``policy_shift_metrics`` (the loss's
+  log-probs noted, :mod:`trl_rlvr.checks.shift_monitor`), ``max_completion_length`` around ``compute_loss`` (Dr. GRPO's ``loss_constant``; guarded by the gradient test
   ``test_constant_normalization_uses_loss_constant``), ``beta`` around dynamic sampling's rounds (no reference
   log-probs for rows it drops; ``test_kl_term_uses_reference_log_probs_of_kept_rows``), ``_logs`` and
   ``_metrics["train"]`` (what a round logs, held back until the rows trained on are known;
@@ -176,6 +177,11 @@ SWAPPED_ATTRIBUTES = {
     "_logs": "_generate_and_score_completions",
     # _metrics["train"]: what dynamic sampling's rounds log is held back, then merged (trl_rlvr.sampling.driver)
     "_metrics": "_generate_and_score_completions",
+    # policy_shift_metrics: within compute_loss, an instance attribute over the method notes the log-probs the
+    # loss's forward returns (the policy before the step; trl_rlvr.checks.shift_monitor). TRL exposes neither the
+    # log-probs nor a hook between its forward and its loss; recomputing them would cost a second forward pass.
+    # Guarded by tests/test_policy_shift_training.py (the recorded log-probs equal an independent forward's).
+    "_get_per_token_logps_and_entropies": "_compute_loss",
 }
 
 #: TRL code paths re-implemented here -> (TRL function, its line range in trl 1.16.0's trl/trainer/grpo_trainer.py,

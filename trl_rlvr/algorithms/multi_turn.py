@@ -29,6 +29,8 @@ import torch
 
 #: ``void_turn_action`` values: leave the rollout alone, zero its advantage, or drop it from the loss.
 VOID_TURN_ACTIONS = ("off", "zero_advantage", "drop")
+#: ``tool_error_reply`` values: the environment's reply as it is, or the last line of a failed call's error.
+TOOL_ERROR_REPLIES = ("full", "last_line")
 
 
 def _assistant_turns(rollout) -> list[dict]:

@@ -4,7 +4,8 @@
   :mod:`~trl_rlvr.checks.settings` (options without effect, tool settings that cannot work together) and
   :mod:`~trl_rlvr.checks.machine` (settings this machine cannot run: one error naming the overrides);
 - during a run: :mod:`~trl_rlvr.checks.alarms` (pure rules over metric histories, and the callback
-  ``RLVRTrainer`` adds);
+  ``RLVRTrainer`` adds); :mod:`~trl_rlvr.checks.shift_monitor` (``policy_shift_metrics``: how far each optimizer step
+  moved the policy on the rollouts it trained on, with its alarm);
 - on one measured batch: :mod:`~trl_rlvr.checks.verdicts` (the doctor's verdicts: pure functions of measured
   numbers, each returning a :class:`~trl_rlvr.checks.verdicts.Check`); :mod:`~trl_rlvr.checks.batch_size` (rollouts
   per optimizer step against the learning rate, from the settings alone).

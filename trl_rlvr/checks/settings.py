@@ -24,6 +24,10 @@ ACTS_WHEN = {
     "dynamic_sampling_tolerance": (_filtering, "dynamic_sampling=True or selective_sampling=True"),
     "selective_sampling_window": (lambda c: c.selective_sampling, "selective_sampling=True"),
     "revisit_probability": (lambda c: c.selective_sampling, "selective_sampling=True"),
+    "resample_on_correct_oversample": (lambda c: c.resample_on_correct, "resample_on_correct=True"),
+    "policy_shift_alarm_token_nats": (lambda c: c.policy_shift_metrics, "policy_shift_metrics=True"),
+    "policy_shift_alarm_nats": (lambda c: c.policy_shift_metrics, "policy_shift_metrics=True"),
+    "policy_shift_alarm_kl": (lambda c: c.policy_shift_metrics, "policy_shift_metrics=True"),
     "overlong_penalty_factor": (lambda c: c.overlong_buffer_length is not None, "overlong_buffer_length"),
     "token_count_scope": (lambda c: c.loss_type == "dapo", "loss_normalization='per_batch_token'"),
     "advantage_std": (

@@ -1,7 +1,10 @@
-"""What happens inside a rollout, between the model's turns: the tool round.
+"""What happens inside a rollout, between the model's turns (the tool round), and to a round's rollouts once
+scored (the multi-turn stabilisers).
 
 - :mod:`.tool_round`: a round's tool calls sent to their environments together, so a round costs its slowest call
-  (TRL 1.16 runs one rollout's call after another).
+  (TRL 1.16 runs one rollout's call after another); error replies cut to their last line (``tool_error_reply``).
+- :mod:`.stabilisers`: the tool-call cap and void-turn rollouts applied to a round while TRL scores it
+  (``max_tool_calls_per_answer``, ``void_turn_action``), and each rollout's tool errors for resample-on-correct.
 """
 
 from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead

@@ -10,6 +10,14 @@ metrics, :class:`RoundDriver` runs
   trained on;
 - selective sampling (GRESO, Zheng et al., 2025), :meth:`RoundDriver.selected_round`: one round from the prompt
   stream, predicted zero-signal prompts skipped (:mod:`.selective`);
+- resample-on-correct (rStar2-Agent's GRPO-RoC, Shang et al., 2025; ``resample_on_correct``), in
+  :meth:`RoundDriver.kept_rows`: each prompt of a round is sampled ``k x G`` times (``k`` =
+  ``resample_on_correct_oversample``) and ``G`` of them are kept
+  (:func:`~trl_rlvr.algorithms.multi_turn.resample_on_correct`: the right answers with the fewest tool errors, a
+  uniform draw of the wrong ones) before dynamic sampling judges the kept groups; the advantages are then those of
+  the kept groups of ``G``. Without dynamic sampling, one round of ``k x`` the generation batch's rollouts is drawn
+  and every group is kept. The draws come from one ``torch.Generator`` seeded with ``seed``, drawn in lockstep
+  on every process (a resumed run draws afresh);
 
 and returns, with the batch, an immutable :class:`~trl_rlvr.sampling.rounds.GenerationRecord` of the rows trained on.
 Every decision is taken from gathered tensors, so every process runs the same rounds (lockstep).
@@ -39,6 +47,7 @@ import torch
 
 from trl_rlvr._compat.trl_contract import TRL_ASSIGNED_FIGURES, TRL_GENERATION_FIGURES, trl_row_figure_names
 from trl_rlvr.algorithms.advantages import group_advantages, zero_signal_groups
+from trl_rlvr.algorithms.multi_turn import resample_on_correct
 from trl_rlvr.sampling.dynamic import ROW_KEYS, PromptStream, informative_rows, prompts_for_round, rows_per_process
 from trl_rlvr.sampling.figures import trained_figures
 from trl_rlvr.sampling.redistribute import destinations, exchange_rows, pad_pieces
@@ -66,6 +75,11 @@ class RoundDriver:
     ``reward_func_names`` (F names) and ``scale_rewards``: TRL's, for the trained rows' figures.
     """
 
+    @staticmethod
+    def needed(args) -> bool:
+        """Whether the trainer's rounds go through a driver (a switch that picks the rows or prompts trained on)."""
+        return bool(args.dynamic_sampling or args.selective_sampling or args.resample_on_correct)
+
     def __init__(self, args, dataset, *, group_size: int, score_round: ScoreRound, accelerator, metrics: dict,
                  success_index: int | None, reward_weights: torch.Tensor, reward_func_names: list[str],
                  scale_rewards: str, mask_truncated_completions: bool, pad_token_id: int, shuffle: bool = True,
@@ -79,8 +93,14 @@ class RoundDriver:
         history = None
         if args.selective_sampling:
             history = PromptHistory(args.selective_sampling_window, args.revisit_probability, args.seed)
+        # resample-on-correct samples k x G answers per prompt (the sampled group) and trains on G of them
+        self.resample = args.resample_on_correct_oversample if args.resample_on_correct else None
+        if self.resample and success_index is None:
+            raise ValueError("resample_on_correct needs a reward that says which answers are right (success_reward)")
+        self.sampled_group = group_size * (self.resample or 1)
         self.stream = PromptStream(len(dataset), prompts_per_round=args.generation_batch_size // group_size,
-                                   group_size=group_size, seed=args.seed, shuffle=shuffle, history=history)
+                                   group_size=self.sampled_group, seed=args.seed, shuffle=shuffle, history=history)
+        self.generator = torch.Generator().manual_seed(args.seed)  # resample-on-correct's draws, in lockstep
         self.args, self.dataset, self.group_size, self.score_round = args, dataset, group_size, score_round
         self.accelerator, self.metrics, self.success_index = accelerator, metrics, success_index
         self.reward_weights, self.reward_func_names, self.scale_rewards = reward_weights, reward_func_names, scale_rewards
@@ -95,17 +115,41 @@ class RoundDriver:
         indices = self.stream.next_indices(prompts)
         per_process = len(indices) // self.accelerator.num_processes
         start = self.accelerator.process_index * per_process
-        return [self.dataset[i] for i in indices[start : start + per_process]], indices[:: self.group_size]
+        return [self.dataset[i] for i in indices[start : start + per_process]], indices[:: self.sampled_group]
 
     def filter_rewards(self, record: RoundRecord) -> torch.Tensor:
         return filter_rewards(record, self.args.dynamic_sampling_metric, self.success_index)
 
     def kept_rows(self, record: RoundRecord) -> torch.Tensor:
-        """(N,) bool: rows of the round's groups with signal, less what the row filters drop."""
-        keep = informative_rows(self.filter_rewards(record), self.group_size, self.args.dynamic_sampling_tolerance)
+        """(N,) bool: rows of the round's groups with signal (with dynamic sampling; else every group), less what
+        the row filters drop; with resample-on-correct, of the G rows kept of each sampled group."""
+        selected = self.resampled_rows(record)
+        rewards = self.filter_rewards(record)[selected]
+        keep = torch.zeros(len(record.rewards), dtype=torch.bool)
+        if self.args.dynamic_sampling:
+            keep[selected] = informative_rows(rewards, self.group_size, self.args.dynamic_sampling_tolerance).cpu()
+        else:
+            keep[selected] = True
         for row_filter in self.row_filters:
-            keep = keep & row_filter(record).to(keep.device)
+            keep = keep & row_filter(record).cpu()
         return keep
+
+    def resampled_rows(self, record: RoundRecord) -> torch.Tensor:
+        """(N * G / sampled group,) ascending: the rows resample-on-correct keeps of the round (every row when
+        off); logs the tool errors of the right answers kept and of those sampled."""
+        rows = len(record.rewards)
+        if self.resample is None:
+            return torch.arange(rows)
+        success = record.rewards_per_func[:, self.success_index].float().cpu()
+        errors = record.tool_errors.cpu() if record.tool_errors is not None else torch.zeros(rows)
+        kept = resample_on_correct(success, errors, self.sampled_group, self.group_size,
+                                   self.args.success_threshold, generator=self.generator)
+        right = success >= self.args.success_threshold
+        if right.any():
+            metrics = self.metrics["train"]
+            metrics["rlvr/sampled_right_tool_errors"].append(errors[right].mean().item())
+            metrics["rlvr/resampled_right_tool_errors"].append(errors[kept][right[kept]].mean().item())
+        return kept
 
     def record_history(self, record: RoundRecord) -> tuple[int, int]:
         """Every group of the round into the prompt history, from the gathered rewards, so that every rank holds the
@@ -113,9 +157,10 @@ class RoundDriver:
         history = self.stream.history
         if history is None:
             return 0, 0
-        zero = zero_signal_groups(self.filter_rewards(record), self.group_size, self.args.dynamic_sampling_tolerance)
+        size = self.sampled_group  # a prompt's history holds what was sampled for it
+        zero = zero_signal_groups(self.filter_rewards(record), size, self.args.dynamic_sampling_tolerance)
         success = record.rewards_per_func[:, self.success_index] >= self.args.success_threshold
-        rates = success.float().view(-1, self.group_size).mean(dim=1)
+        rates = success.float().view(-1, size).mean(dim=1)
         return record_groups(history, record.prompt_indices, rates.tolist(), zero.tolist())
 
     def log_selection(self, answers: int, informative_rows_trained: int, revisits: tuple[int, int]) -> None:
@@ -151,6 +196,8 @@ class RoundDriver:
         An empty record (``has_signal`` False) comes with a batch that carries no gradient."""
         group_size, num_processes = self.group_size, self.accelerator.num_processes
         max_rounds = self.args.max_sampling_rounds or self.stream.rounds_per_pass  # 0: one full pass at most
+        if not self.args.dynamic_sampling:  # resample-on-correct alone: one round, every group kept
+            max_rounds = 1
         kept_rounds, keeps, widths, pieces, revisits = [], [], [], [], (0, 0)
         kept, groups_seen, rounds, reward_metrics = 0, 0, 0, set()
         with _held_back(self.metrics, "train") as held:
@@ -158,12 +205,12 @@ class RoundDriver:
                 rounds += 1
                 missing_groups = -(-(target * num_processes - kept) // group_size)
                 prompts = prompts_for_round(missing_groups, self.stream.prompts_per_round,
-                                            self.args.dynamic_sampling_oversample, group_size, num_processes)
+                                            self.args.dynamic_sampling_oversample, self.sampled_group, num_processes)
                 output, record = self.score_round(*self.next_prompts(prompts))
                 revisits = tuple(a + b for a, b in zip(revisits, self.record_history(record), strict=True))
                 reward_metrics.update(record.reward_metrics)
                 keep = self.kept_rows(record)
-                groups_seen += len(keep) // group_size
+                groups_seen += len(keep) // self.sampled_group
                 if keep.any():
                     piece, round_widths = self._own_kept_rows(output, keep)
                     pieces.append(piece)
@@ -179,7 +226,7 @@ class RoundDriver:
         metrics["rlvr/sampling_rounds"].append(rounds)
         metrics["rlvr/prompts_sampled"].append(groups_seen)
         metrics["rlvr/kept_groups_frac"].append(kept / group_size / groups_seen)
-        self.log_selection(groups_seen * group_size, rows * num_processes, revisits)
+        self.log_selection(groups_seen * self.sampled_group, rows * num_processes, revisits)
         if rows < target:
             logger.warning(
                 "dynamic sampling: %d rounds found %d informative groups of the %d wanted; training on %d rows "
@@ -191,10 +238,14 @@ class RoundDriver:
         batch = self._hand_over(pieces, keeps, widths, rows)
         kept_indices = [keep.nonzero().flatten() for keep in keeps]
         advantages = torch.cat([r.advantages[i] for r, i in zip(kept_rounds, kept_indices, strict=True)])
-        if self.scale_rewards == "batch":  # the batch std of the groups trained on, not of those dropped (as verl)
+        if self.scale_rewards == "batch" or self.resample:  # the batch std of the groups trained on (as verl); the
+            # groups of G kept by resample-on-correct (the round's advantages were of its sampled rows)
             kept_rewards = torch.cat([r.rewards[i] for r, i in zip(kept_rounds, kept_indices, strict=True)])
-            advantages = group_advantages(kept_rewards, group_size, "batch", baseline=self.args.advantage_baseline,
-                                          std=self.args.advantage_std)
+            advantages = group_advantages(kept_rewards, group_size, self.scale_rewards,
+                                          baseline=self.args.advantage_baseline, std=self.args.advantage_std)
+            if self.args.void_turn_action != "off" and all(r.void is not None for r in kept_rounds):
+                void = torch.cat([r.void[i] for r, i in zip(kept_rounds, kept_indices, strict=True)])
+                advantages = advantages.masked_fill(void.to(advantages.device), 0.0)  # void turns stay at 0
             start = self.accelerator.process_index * rows
             batch["advantages"] = advantages[start : start + rows].to(batch["advantages"])
         generation = GenerationRecord(tuple(kept_rounds), tuple(_first_rows(kept_indices, rows * num_processes)),
@@ -203,6 +254,8 @@ class RoundDriver:
         loss_tokens = generation.column("lengths")
         if self.mask_truncated_completions:  # TRL zeroes a truncated answer's completion mask
             loss_tokens = loss_tokens * ~generation.column("truncated")
+        if self.args.void_turn_action == "drop" and all(r.void is not None for r in kept_rounds):
+            loss_tokens = loss_tokens * ~generation.column("void")  # dropped from the loss (stabilisers)
         batch["num_items_in_batch"] = torch.tensor(int(loss_tokens.sum().item()), device=self.accelerator.device)
         self._log_trained_figures(generation)
         return batch, generation

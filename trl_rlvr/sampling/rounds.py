@@ -18,6 +18,20 @@ from dataclasses import dataclass
 import torch
 
 
+def gathered_lengths(accelerator, completion_ids_list: list, model_lengths: list, stop_ids: set
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N,) tokens the model wrote (``model_lengths``: tool results not counted, as TRL's
+    ``completions/mean_length``) and (N,) truncation flags (no stop token at the end), gathered over processes."""
+    local = torch.tensor(
+        [[n, float(bool(ids) and ids[-1] not in stop_ids)]
+         for ids, n in zip(completion_ids_list, model_lengths, strict=True)],
+        dtype=torch.float32,
+        device=accelerator.device,
+    )
+    lengths, truncated = accelerator.gather(local).unbind(dim=1)
+    return lengths, truncated.bool()
+
+
 @dataclass
 class RoundNotes:
     """What TRL's hooks note of the round in progress (``_generate``, then ``_calculate_rewards``)."""
@@ -29,10 +43,12 @@ class RoundNotes:
     lengths: torch.Tensor | None = None
     truncated: torch.Tensor | None = None
     reward_metrics: tuple[str, ...] = ()
+    void: torch.Tensor | None = None
+    tool_errors: torch.Tensor | None = None
 
     def finish(self, advantages: torch.Tensor, table: dict) -> RoundRecord:
         return RoundRecord(self.prompt_indices, self.tool_mask, self.rewards_per_func, self.rewards, self.lengths,
-                           self.truncated, advantages, table, self.reward_metrics)
+                           self.truncated, advantages, table, self.reward_metrics, self.void, self.tool_errors)
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,8 @@ class RoundRecord:
     advantages: torch.Tensor | None = None  # (N,) global: the advantages given to the rows (before batch re-scaling)
     table: dict | None = None  # the completions-table entries TRL wrote for the round, N per column, held back
     reward_metrics: tuple[str, ...] = ()  # the names the reward functions logged through TRL's log_metric
+    void: torch.Tensor | None = None  # (N,) global, bool: a void turn (void_turn_action); None when off
+    tool_errors: torch.Tensor | None = None  # (N,) global: tool errors + timeouts (resample_on_correct); or None
 
 
 @dataclass(frozen=True)

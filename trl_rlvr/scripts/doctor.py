@@ -4,7 +4,8 @@ The arguments are ``trl-rlvr train``'s (:mod:`trl_rlvr.scripts.train`: the same 
 line), plus ``--json`` and ``--doctor_prompts``. The doctor builds the run's trainer (:func:`build_trainer`: data,
 rewards, model), generates ONE generation batch with the trainer's own generation and scoring (the run's sampling
 settings, its rewards, its advantages), and prints one verdict per check of :mod:`trl_rlvr.checks.verdicts`
-(truncation, each reward, zero-signal groups, the loss normalisation, the machine) with what to change.
+(truncation, each reward, zero-signal groups, the loss normalisation, the machine) and of
+:mod:`trl_rlvr.checks.batch_size` (the learning rate for the rollouts per optimizer step) with what to change.
 
 Exit status: 0 when no check fails, 1 when one does, 2 when the doctor could not run (a bad recipe, a model
 that does not load, an error while generating).
@@ -31,8 +32,8 @@ DESCRIPTION = (
     "same arguments as `trl-rlvr train`, generates and scores ONE generation batch with the run's own sampling "
     "settings and rewards, and prints a verdict (ok / warn / fail) with what to change for each check: truncation, "
     "answers each reward cannot read, reward errors and timeouts, zero-signal groups against p^G + (1-p)^G, the "
-    "loss normalisation's token counts, settings this machine cannot run, and on a tool run the tool-call parse "
-    "rate, tool errors and the budget share of tool replies. Exit status: 0 when no check fails, 1 when one does, "
+    "loss normalisation's token counts, the learning rate for the rollouts per optimizer step, settings this machine "
+    "cannot run, and on a tool run the tool-call parse rate, tool errors and the budget share of tool replies. Exit status: 0 when no check fails, 1 when one does, "
     "2 when the doctor could not run. Guide: docs/before_and_during_a_run.md."
 )
 
@@ -163,8 +164,10 @@ def tool_figures(trainer, output: dict, metrics: dict) -> dict:
     }
 
 
-def diagnose(m: dict, args) -> list:
-    """The checks of :mod:`trl_rlvr.checks.verdicts` for one measured batch ``m`` (:func:`measure`) under ``args``."""
+def diagnose(m: dict, args, num_processes: int = 1, lora: bool = False) -> list:
+    """The checks of :mod:`trl_rlvr.checks.verdicts` for one measured batch ``m`` (:func:`measure`) under ``args``
+    (launched on ``num_processes`` processes, with LoRA or not: the step size's bound)."""
+    from trl_rlvr.checks.batch_size import rollouts_per_step_verdict
     from trl_rlvr.checks.verdicts import (
         Check,
         loss_normalization_verdict,
@@ -197,6 +200,7 @@ def diagnose(m: dict, args) -> list:
         loss_constant=getattr(args, "loss_constant", None), max_completion_length=args.max_completion_length,
         seed=args.seed,
     ))
+    checks.append(rollouts_per_step_verdict(args, num_processes, lora))  # the learning rate for the rollouts
     if m.get("tools") is not None:
         checks.append(tool_use_verdict(m["tools"]))
     if m.get("vllm_logp_gap") is not None:
@@ -277,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - any failure to build or generate is "could not run", with its reason
         print(f"trl-rlvr doctor: could not run: {type(e).__name__}: {e}", file=sys.stderr)
         return COULD_NOT_RUN
-    checks = diagnose(m, trainer.args)
+    checks = diagnose(m, trainer.args, trainer.accelerator.num_processes, bool(getattr(model_args, "use_peft", False)))
     header = (f"trl-rlvr doctor: {model_args.model_name_or_path or 'the offline SmolLM2'}, {m['answers']} answers to "
               f"{m['prompts']} prompts (num_generations={m['group_size']}, max_completion_length="
               f"{trainer.args.max_completion_length}, temperature={trainer.args.temperature}), generated and scored "
