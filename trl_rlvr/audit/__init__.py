@@ -126,8 +126,8 @@ def audit_reward(
         group_size: completions per group (a case, its variants and repeats of them), as ``num_generations``.
         groups_per_call: groups per reward call.
         tokenizer: the tokenizer of the run the reward is for, for ``completion_ids``: a ``tokenizer.json``, a model
-            directory, a hub id (its ``tokenizer.json`` from the cache, or fetched as the run would) or ``smollm2``
-            (the project's default model); default: none, a byte-level BPE drawn for this audit (the report says
+            directory, or a hub id (its ``tokenizer.json`` from the cache, or fetched as the run would); the CLI's
+            ``--tokenizer smollm2`` passes the project's default model's directory; default: none, a byte-level BPE drawn for this audit (the report says
             so: a reward keyed on a real tokenizer's ids is only audited as it trains with that tokenizer).
 
     Raises ``ValueError`` (a bad argument, an unknown kind, no corpus to run), :class:`CorpusError` (a corpus

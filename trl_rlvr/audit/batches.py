@@ -85,8 +85,8 @@ class Tokenizer:
     """The ids of the completions.
 
     ``source``: a ``tokenizer.json``, a model directory holding one, a hub id whose ``tokenizer.json`` is in the
-    local Hugging Face cache (or can be fetched, as the run would), or ``smollm2`` (the project's offline default
-    model, converted on first use); ``None``: no tokenizer given, a byte-level BPE trained on ``texts`` with a
+    local Hugging Face cache (or can be fetched, as the run would) (``trl-rlvr rewards audit --tokenizer smollm2``
+    resolves the project's offline default model to its directory first); ``None``: no tokenizer given, a byte-level BPE trained on ``texts`` with a
     layout drawn from ``rng`` (:meth:`drawn`). ``given`` tells the two apart (the report says which)."""
 
     def __init__(self, source: str | Path | None = None, texts: list[str] | None = None,
@@ -138,12 +138,6 @@ class Tokenizer:
         if Path(source).exists() or source.endswith(".json") or source.startswith((".", "/", "~")):
             raise ValueError(f"audit tokenizer: no tokenizer file at {p} (give a tokenizer.json, a model directory "
                              "or a hub id)")
-        from trl_rlvr.scripts.models import SMOLLM2_ALIASES
-
-        if source.lower() in SMOLLM2_ALIASES:
-            from trl_rlvr.scripts.models import smollm2_checkpoint
-
-            return Path(smollm2_checkpoint(quiet=True)) / "tokenizer.json"
         try:
             from huggingface_hub import hf_hub_download
 

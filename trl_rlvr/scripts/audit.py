@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             deadline=args.deadline, startup_deadline=args.startup_deadline, threshold=args.threshold,
             min_right_rate=args.min_right_rate, messages=args.messages, columns=columns,
             progress=not args.no_progress and sys.stderr.isatty(), seed=args.seed, variants=args.variants,
-            group_size=args.group_size, tokenizer=args.tokenizer)
+            group_size=args.group_size, tokenizer=_tokenizer(args.tokenizer))
     except (ValueError, CorpusError, RewardStartError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -106,3 +106,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         report.write_json(args.json)
     return 0 if report.passed else 1
+
+
+def _tokenizer(source: str | None) -> str | None:
+    """``--tokenizer``: ``smollm2`` (and its aliases) -> the offline default model's directory; else as given."""
+    from trl_rlvr.scripts.models import SMOLLM2_ALIASES, resolve_model_path
+
+    return resolve_model_path(source, quiet=True) if source and source.lower() in SMOLLM2_ALIASES else source
