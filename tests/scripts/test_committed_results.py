@@ -44,13 +44,6 @@ def committed():
     return json.loads(COMMITTED.read_text())
 
 
-#: The committed run was made before the latest change of what the job writes (``boxed_math/infra_errors`` logged every
-#: step, the multi-turn stabiliser and policy-shift fields of RLVRConfig): the two field checks fail until it is
-#: regenerated (REGENERATE); strict, so that they fail once it is, and the mark must go.
-COMMITTED_STALE = "the committed main-job results predate boxed_math/infra_errors and the new RLVRConfig fields"
-
-
-@pytest.mark.xfail(strict=True, reason=COMMITTED_STALE)
 def test_committed_arguments_are_the_code_defaults_names(committed):
     """script_args and training_args hold exactly the fields the parser has today (a field added or renamed since
     the file was written shows here), and the job ran with its own defaults (the README's command)."""
@@ -66,7 +59,6 @@ def test_committed_arguments_are_the_code_defaults_names(committed):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=COMMITTED_STALE)
 def test_committed_results_have_the_fields_a_run_of_the_code_writes_today(committed, tiny_model_dir, tmp_path):
     r1 = _load_script()
     out = tmp_path / "out"
