@@ -13,12 +13,18 @@ def shape(value, depth=0):
     return None
 
 
-def fields(value, free=FREE):
-    """``shape(value)`` with the free-size fields' contents left out."""
+def per_k(key: str) -> str:
+    """``pass@4`` -> ``pass@k``: figures named by a sample count, which a smoke run with fewer samples names else."""
+    head, at, k = key.partition("@")
+    return f"{head}@k" if at and k.isdigit() else key
+
+
+def fields(value, free=FREE, rename=lambda key: key):
+    """``shape(value)`` with the free-size fields' contents left out, each key through ``rename``."""
 
     def strip(s):
         if isinstance(s, dict):
-            return {k: (None if k in free else strip(v)) for k, v in s.items()}
+            return {rename(k): (None if k in free else strip(v)) for k, v in s.items()}
         if isinstance(s, list):
             return [strip(s[0])]
         return s

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.results_shape import fields
+from tests.harness.results_shape import FREE, fields, per_k
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "tool_r1.py"
@@ -191,11 +191,12 @@ def tiny_chatml_model(tmp_path_factory):
     return build_tiny_chatml_model(tmp_path_factory.mktemp("tiny_chatml"))
 
 
-#: The committed runs were made before the latest change of what the job writes (``boxed_math/infra_errors`` logged
-#: every step, the multi-turn stabiliser and policy-shift fields of RLVRConfig): the field check below fails until
-#: they are regenerated (examples/README.md, "To measure again"); strict, so that it fails once they are, and the
-#: mark must go.
-COMMITTED_STALE = "committed tool-job results predate boxed_math/infra_errors and the new RLVRConfig fields"
+#: Arms whose committed run was made before the latest change of what the job writes (``boxed_math/infra_errors``
+#: logged every step, the multi-turn stabiliser and policy-shift fields of RLVRConfig): the field check fails for
+#: them until they are regenerated (examples/README.md, "To measure again"); strict, so that it fails once they are,
+#: and the arm must leave this set.
+COMMITTED_STALE = {"tool": "the committed tool-job results predate boxed_math/infra_errors and the new RLVRConfig "
+                           "fields"}
 
 
 @pytest.fixture(scope="module", params=["tool", "r1zero"])
@@ -235,17 +236,20 @@ def test_main_one_step_of_each_stage(one_step_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=COMMITTED_STALE)
-def test_the_committed_runs_have_the_fields_a_run_writes_today(one_step_run):
+def test_the_committed_runs_have_the_fields_a_run_writes_today(one_step_run, request):
     """The committed run of each arm (examples/results/) has the fields this code writes: every logged step's keys,
     every figure's name, the script's and the trainer's arguments (a field added, renamed or dropped since the
     committed run shows here)."""
     arm, _, out = one_step_run
+    if arm in COMMITTED_STALE:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=COMMITTED_STALE[arm]))
     saved = json.loads((out / _metrics_file(arm)).read_text())
     committed = json.loads((ROOT / "examples" / "results" / _metrics_file(arm)).read_text())
     assert {frozenset(h) for h in committed["history"]} == {frozenset(h) for h in saved["history"]}
     assert set(committed["script_args"]) == set(saved["script_args"])
     assert set(committed["training_args"]) == set(saved["training_args"])
     parts = ("history", "cold_start_history", "script_args", "training_args", "goals", "passk_large")
-    assert fields({k: v for k, v in committed.items() if k not in parts}) == \
-        fields({k: v for k, v in saved.items() if k not in parts})
+    # a figure per sample count (pass@4 of 4 samples; the smoke run draws 2) is compared by its kind, not its k
+    free = FREE | {"pass@k", "maj@k"}
+    assert fields({k: v for k, v in committed.items() if k not in parts}, free, per_k) == \
+        fields({k: v for k, v in saved.items() if k not in parts}, free, per_k)
