@@ -33,6 +33,7 @@ import copy
 import json
 import logging
 import os
+from contextlib import nullcontext
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
@@ -385,8 +386,8 @@ class RLVRTrainer(GRPOTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # TRL's dr_grpo divides by (rows x max_completion_length); Dr. GRPO's constant may be set apart from it.
         constant = self.args.loss_normalization == "constant" and self.args.loss_constant is not None
-        with self._policy_shift.recording(inputs), swapped(  # the loss's log-probs: rlvr/shift_* (checks.shift_monitor)
-                self, "max_completion_length", self.args.loss_constant if constant else self.max_completion_length):
+        divisor = swapped(self, "max_completion_length", self.args.loss_constant) if constant else nullcontext()
+        with self._policy_shift.recording(inputs), divisor:  # the loss's log-probs: rlvr/shift_* (checks.shift_monitor)
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
 
