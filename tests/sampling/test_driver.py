@@ -46,17 +46,24 @@ def scripted_rounds(rewards_by_round, metrics, extra_figure=None):
         metrics["train"]["num_tokens"] = [float(n)]
         if extra_figure:
             metrics["train"][extra_figure].append(rewards.mean().item())
-        ids = torch.arange(n)[:, None] + 100 * len(metrics["train"]["reward"])
-        output = {"prompt_ids": ids.repeat(1, 2), "prompt_mask": torch.ones(n, 2, dtype=torch.long),
-                  "completion_ids": ids.repeat(1, 3), "completion_mask": torch.ones(n, 3, dtype=torch.long),
-                  "advantages": group_advantages(rewards, G), "num_items_in_batch": torch.tensor(3 * n)}
-        table = {"images": [], "prompt": list(range(n)), "completion": list(range(n)), "rewards": {"r": rewards.tolist()},
-                 "advantages": [], "extra": {}}
-        record = RoundRecord(prompt_indices, None, rewards[:, None], rewards, torch.full((n,), 3.0),
-                             torch.zeros(n, dtype=torch.bool), group_advantages(rewards, G), table)
-        return output, record
+        return scripted_round(rewards, prompt_indices, 100 * len(metrics["train"]["reward"]))
 
     return score_round
+
+
+def scripted_round(rewards: torch.Tensor, prompt_indices, first_id: int, tool_errors=None):
+    """What one round of TRL's generation and scoring hands the driver for ``rewards`` (N,): every row 3 completion
+    tokens (ids from ``first_id``, distinct per round), TRL's group advantages -> (output, RoundRecord)."""
+    n = len(rewards)
+    ids = torch.arange(n)[:, None] + first_id
+    output = {"prompt_ids": ids.repeat(1, 2), "prompt_mask": torch.ones(n, 2, dtype=torch.long),
+              "completion_ids": ids.repeat(1, 3), "completion_mask": torch.ones(n, 3, dtype=torch.long),
+              "advantages": group_advantages(rewards, G), "num_items_in_batch": torch.tensor(3 * n)}
+    table = {"images": [], "prompt": list(range(n)), "completion": list(range(n)), "rewards": {"r": rewards.tolist()},
+             "advantages": [], "extra": {}}
+    record = RoundRecord(prompt_indices, None, rewards[:, None], rewards, torch.full((n,), 3.0),
+                         torch.zeros(n, dtype=torch.bool), group_advantages(rewards, G), table, tool_errors=tool_errors)
+    return output, record
 
 
 def make_driver(rewards_by_round, row_filters=(), extra_figure=None, **args):

@@ -7,10 +7,9 @@ from collections import defaultdict
 import pytest
 import torch
 
-from tests.sampling.test_driver import G, OneProcess, _args
+from tests.sampling.test_driver import G, OneProcess, _args, scripted_round
 from trl_rlvr.algorithms.advantages import group_advantages
 from trl_rlvr.sampling.driver import RoundDriver
-from trl_rlvr.sampling.rounds import RoundRecord
 
 K = 2  # resample_on_correct_oversample: K x G rollouts sampled per prompt
 
@@ -26,15 +25,7 @@ def resampling_driver(rounds, **args):
         asked.append(([r["prompt"] for r in rows], prompt_indices))
         n = len(rewards)
         assert len(rows) == n, "the driver asks for K x G rollouts of each prompt"
-        ids = torch.arange(n)[:, None] + 1000 * len(asked)
-        output = {"prompt_ids": ids.repeat(1, 2), "prompt_mask": torch.ones(n, 2, dtype=torch.long),
-                  "completion_ids": ids.repeat(1, 3), "completion_mask": torch.ones(n, 3, dtype=torch.long),
-                  "advantages": group_advantages(rewards, G), "num_items_in_batch": torch.tensor(3 * n)}
-        table = {"images": [], "prompt": list(range(n)), "completion": list(range(n)), "rewards": {"r": rewards.tolist()},
-                 "advantages": [], "extra": {}}
-        record = RoundRecord(prompt_indices, None, rewards[:, None], rewards, torch.full((n,), 3.0),
-                             torch.zeros(n, dtype=torch.bool), group_advantages(rewards, G), table, tool_errors=errors)
-        return output, record
+        return scripted_round(rewards, prompt_indices, 1000 * len(asked), tool_errors=errors)
 
     settings = dict(resample_on_correct=True, resample_on_correct_oversample=K, dynamic_sampling=False)
     driver = RoundDriver(
