@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from trl_rlvr.faults.checkpoints import checkpoint_folders, checkpoint_problem
 
 STREAM = "rlvr_prompt_stream.json"
 MAX_STEPS = 40  # far more than the run reaches before the signal: the checkpoint is the SIGTERM one
+# each rank's summary, wherever it lands: rank 0's trainer prints its log dicts with print(), whose text and newline
+# are two writes, so the other rank's summary can land between them, mid-line
+SUMMARY = re.compile(r'\{"rank": \d+, "global_step": \d+\}')
 
 
 def _env():
@@ -85,8 +89,9 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tiny_model_
     assert "exitcode  : 143" in err, err[-3000:]  # the launcher reports the workers' status
     proc = launch_on_cpu("--module", "tests.harness.faults_harness", tiny_model_dir, output_dir, step + 1, "--resume",
                          num_processes=2)
-    summaries = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"rank"')]
-    assert sorted(s["rank"] for s in summaries) == [0, 1] and {s["global_step"] for s in summaries} == {step + 1}
+    summaries = [json.loads(found) for found in SUMMARY.findall(proc.stdout)]
+    assert sorted(s["rank"] for s in summaries) == [0, 1], proc.stdout[-3000:]
+    assert {s["global_step"] for s in summaries} == {step + 1}, proc.stdout[-3000:]
 
 
 # ------------------------------------------------------------------------------------------------ in process
