@@ -69,6 +69,9 @@ class ToolR1Arguments:
     system_prompt: str = field(default=SYSTEM_PROMPT, metadata={"help": "System turn of the tool arm."})
     num_train_samples: int = field(default=256, metadata={"help": "RL questions (cold-start and RL wordings)."})
     num_eval_samples: int = field(default=50, metadata={"help": "Held-out questions (held-out wordings)."})
+    num_eval_training_wordings: int = field(default=0, metadata={"help": "More held-out questions, new problems in "
+                                            "the training wordings (task 'composed'): the table then gives pass@1 "
+                                            "on each kind and on all."})
     dataset_seed: int = field(default=0, metadata={"help": "Seed of the questions and traces."})
     task: str = field(default="templates", metadata={"help": "'templates': the fixed wordings (word_problems.WORDINGS); "
                       "'composed': questions composed from parts, held out by combination (word_problems.composed_rows; "
@@ -84,6 +87,9 @@ class ToolR1Arguments:
                                       "accumulation makes up sft_batch_size; the step's peak memory scales with it: "
                                       "8 at once peaked at 4.9 GB on a CPU, most of it the vocabulary-wide logits)."})
     tool_timeout: float = field(default=5.0, metadata={"help": "Seconds one tool cell may run (PythonEnvironment)."})
+    reward_control: str = field(default="none", metadata={"help": "'shuffled': the random-reward control, the same "
+                                "RL with each batch's rewards shuffled between its answers "
+                                "(trl_rlvr.rewards.controls); its column says so.", "choices": ["none", "shuffled"]})
     short_tool_errors: bool = field(default=False, metadata={"help": "A cell that raised replies with the last line "
                                     "of its traceback only (ToRL; trl_rlvr.algorithms.multi_turn.last_error_line), "
                                     "in training and in the evaluation."})
@@ -106,6 +112,11 @@ class ToolR1Arguments:
             raise ValueError(f"arm={self.arm!r} is not valid; allowed values: {ARMS}")
         if self.task not in ("templates", "composed"):
             raise ValueError(f"task={self.task!r} is not valid; allowed values: 'templates', 'composed'")
+        if self.num_eval_training_wordings and self.task != "composed":
+            raise ValueError("num_eval_training_wordings is for task='composed' (the templates' held-out questions "
+                             "are in unseen wordings only)")
+        if self.reward_control not in ("none", "shuffled"):
+            raise ValueError(f"reward_control={self.reward_control!r} is not valid; allowed values: 'none', 'shuffled'")
         if self.task == "composed" and self.extra_rl_wordings:
             raise ValueError("extra_rl_wordings=True is for task='templates' (the composed task has its own wordings)")
         if self.sft_micro_batch_size < 1 or self.sft_batch_size % self.sft_micro_batch_size:
@@ -331,6 +342,10 @@ def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_ro
     else:
         rewards = [load_reward("think_format", prefilled=True), load_reward("boxed_math", prefilled=True)]
         environment_factory = None
+    if script_args.reward_control == "shuffled":
+        from trl_rlvr.rewards.controls import shuffled_rewards
+
+        rewards = shuffled_rewards(rewards, seed=training_args.seed)
     return RLVRTrainer(model=str(model_path), reward_funcs=rewards, args=training_args,
                        train_dataset=dataset(train_rows), processing_class=tokenizer,
                        environment_factory=environment_factory)
@@ -350,18 +365,22 @@ def evaluate_arm(model, tokenizer, rows, success_fn, format_fn, script_args, tra
         temperature=training_args.temperature, max_new_tokens=training_args.max_completion_length,
         batch_size=script_args.eval_batch_size, seed=training_args.seed, keep_samples=2, **extra,
     )
-    result["pass@1_by_operation"] = pass1_by_operation(rows, result["per_question"])
+    result["pass@1_by_operation"] = pass1_by(rows, result["per_question"], "op")
+    if any("wordings" in r for r in rows):
+        result["pass@1_by_wordings"] = pass1_by(rows, result["per_question"], "wordings")
     return result
 
 
-def pass1_by_operation(rows, per_question):
-    """Mean accuracy of the samples per arithmetic operation (``*``, ``+``, ``-``): where an arm's errors are."""
+def pass1_by(rows, per_question, column):
+    """Mean accuracy of the samples per value of the rows' ``column``: per arithmetic operation (``op``: ``*``,
+    ``+``, ``-``), where an arm's errors are; per kind of held-out question (``wordings``: ``training``, new
+    problems in the training wordings; ``unseen``, the held-out wordings)."""
     right, total = {}, {}
     for record in per_question:
-        op = rows[record["index"]]["op"]
-        right[op] = right.get(op, 0) + record["right"]
-        total[op] = total.get(op, 0) + len(record["right_flags"])
-    return {op: right[op] / total[op] for op in sorted(total)}
+        key = rows[record["index"]][column]
+        right[key] = right.get(key, 0) + record["right"]
+        total[key] = total.get(key, 0) + len(record["right_flags"])
+    return {key: right[key] / total[key] for key in sorted(total)}
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -388,11 +407,14 @@ def arm_summary(result):
         "tool_errors": (tools.get("call_failures") or 0) + (tools.get("env_errors") or 0) if tools else None,
         "tool_timeouts": tools.get("timeouts"), "tool_budget_frac": tools.get("tool_budget_frac"),
         **{f"pass@1 {op}": v for op, v in (result.get("pass@1_by_operation") or {}).items()},
+        **{f"pass@1 {kind} wordings": v for kind, v in (result.get("pass@1_by_wordings") or {}).items()},
     }
 
 
 ROWS = [
-    ("held-out pass@1", "pass@1", _pct), ("  questions a * b", "pass@1 *", _pct), ("  questions a + b", "pass@1 +", _pct),
+    ("held-out pass@1", "pass@1", _pct), ("  new questions, training wordings", "pass@1 training wordings", _pct),
+    ("  unseen wordings", "pass@1 unseen wordings", _pct),
+    ("  questions a * b", "pass@1 *", _pct), ("  questions a + b", "pass@1 +", _pct),
     ("  questions a - b", "pass@1 -", _pct), ("held-out pass@n", "pass@n", _pct), ("format rate", "format_rate", _pct),
     ("answers that ran a tool call", "tool_call_rate", _pct), ("tool calls per answer", "calls_per_answer", _num),
     ("tool-call turns that parse", "tool_call_parse_rate", _pct), ("turns that did not parse", "parse_failures", str),
@@ -409,6 +431,8 @@ def summary_table(arms: dict) -> str:
     width = max(16, *(len(label) for label in labels))
     lines = [f"{'':36s}" + "".join(f"{label:>{width + 2}s}" for label in labels)]
     for name, key, fmt in ROWS:
+        if key.endswith(" wordings") and not any(key in (arm or {}) for arm in arms.values()):
+            continue  # held-out questions of one kind only (the templates task): no split to show
         cells = []
         for label in labels:
             arm = arms[label] or {}
@@ -455,7 +479,7 @@ def main(script_args, training_args, model_args):
     from trl_rlvr.scripts.distributed import distributed_state
     from trl_rlvr.scripts.models import load_tokenizer, resolve_model_path
     from trl_rlvr.scripts.train import use_cpu_threads
-    from trl_rlvr.scripts.word_problems import composed_rows, word_problem_rows
+    from trl_rlvr.scripts.word_problems import composed_new_questions, composed_rows, word_problem_rows
 
     t_start = time.time()
     timings = {}
@@ -470,6 +494,10 @@ def main(script_args, training_args, model_args):
     if script_args.task == "composed":
         train = composed_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed)
         heldout = composed_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
+        if script_args.num_eval_training_wordings:
+            seen = train + composed_rows("sft", script_args.sft_traces, seed=script_args.dataset_seed)
+            new = composed_new_questions(script_args.num_eval_training_wordings, script_args.dataset_seed, seen)
+            heldout = [{**r, "wordings": "training"} for r in new] + [{**r, "wordings": "unseen"} for r in heldout]
     else:
         train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed,
                                   extra_rl_wordings=script_args.extra_rl_wordings)
@@ -540,6 +568,8 @@ def main(script_args, training_args, model_args):
                 training_args, tool=True, n=script_args.passk_samples, accelerator=trainer.accelerator)
             timings["large-k eval cold start"] = time.time() - t
         label_after = "cold start + tool RL" if script_args.sft_traces else "tool RL"
+    if script_args.reward_control == "shuffled":
+        label_after += ", shuffled rewards"  # the random-reward control
     first = next(iter(evals.values()))
     say(f"  {next(iter(evals))}: pass@1 {_pct(first['mean@n'])}")
 
@@ -657,6 +687,9 @@ def goals_sentence(arms: dict) -> str | None:
         return None
 
     rl, cold, r1 = find("cold start + tool RL"), find("cold start (tool)"), find("R1-Zero (no tool)")
+    if any(label.startswith("cold start + tool RL, shuffled") for label in arms):
+        return None if rl is None or cold is None else (
+            f"random-reward control vs the cold start alone: {100 * (rl - cold):+.1f} points")
     parts = []
     if rl is not None and r1 is not None:
         parts.append(f"cold start + tool RL vs R1-Zero without the tool: {100 * (rl - r1):+.1f} points")

@@ -183,6 +183,26 @@ def test_parser_defaults_and_smoke():
         script.parse_args(["--arm", "nope"])
 
 
+def test_the_table_splits_held_out_questions_by_wordings_and_names_the_control():
+    script = _load_script()
+    rows = [{"op": "+", "wordings": "training"}, {"op": "*", "wordings": "unseen"}, {"op": "+", "wordings": "unseen"}]
+    per_question = [{"index": 0, "right": 2, "right_flags": [1, 1]}, {"index": 1, "right": 0, "right_flags": [0, 0]},
+                    {"index": 2, "right": 1, "right_flags": [1, 0]}]
+    assert script.pass1_by(rows, per_question, "wordings") == {"training": 1.0, "unseen": 0.25}
+    assert script.pass1_by(rows, per_question, "op") == {"*": 0.0, "+": 0.75}
+    split = {"pass@1": 0.5, "pass@1 training wordings": 1.0, "pass@1 unseen wordings": 0.25, "n": 2}
+    table = script.summary_table({"cold start (tool)": split, "cold start + tool RL, shuffled rewards": split})
+    assert "new questions, training wordings" in table and "unseen wordings" in table
+    assert "wordings" not in script.summary_table({"cold start (tool)": {"pass@1": 0.5, "n": 2}})  # templates task
+    sentence = script.goals_sentence({"cold start (tool)": {"pass@1": 0.5},
+                                      "cold start + tool RL, shuffled rewards": {"pass@1": 0.4}})
+    assert sentence == "random-reward control vs the cold start alone: -10.0 points"
+    with pytest.raises(SystemExit):  # argparse names the choices
+        script.parse_args(["--reward_control", "random"])
+    with pytest.raises(ValueError, match="num_eval_training_wordings"):
+        script.parse_args(["--num_eval_training_wordings", "8"])  # the templates task has no such split
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 @pytest.fixture(scope="module")
 def tiny_chatml_model(tmp_path_factory):
@@ -227,6 +247,11 @@ def test_main_one_step_of_each_stage(one_step_run):
         assert (out / "tool_r1_curves.png").stat().st_size > 1000
 
 
+#: The job's options added after the committed runs whose default runs the job exactly as before (an experiment's
+#: switch, off by default): a committed run needs no regenerating for them.
+OPTIONS_THAT_KEEP_THE_COMMITTED_RUN = {"num_eval_training_wordings": 0, "reward_control": "none"}
+
+
 @pytest.mark.slow
 def test_the_committed_runs_have_the_fields_a_run_writes_today(one_step_run):
     """The committed run of each arm (examples/results/) has the fields this code writes: every logged step's keys,
@@ -237,7 +262,10 @@ def test_the_committed_runs_have_the_fields_a_run_writes_today(one_step_run):
     committed = json.loads((ROOT / "examples" / "results" / _metrics_file(arm)).read_text())
     # the union over steps: a step that found no informative group logs no figures of trained rows (none were)
     assert set().union(*committed["history"]) == set().union(*saved["history"])
-    assert set(committed["script_args"]) == set(saved["script_args"])
+    assert set(committed["script_args"]) <= set(saved["script_args"])  # none renamed or dropped
+    added = {name: saved["script_args"][name] for name in set(saved["script_args"]) - set(committed["script_args"])}
+    assert added == {name: value for name, value in OPTIONS_THAT_KEEP_THE_COMMITTED_RUN.items() if name in added}, \
+        "a new option of the job: regenerate the committed runs, or list it below if its default changes nothing"
     assert set(committed["training_args"]) == set(saved["training_args"])
     parts = ("history", "cold_start_history", "script_args", "training_args", "goals", "passk_large")
     # a figure per sample count (pass@4 of 4 samples; the smoke run draws 2) is compared by its kind, not its k

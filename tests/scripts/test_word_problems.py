@@ -14,6 +14,7 @@ from trl_rlvr.scripts.word_problems import (
     SUBJECTS,
     combinations,
     composed_cold_start_traces,
+    composed_new_questions,
     composed_rows,
     format_number,
 )
@@ -77,6 +78,17 @@ def test_heldout_operands_are_never_asked_in_training():
         rows = composed_rows(split, 500, seed=2)
         assert not {(r["a"], r["op"], r["b"]) for r in rows} & heldout
         assert len({(r["a"], r["op"], r["b"]) for r in rows}) == len(rows)
+
+
+def test_new_questions_in_training_wordings_are_problems_no_stage_saw():
+    train, sft = composed_rows("train", 400, seed=4), composed_rows("sft", 48, seed=4)
+    new = composed_new_questions(60, seed=4, seen=train + sft)
+    problems = {(r["a"], r["op"], r["b"]) for r in new}
+    assert len(problems) == 60 and new == composed_new_questions(60, seed=4, seen=train + sft)
+    assert not problems & {(r["a"], r["op"], r["b"]) for r in train + sft + composed_rows("heldout", 500, seed=4)}
+    train_wordings = {f"{op}|{f}|{q}|{NUMBER_FORMATS[op][n]}" for op, f, q, n in combinations("train")}
+    assert {r["wording"] for r in new} <= train_wordings
+    assert [r["op"] for r in new[:3]] == list(OPERATIONS)  # balanced like the training stream
 
 
 def test_streams_are_operation_and_wording_balanced():

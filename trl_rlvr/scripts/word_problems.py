@@ -273,20 +273,33 @@ def _composed(n: int, seed: int, split: str, balanced: bool, exclude=frozenset()
 _HELDOUT_POOL = 1000
 
 
-def composed_rows(split: str, n: int, seed: int = 0, balanced: bool = True) -> list[dict]:
+def composed_rows(split: str, n: int, seed: int = 0, balanced: bool = True, exclude=frozenset()) -> list[dict]:
     """``n`` composed problems in the wordings of ``split`` (``train``: every training combination, ``sft`` among
     them; ``heldout``: the held-out combinations; ``sft``: the cold start's). Rows: ``question``, ``answer`` (=
     ``solution``), ``a``, ``op``, ``b``, and the wording (``wording`` = ``"op|frame|form|format"``, ``frame``,
     ``form``, ``number_format``). ``balanced``: operations in turn and each operation's wordings in seeded rounds
     (else drawn uniformly at random). The held-out problems' operands (and the first 1000 of them) come from their
-    own seed and are excluded from the other splits."""
+    own seed and are excluded from the other splits; so are the ``(a, op, b)`` problems in ``exclude`` (new
+    questions in the training wordings: :func:`composed_new_questions`)."""
     if split not in COMPOSED_SPLITS:
         raise ValueError(f"split must be one of {COMPOSED_SPLITS}, got {split!r}")
     heldout_seed = seed + 1_000_003
     if split == "heldout":
         return _composed(n, heldout_seed, "heldout", balanced)
     taken = {(r["a"], r["op"], r["b"]) for r in _composed(_HELDOUT_POOL, heldout_seed, "heldout", balanced)}
-    return _composed(n, seed + (7 if split == "sft" else 0), split, balanced, exclude=taken)
+    return _composed(n, seed + (7 if split == "sft" else 0), split, balanced, exclude=taken | set(exclude))
+
+
+def problems(rows: list[dict]) -> set[tuple[int, str, int]]:
+    """The ``(a, op, b)`` problems of ``rows``."""
+    return {(r["a"], r["op"], r["b"]) for r in rows}
+
+
+def composed_new_questions(n: int, seed: int, seen: list[dict]) -> list[dict]:
+    """``n`` held-out questions in the training wordings: problems of the ``train`` combinations, from their own
+    seed, none of them a problem of ``seen`` (the RL stream and the cold-start traces) or of the held-out pool. With
+    the ``heldout`` split (unseen wordings), the two held-out columns of the tool job."""
+    return composed_rows("train", n, seed=seed + 2_000_003, exclude=problems(seen))
 
 
 def _traces(rows: list[dict], system_prompt: str | None) -> list[dict]:
