@@ -502,7 +502,10 @@ def main(script_args, training_args, model_args):
         train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed,
                                   extra_rl_wordings=script_args.extra_rl_wordings)
         heldout = word_problem_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
-    say(f"model {base_path}; {len(train)} RL questions, {len(heldout)} held-out questions (held-out wordings); "
+    seen_kind = sum(r.get("wordings") == "training" for r in heldout)
+    kinds = f"{len(heldout) - seen_kind} in unseen wordings, {seen_kind} new in the training wordings" if seen_kind \
+        else "held-out wordings"
+    say(f"model {base_path}; {len(train)} RL questions, {len(heldout)} held-out questions ({kinds}); "
         f"arm {script_args.arm}; torch threads {__import__('torch').get_num_threads()}, "
         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
     boxed = load_reward("boxed_math")

@@ -3,7 +3,8 @@ classes for majority voting.
 
 - :mod:`.registry`: :func:`load_reward`, :func:`available_rewards`, :func:`resolve_reward_funcs`, ...;
 - :mod:`.contract`: :class:`RewardFunction` and the optional attributes a plugin may declare;
-- :mod:`.voting`: maj@k answer classes decided by the plugin's own verifier.
+- :mod:`.voting`: maj@k answer classes decided by the plugin's own verifier;
+- :mod:`.controls`: the random-reward control (each batch's rewards shuffled between its answers).
 
 Light on purpose (standard library only): plugins are imported when first used.
 """
