@@ -495,8 +495,7 @@ def main(script_args, training_args, model_args):
         train = composed_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed)
         heldout = composed_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
         if script_args.num_eval_training_wordings:
-            seen = train + composed_rows("sft", script_args.sft_traces, seed=script_args.dataset_seed)
-            new = composed_new_questions(script_args.num_eval_training_wordings, script_args.dataset_seed, seen)
+            new = composed_new_questions(script_args.num_eval_training_wordings, script_args.dataset_seed, train)
             heldout = [{**r, "wordings": "training"} for r in new] + [{**r, "wordings": "unseen"} for r in heldout]
     else:
         train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed,

@@ -81,10 +81,10 @@ def test_heldout_operands_are_never_asked_in_training():
 
 
 def test_new_questions_in_training_wordings_are_problems_no_stage_saw():
-    train, sft = composed_rows("train", 400, seed=4), composed_rows("sft", 48, seed=4)
-    new = composed_new_questions(60, seed=4, seen=train + sft)
+    train, sft = composed_rows("train", 400, seed=4), composed_rows("sft", 1000, seed=4)
+    new = composed_new_questions(60, seed=4, rl_rows=train)
     problems = {(r["a"], r["op"], r["b"]) for r in new}
-    assert len(problems) == 60 and new == composed_new_questions(60, seed=4, seen=train + sft)
+    assert len(problems) == 60 and new == composed_new_questions(60, seed=4, rl_rows=train)
     assert not problems & {(r["a"], r["op"], r["b"]) for r in train + sft + composed_rows("heldout", 500, seed=4)}
     train_wordings = {f"{op}|{f}|{q}|{NUMBER_FORMATS[op][n]}" for op, f, q, n in combinations("train")}
     assert {r["wording"] for r in new} <= train_wordings

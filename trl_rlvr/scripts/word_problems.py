@@ -290,16 +290,23 @@ def composed_rows(split: str, n: int, seed: int = 0, balanced: bool = True, excl
     return _composed(n, seed + (7 if split == "sft" else 0), split, balanced, exclude=taken | set(exclude))
 
 
+#: How many cold-start problems are kept out of the held-out questions in the training wordings.
+_COLD_START_POOL = 1000
+
+
 def problems(rows: list[dict]) -> set[tuple[int, str, int]]:
     """The ``(a, op, b)`` problems of ``rows``."""
     return {(r["a"], r["op"], r["b"]) for r in rows}
 
 
-def composed_new_questions(n: int, seed: int, seen: list[dict]) -> list[dict]:
+def composed_new_questions(n: int, seed: int, rl_rows: list[dict]) -> list[dict]:
     """``n`` held-out questions in the training wordings: problems of the ``train`` combinations, from their own
-    seed, none of them a problem of ``seen`` (the RL stream and the cold-start traces) or of the held-out pool. With
-    the ``heldout`` split (unseen wordings), the two held-out columns of the tool job."""
-    return composed_rows("train", n, seed=seed + 2_000_003, exclude=problems(seen))
+    seed, none of them a problem of ``rl_rows`` (the RL stream), of the first 1000 cold-start problems (any cold
+    start up to that size: a run and its control from the same cold start, ``sft_traces`` 0, get the same
+    questions) or of the held-out pool. With the ``heldout`` split (unseen wordings), the two held-out columns of
+    the tool job."""
+    seen = problems(rl_rows) | problems(composed_rows("sft", _COLD_START_POOL, seed=seed))
+    return composed_rows("train", n, seed=seed + 2_000_003, exclude=seen)
 
 
 def _traces(rows: list[dict], system_prompt: str | None) -> list[dict]:
