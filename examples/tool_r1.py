@@ -689,9 +689,10 @@ def goals_sentence(arms: dict) -> str | None:
         return None
 
     rl, cold, r1 = find("cold start + tool RL"), find("cold start (tool)"), find("R1-Zero (no tool)")
-    if any(label.startswith("cold start + tool RL, shuffled") for label in arms):
-        return None if rl is None or cold is None else (
-            f"random-reward control vs the cold start alone: {100 * (rl - cold):+.1f} points")
+    control = next((arm["pass@1"] for label, arm in arms.items() if "shuffled rewards" in label and arm), None)
+    if control is not None:  # the control's own run: from the cold start, or from its checkpoint (sft_traces 0)
+        start = cold if cold is not None else find("base (tool)")
+        return None if start is None else f"random-reward control vs its start: {100 * (control - start):+.1f} points"
     parts = []
     if rl is not None and r1 is not None:
         parts.append(f"cold start + tool RL vs R1-Zero without the tool: {100 * (rl - r1):+.1f} points")

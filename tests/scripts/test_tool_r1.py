@@ -196,7 +196,9 @@ def test_the_table_splits_held_out_questions_by_wordings_and_names_the_control()
     assert "wordings" not in script.summary_table({"cold start (tool)": {"pass@1": 0.5, "n": 2}})  # templates task
     sentence = script.goals_sentence({"cold start (tool)": {"pass@1": 0.5},
                                       "cold start + tool RL, shuffled rewards": {"pass@1": 0.4}})
-    assert sentence == "random-reward control vs the cold start alone: -10.0 points"
+    assert sentence == "random-reward control vs its start: -10.0 points"
+    from_checkpoint = script.goals_sentence({"base (tool)": {"pass@1": 0.5}, "tool RL, shuffled rewards": {"pass@1": 0.6}})
+    assert from_checkpoint == "random-reward control vs its start: +10.0 points"
     with pytest.raises(SystemExit):  # argparse names the choices
         script.parse_args(["--reward_control", "random"])
     with pytest.raises(ValueError, match="num_eval_training_wordings"):
