@@ -94,6 +94,32 @@ def test_thresholds_are_validated_and_named():
         RLVRConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, alarm_thresholds={"nope": 1})
 
 
+@pytest.mark.parametrize("infra_share,fires", [(0.25, True), (0.02, False), (0.0, False)])
+def test_reward_infrastructure_failures_have_their_own_alarm(infra_share, fires, caplog):
+    """``<reward>/infra_errors`` (a worker lost, a sandbox that did not start: answers not scored) fires
+    ``infra_failures/<reward>`` once it stays at or above ``reward_failure_frac``; the candidates' own errors
+    (``reward_failures``) stay quiet meanwhile."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from trl_rlvr.checks.alarms import RLVRAlarms
+
+    args = SimpleNamespace(generation_batch_size=16, max_completion_length=64)
+    trainer = SimpleNamespace(args=args, reward_func_names=["code_sandbox"],
+                              accelerator=SimpleNamespace(num_processes=1))
+    alarms, state = RLVRAlarms(trainer), TrainerState()
+    for step in range(1, 9):
+        state.global_step = step
+        alarms.on_log(args, state, TrainerControl(), logs={
+            "reward": 0.5, "rlvr/accuracy": 0.5, "code_sandbox/errors": 0.0, "code_sandbox/timeouts": 0.0,
+            "code_sandbox/infra_errors": infra_share * 16})
+    assert ("infra_failures/code_sandbox" in alarms.fired) == fires
+    assert "reward_failures/code_sandbox" not in alarms.fired
+    if fires:
+        assert "machinery failed" in alarms.fired["infra_failures/code_sandbox"] and "25%" in caplog.text
+
+
 # ------------------------------------------------------------------------------------------------ in a trainer
 class _SteppedReward:
     """Right with a probability that moves with the trainer's step, decided by a hash of the completion (seeded):

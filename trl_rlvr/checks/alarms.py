@@ -16,6 +16,8 @@ high level alone is no evidence of a problem: a level that stays high for ``2 x 
 - ``unreadable/<reward>``: the answers the reward reports it could not read (``<reward>/no_box``, ...:
   :data:`trl_rlvr.checks.verdicts.UNREADABLE_COUNTERS`, per reward call) >= ``unreadable_frac`` of the answers, stuck;
 - ``reward_failures/<reward>``: its ``errors`` + ``timeouts`` >= ``reward_failure_frac`` of the answers, stuck;
+- ``infra_failures/<reward>``: its ``infra_errors`` (the reward's machinery failed: a worker lost, a sandbox that
+  did not start; those answers are not scored) >= ``reward_failure_frac`` of the answers, stuck;
 - ``zero_signal``: ``rlvr/zero_signal_frac`` >= ``zero_signal_frac``, stuck;
 - ``reward_hacking``: over the last ``window`` sampled evaluations, the training success rate (``rlvr/accuracy``)
   rose by >= ``rise`` while held-out ``eval/pass@1`` fell by >= ``drop``: the policy found a way to the reward
@@ -36,7 +38,7 @@ from collections.abc import Sequence
 
 from transformers import TrainerCallback
 
-from trl_rlvr.checks.verdicts import FAILURE_COUNTERS, UNREADABLE_COUNTERS
+from trl_rlvr.checks.verdicts import FAILURE_COUNTERS, INFRA_COUNTERS, UNREADABLE_COUNTERS
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +220,8 @@ class RLVRAlarms(TrainerCallback):
             values[f"unreadable/{name}"] = (counter_share(logs, name, UNREADABLE_COUNTERS, rows), t["unreadable_frac"])
             values[f"reward_failures/{name}"] = (counter_share(logs, name, FAILURE_COUNTERS, rows),
                                                  t["reward_failure_frac"])
+            values[f"infra_failures/{name}"] = (counter_share(logs, name, INFRA_COUNTERS, rows),
+                                                t["reward_failure_frac"])
         for name, (value, threshold) in values.items():
             series = self.series.setdefault(name, [])
             series.append(value)
@@ -243,6 +247,10 @@ class RLVRAlarms(TrainerCallback):
         elif kind == "reward_failures":
             text, fix = (f"answers {reward} failed to check (errors, timeouts; scored 0)",
                          "raise its timeout (reward_options) or look at the answers it errs on")
+        elif kind == "infra_failures":
+            text, fix = (f"answers {reward} could not check because its own machinery failed (workers lost, a "
+                         "sandbox that did not start; not scored, advantage 0)",
+                         "read the warnings that name the cause, and run `trl-rlvr doctor` for the sandbox's needs")
         else:
             text, fix = what[name]
         return (f"{text}: {numbers} over the last {len(recent)} logging steps, after {earlier} (at or above "

@@ -34,6 +34,9 @@ VERDICTS = ("ok", "warn", "fail")
 UNREADABLE_COUNTERS = ("no_box", "no_answer", "no_format", "unparsed", "rejected")
 #: Counter names that count answers the reward failed to check (scored 0).
 FAILURE_COUNTERS = ("errors", "timeouts")
+#: Counter names that count answers the reward's own machinery failed to check (a worker lost, a sandbox that did
+#: not start): not scored (None: out of the group's baseline, advantage 0), never the candidate's fault.
+INFRA_COUNTERS = ("infra_errors",)
 
 
 @dataclass(frozen=True)
