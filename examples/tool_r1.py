@@ -55,6 +55,7 @@ HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE / "chat_templates" / "chatml_tools.jinja"
 SYSTEM_PROMPT = "Use the python tool to compute, then give the final answer as \\boxed{number}."
 ARMS = ("tool", "r1zero")
+CONTROL = ", shuffled rewards"  # the random-reward control's column: its arm's label + this
 
 
 @dataclass
@@ -571,7 +572,7 @@ def main(script_args, training_args, model_args):
             timings["large-k eval cold start"] = time.time() - t
         label_after = "cold start + tool RL" if script_args.sft_traces else "tool RL"
     if script_args.reward_control == "shuffled":
-        label_after += ", shuffled rewards"  # the random-reward control
+        label_after += CONTROL
     first = next(iter(evals.values()))
     say(f"  {next(iter(evals))}: pass@1 {_pct(first['mean@n'])}")
 
@@ -689,7 +690,7 @@ def goals_sentence(arms: dict) -> str | None:
         return None
 
     rl, cold, r1 = find("cold start + tool RL"), find("cold start (tool)"), find("R1-Zero (no tool)")
-    control = next((arm["pass@1"] for label, arm in arms.items() if "shuffled rewards" in label and arm), None)
+    control = next((arm["pass@1"] for label, arm in arms.items() if CONTROL in label and arm), None)
     if control is not None:  # the control's own run: from the cold start, or from its checkpoint (sft_traces 0)
         start = cold if cold is not None else find("base (tool)")
         return None if start is None else f"random-reward control vs its start: {100 * (control - start):+.1f} points"

@@ -97,6 +97,11 @@ def compute(a: int, op: str, b: int) -> int:
     return a * b if op == "*" else a + b if op == "+" else a - b
 
 
+def problems(rows: list[dict]) -> set[tuple[int, str, int]]:
+    """The ``(a, op, b)`` problems of ``rows``."""
+    return {(r["a"], r["op"], r["b"]) for r in rows}
+
+
 def wordings(splits: tuple[str, ...]) -> list[tuple[str, str]]:
     """(operation, template) of the wordings in ``splits``, in a fixed order."""
     return [(op, text) for op in OPERATIONS for split, text in WORDINGS[op] if split in splits]
@@ -128,7 +133,7 @@ def word_problem_rows(split: str, n: int, seed: int = 0, extra_rl_wordings: bool
     heldout_seed = seed + 1_000_003
     if split == "heldout":
         return _problems(n, heldout_seed, ("heldout",))
-    taken = {(r["a"], r["op"], r["b"]) for r in _problems(1000, heldout_seed, ("heldout",))}
+    taken = problems(_problems(1000, heldout_seed, ("heldout",)))
     return _problems(n, seed, ("sft", "rl", "rl_extra") if extra_rl_wordings else ("sft", "rl"), exclude=taken)
 
 
@@ -141,7 +146,7 @@ def cold_start_traces(n: int, seed: int = 0, system_prompt: str | None = None) -
     """``n`` conversations (``messages``) in the ``sft`` wordings: the question, one ``python`` tool call
     ``print(a op b)``, the tool's reply (the exact result, as the sandbox prints it) and ``\\boxed{result}``.
     Operands come from ``seed + 7`` and skip the held-out problems."""
-    taken = {(r["a"], r["op"], r["b"]) for r in _problems(1000, seed + 1_000_003, ("heldout",))}
+    taken = problems(_problems(1000, seed + 1_000_003, ("heldout",)))
     rows = _problems(n, seed + 7, ("sft",), exclude=taken)
     return _traces(rows, system_prompt)
 
@@ -286,17 +291,12 @@ def composed_rows(split: str, n: int, seed: int = 0, balanced: bool = True, excl
     heldout_seed = seed + 1_000_003
     if split == "heldout":
         return _composed(n, heldout_seed, "heldout", balanced)
-    taken = {(r["a"], r["op"], r["b"]) for r in _composed(_HELDOUT_POOL, heldout_seed, "heldout", balanced)}
+    taken = problems(_composed(_HELDOUT_POOL, heldout_seed, "heldout", balanced))
     return _composed(n, seed + (7 if split == "sft" else 0), split, balanced, exclude=taken | set(exclude))
 
 
 #: How many cold-start problems are kept out of the held-out questions in the training wordings.
 _COLD_START_POOL = 1000
-
-
-def problems(rows: list[dict]) -> set[tuple[int, str, int]]:
-    """The ``(a, op, b)`` problems of ``rows``."""
-    return {(r["a"], r["op"], r["b"]) for r in rows}
 
 
 def composed_new_questions(n: int, seed: int, rl_rows: list[dict]) -> list[dict]:
