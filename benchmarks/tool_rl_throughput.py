@@ -136,18 +136,31 @@ def instrument(trainer, parts: Parts, environment_class):
     import functools
 
     model = trainer.model
-    generate = model.generate
     eos = trainer.eos_token_ids if hasattr(trainer, "eos_token_ids") else trainer.processing_class.eos_token_id
     eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
+    engine = getattr(trainer, "vllm_generation", None) if trainer.args.use_vllm else None
+    if engine is None:
+        generate = model.generate
 
-    def timed_generate(*args, **kwargs):
-        with parts.timing("generation"):
-            out = generate(*args, **kwargs)
-        parts.counts["generate_calls"] += 1
-        parts.counts["generated_tokens"] += new_tokens(out, kwargs["input_ids"].shape[1], eos_ids)
-        return out
+        def timed_generate(*args, **kwargs):
+            with parts.timing("generation"):
+                out = generate(*args, **kwargs)
+            parts.counts["generate_calls"] += 1
+            parts.counts["generated_tokens"] += new_tokens(out, kwargs["input_ids"].shape[1], eos_ids)
+            return out
 
-    model.generate = timed_generate
+        model.generate = timed_generate
+    else:  # vLLM's engine generates (the model's own generate is never called); it stops at EOS, as counted above
+        engine_generate = engine.generate
+
+        def timed_engine_generate(*args, **kwargs):
+            with parts.timing("generation"):
+                out = engine_generate(*args, **kwargs)
+            parts.counts["generate_calls"] += 1
+            parts.counts["generated_tokens"] += sum(len(ids) for ids in out[1])
+            return out
+
+        engine.generate = timed_engine_generate
 
     compute_loss = trainer.compute_loss
 
@@ -210,18 +223,17 @@ def measure_step(args, example, job_args: list[str]) -> tuple[dict, object]:
 
     from reward_plugins.code_sandbox import PythonEnvironment
     from trl_rlvr.scripts.models import resolve_model_path
-    from trl_rlvr.scripts.word_problems import word_problem_rows
 
     script_args, training_args, _ = example.parse_args(job_args)
     training_args.model_init_kwargs = {"dtype": "float32"}
+    example.vllm_cpu_defaults(training_args)
     base_path = resolve_model_path(args.model if args.smoke else None)
     start_path = Path(args.model) if (args.model and not args.smoke) else (
         cold_start_checkpoint(example, script_args, training_args, base_path, Path(args.cache_dir))
         if script_args.sft_traces else Path(base_path))
     tokenizer = example.tool_tokenizer(start_path, script_args.chat_template)
     tokenizer.truncation_side = "left"
-    rows = example.tool_rows(word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed),
-                             script_args.system_prompt)
+    rows = example.tool_rows(example.question_rows(script_args)[0], script_args.system_prompt)
     trainer = example.build_rl_trainer(start_path, tokenizer, script_args, training_args, rows, tool=True)
     parts = Parts()
     restore = instrument(trainer, parts, PythonEnvironment)
@@ -320,6 +332,30 @@ def generate_once(model, tokenizer, prompts, new_tokens: int, config_kwargs: dic
     return took, int((out.shape[1] - width) * len(prompts))
 
 
+def vllm_engine(model_path: str, dtype: str, max_model_len: int = 1024):
+    """vLLM's engine in this process (as TRL's colocate mode runs it), or None where vLLM does not import."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process, as colocate mode
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
+    try:
+        from vllm import LLM
+    except ImportError:
+        return None
+    return LLM(model=model_path, dtype=dtype, seed=0, max_model_len=max_model_len, max_num_batched_tokens=4096)
+
+
+def vllm_generate_once(llm, prompts, new_tokens: int, seed: int) -> tuple[float, int]:
+    """One batch through vLLM with the job's sampling (temperature 1, no top-p/top-k), exactly `new_tokens` each."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = SamplingParams(max_tokens=new_tokens, min_tokens=new_tokens, ignore_eos=True, temperature=1.0,
+                            top_p=1.0, top_k=0, seed=seed, logprobs=0)  # logprobs as TRL asks (its IS correction)
+    t = time.perf_counter()
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+    took = time.perf_counter() - t
+    return took, sum(len(o.outputs[0].token_ids) for o in outs)
+
+
 def generation_options(model_path, example, tokenizer, batches: list[int], new_tokens: int, repeat: int,
                        smoke: bool) -> list[dict]:
     import copy
@@ -329,34 +365,48 @@ def generation_options(model_path, example, tokenizer, batches: list[int], new_t
 
     fp32 = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     prompts = first_turn_prompts(example, tokenizer, max(batches))
-    options = []  # (label, model, batch, generation kwargs)
+
+    def hf(model, kw):
+        return lambda rows, seed: generate_once(model, tokenizer, rows, new_tokens, kw, seed)
+
+    options = []  # (label, batch, run(rows, seed) -> (seconds, tokens))
     for b in batches:
-        options.append((f"dynamic cache, fp32, batch {b} (TRL's default)", fp32, b, {}))
-        options.append((f"static cache, fp32, batch {b}", fp32, b, {"cache_implementation": "static"}))
+        options.append((f"dynamic cache, fp32, batch {b} (TRL's default)", b, hf(fp32, {})))
+        options.append((f"static cache, fp32, batch {b}", b, hf(fp32, {"cache_implementation": "static"})))
     if not smoke:
         bf16 = copy.deepcopy(fp32).to(torch.bfloat16)
-        options.append((f"dynamic cache, bf16, batch {batches[0]}", bf16, batches[0], {}))
+        options.append((f"dynamic cache, bf16, batch {batches[0]}", batches[0], hf(bf16, {})))
         from transformers import CompileConfig
 
         compile_config = CompileConfig(fullgraph=False, dynamic=False)
         compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless told
-        options.append((f"static cache + torch.compile, fp32, batch {batches[0]}", fp32, batches[0],
-                        {"cache_implementation": "static", "compile_config": compile_config}))
+        options.append((f"static cache + torch.compile, fp32, batch {batches[0]}", batches[0],
+                        hf(fp32, {"cache_implementation": "static", "compile_config": compile_config})))
+    threads = torch.get_num_threads()
+    for dtype in () if smoke else ("bfloat16", "float32"):  # (vLLM's CPU attention needs a real model's head size)
+        llm = vllm_engine(str(model_path), dtype)
+        if llm is None:
+            print("vLLM does not import here: its options are left out (they run in the vLLM venv, docs/engines.md)")
+            break
+        for b in batches:
+            options.append((f"vLLM CPU engine, {dtype}, batch {b}", b,
+                            lambda rows, seed, llm=llm: vllm_generate_once(llm, rows, new_tokens, seed)))
+    torch.set_num_threads(threads)  # vLLM's CPU worker binds its own OpenMP threads: the HF options keep theirs
     results = {label: [] for label, *_ in options}
     warm = {}
-    for label, model, b, kw in options:  # warm-up (and compilation) outside the timed rounds
+    for label, b, run in options:  # warm-up (and compilation) outside the timed rounds
         try:
-            warm[label] = generate_once(model, tokenizer, prompts[:b], new_tokens, kw, seed=0)[0]
+            warm[label] = run(prompts[:b], 0)[0]
         except Exception as e:  # noqa: BLE001 - an option that does not run here is reported, not fatal
             warm[label] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
     for r in range(repeat):
-        for label, model, b, kw in options if r % 2 == 0 else options[::-1]:
+        for label, b, run in options if r % 2 == 0 else options[::-1]:
             if isinstance(warm[label], str):
                 continue
-            took, tokens = generate_once(model, tokenizer, prompts[:b], new_tokens, kw, seed=r + 1)
+            took, tokens = run(prompts[:b], r + 1)
             results[label].append(tokens / took)
     out = []
-    for label, _, b, _ in options:
+    for label, b, _ in options:
         rates = results[label]
         out.append({"option": label, "batch": b, "warmup_s": warm[label],
                     "tokens_per_s": statistics.median(rates) if rates else None, "runs": rates})

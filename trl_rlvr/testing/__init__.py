@@ -88,10 +88,11 @@ def build_chatml_tokenizer():
     return tokenizer
 
 
-def build_tiny_chatml_model(path: str | Path, seed: int = 0) -> Path:
+def build_tiny_chatml_model(path: str | Path, seed: int = 0, hidden_size: int = 64) -> Path:
     """:func:`build_tiny_model` with :func:`build_chatml_tokenizer` and 2048 positions (a tool prompt rendered in
-    characters is long)."""
-    return build_tiny_model(path, seed, tokenizer=build_chatml_tokenizer(), max_position_embeddings=2048)
+    characters is long); ``hidden_size=256`` gives heads of 64, a size vLLM's CPU attention takes."""
+    return build_tiny_model(path, seed, hidden_size=hidden_size, tokenizer=build_chatml_tokenizer(),
+                            max_position_embeddings=2048)
 
 
 def build_tiny_model(path: str | Path, seed: int = 0, hidden_size: int = 64, num_layers: int = 2, *, tokenizer=None,
