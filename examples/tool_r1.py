@@ -104,6 +104,9 @@ class ToolR1Arguments:
     short_tool_errors: bool = field(default=False, metadata={"help": "A cell that raised replies with the last line "
                                     "of its traceback only (ToRL; trl_rlvr.algorithms.multi_turn.last_error_line), "
                                     "in training and in the evaluation."})
+    eval_start: bool = field(default=True, metadata={"help": "Evaluate the RL start (the cold start, or the base "
+                             "model) before RL; false: a run from a checkpoint whose start is evaluated already "
+                             "(an RL variant), its table without the start's column."})
     eval_num_samples: int = field(default=4, metadata={"help": "Sampled answers per held-out question (pass@1 is "
                                   "their mean accuracy)."})
     eval_batch_size: int = field(default=64, metadata={"help": "Rollouts per generate() call in the evaluation."})
@@ -565,10 +568,12 @@ def main(script_args, training_args, model_args):
         success, fmt = load_reward("boxed_math", prefilled=True), load_reward("think_format", prefilled=True)
         eval_rows, train_rows = plain_rows(heldout, tokenizer), plain_rows(train, tokenizer)
         trainer = build_rl_trainer(base_path, tokenizer, script_args, training_args, train_rows, tool=False)
-        t = time.time()
-        evals["base (no tool)"] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=False, n=n)
-        timings["eval base"] = time.time() - t
-        checkpoint_figures()
+        if script_args.eval_start:
+            t = time.time()
+            evals["base (no tool)"] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=False,
+                                                   n=n)
+            timings["eval base"] = time.time() - t
+            checkpoint_figures()
         label_after = "R1-Zero (no tool)"
     else:
         tokenizer = tool_tokenizer(base_path, script_args.chat_template)
@@ -592,12 +597,13 @@ def main(script_args, training_args, model_args):
                 f"{sft_history[0]['loss']:.3f} -> {sft_history[-1]['loss']:.3f}")
             release_memory()
         trainer = build_rl_trainer(start_path, tokenizer, script_args, training_args, train_rows, tool=True)
-        t = time.time()
         label = "cold start (tool)" if script_args.sft_traces else "base (tool)"
-        evals[label] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=True, n=n)
-        timings["eval cold start"] = time.time() - t
-        checkpoint_figures()
-        if script_args.passk_samples:
+        if script_args.eval_start:
+            t = time.time()
+            evals[label] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=True, n=n)
+            timings["eval cold start"] = time.time() - t
+            checkpoint_figures()
+        if script_args.eval_start and script_args.passk_samples:
             t = time.time()
             evals[label + f", n={script_args.passk_samples}"] = evaluate_arm(
                 trainer, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args, tool=True,
@@ -606,8 +612,8 @@ def main(script_args, training_args, model_args):
         label_after = "cold start + tool RL" if script_args.sft_traces else "tool RL"
     if script_args.reward_control == "shuffled":
         label_after += CONTROL
-    first = next(iter(evals.values()))
-    say(f"  {next(iter(evals))}: pass@1 {_pct(first['mean@n'])}")
+    for label, result in evals.items():
+        say(f"  {label}: pass@1 {_pct(result['mean@n'])}")
 
     history = history_callback(say)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback

@@ -255,9 +255,23 @@ def test_main_one_step_of_each_stage(one_step_run):
         assert (out / "tool_r1_curves.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
+def test_a_variant_from_a_checkpoint_can_skip_evaluating_its_start(tiny_chatml_model, tmp_path):
+    script = _load_script()
+    out = tmp_path / "out"
+    args = script.parse_args(["--smoke", "--model_name_or_path", str(tiny_chatml_model), "--sft_traces", "0",
+                              "--eval_start", "false", "--output_dir", str(out), "--max_completion_length", "24",
+                              "--overlong_buffer_length", "8", "--plot", "false", "--save_model", "false",
+                              "--r1zero_results", str(tmp_path / "none.json")])
+    trainer, _ = script.main(*args)
+    saved = json.loads((out / "tool_r1_metrics.json").read_text())
+    assert trainer.state.global_step == 1 and list(saved["arms"]) == ["tool RL"]
+    assert list(saved["timings_s"]) == ["RL", "eval after RL", "total"]
+
+
 #: The job's options added after the committed runs whose default runs the job exactly as before (an experiment's
 #: switch, off by default): a committed run needs no regenerating for them.
-OPTIONS_THAT_KEEP_THE_COMMITTED_RUN = {"num_eval_training_wordings": 0, "reward_control": "none"}
+OPTIONS_THAT_KEEP_THE_COMMITTED_RUN = {"eval_start": True}
 
 
 @pytest.mark.slow
