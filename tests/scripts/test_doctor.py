@@ -63,10 +63,10 @@ def test_passes_on_the_main_jobs_settings(tmp_path, tiny_model_dir, capsys):
     assert v["machine"] == v["zero-signal groups"] == v["loss normalisation"] == v["reward even_length"] == "ok", v
     assert report["batch"]["answers"] == 16 and report["batch"]["group_size"] == 8  # one generation batch
     assert "verdict:" in out.out and "per_batch_token (DAPO)" in out.out
-    # the main job's step (lr 3e-5 on 16 rollouts) is 25x the bound of trl_rlvr.checks.batch_size: a warning
+    # the main job's step (lr 3e-5 on 16 rollouts) is 5x the bound of trl_rlvr.checks.batch_size: a warning
     step = next(c for c in report["checks"] if c["name"] == "step size")
-    assert step["verdict"] == "warn" and step["numbers"]["rollouts_per_step"] == 16 and "25x the bound" in step["summary"]
-    assert "step size" in out.out and "Train on >= 10000 rollouts per step" in out.out
+    assert step["verdict"] == "warn" and step["numbers"]["rollouts_per_step"] == 16 and "= 7.5e-06, 5x the bound" in step["summary"]
+    assert "step size" in out.out and "Train on >= 400 rollouts per step" in out.out
 
 
 def test_a_step_the_rollouts_allow_is_ok(tmp_path, tiny_model_dir, capsys):
