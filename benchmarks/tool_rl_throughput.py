@@ -108,7 +108,7 @@ class Parts:
         self.reset()
 
     def reset(self):
-        self.seconds = {"generation": 0.0, "tool": 0.0, "forward_backward": 0.0}
+        self.seconds = {"generation": 0.0, "tool": 0.0, "forward_backward": 0.0, "weight_sync": 0.0}
         self.counts = {"generated_tokens": 0, "generate_calls": 0, "tool_calls": 0, "training_tokens": 0,
                        "loss_tokens": 0}
 
@@ -161,6 +161,13 @@ def instrument(trainer, parts: Parts, environment_class):
             return out
 
         engine.generate = timed_engine_generate
+        sync_weights = engine.sync_weights  # the policy's weights pushed into the engine once per step
+
+        def timed_sync(*args, **kwargs):
+            with parts.timing("weight_sync"):
+                return sync_weights(*args, **kwargs)
+
+        engine.sync_weights = timed_sync
 
     compute_loss = trainer.compute_loss
 
@@ -263,8 +270,9 @@ def measure_step(args, example, job_args: list[str]) -> tuple[dict, object]:
         step["tool_calls_per_s"] = step["tool_calls"] / step["tool_s"] if step["tool_s"] else 0.0
         step["training_tokens_per_s"] = (step["training_tokens"] / step["forward_backward_s"]
                                          if step["forward_backward_s"] else 0.0)
-        rest = wall - step["generation_s"] - step["tool_s"] - step["forward_backward_s"]
+        rest = wall - step["generation_s"] - step["tool_s"] - step["forward_backward_s"] - step["weight_sync_s"]
         step["share"] = {"generation": step["generation_s"] / wall, "tool": step["tool_s"] / wall,
+                         "weight_sync": step["weight_sync_s"] / wall,
                          "forward_backward": step["forward_backward_s"] / wall, "rest": rest / wall}
     return {"model": str(start_path), "steps": steps, "machine": machine, "limits": limits,
             "rollouts_per_generation": rollouts, "activation_checkpointing": activation_checkpointing}, trainer
@@ -290,8 +298,8 @@ def print_step(result: dict) -> None:
               f"{s['tool_s']:.2f} s ({share['tool']:.1%}), {s['tool_calls']} calls: {s['tool_calls_per_s']:.1f} calls/s | "
               f"forward+backward {s['forward_backward_s']:.1f} s ({share['forward_backward']:.0%}), "
               f"{s['training_tokens']} tokens: {s['training_tokens_per_s']:.0f} tokens/s "
-              f"({s['training_tokens_per_s'] / lim['train_tokens_s_limit']:.1%} of the limit) | rest "
-              f"{share['rest']:.0%}")
+              f"({s['training_tokens_per_s'] / lim['train_tokens_s_limit']:.1%} of the limit) | weight sync "
+              f"{s['weight_sync_s']:.1f} s ({share['weight_sync']:.0%}) | rest {share['rest']:.0%}")
 
 
 # ------------------------------------------------------------------------------------------------ generation options
