@@ -158,7 +158,7 @@ DEFAULTS = dict(
     activation_checkpointing=True,  # recomputes the micro-batch's activations in backward: peak RSS 4.37 -> 3.70 GB,
 )                                   # the same figures, the same time (generation dominates a step)
 
-SMOKE = dict(max_steps=1, num_train_samples=8, num_eval_samples=2, num_eval_training_wordings=2, sft_traces=8,
+SMOKE = dict(max_steps=1, num_train_samples=8, num_eval_samples=3, num_eval_training_wordings=3, sft_traces=8,
              sft_epochs=1.0, eval_num_samples=2, num_generations=4, per_device_train_batch_size=4,
              gradient_accumulation_steps=2, max_sampling_rounds=1, passk_questions=2)
 

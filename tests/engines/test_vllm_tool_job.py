@@ -42,7 +42,7 @@ def test_the_tool_job_generates_and_evaluates_on_the_engine(tmp_path, monkeypatc
     saved = json.loads((out / "tool_r1_metrics.json").read_text())
     assert list(saved["arms"]) == ["cold start (tool)", "cold start + tool RL"]
     for figures in saved["arms"].values():
-        assert figures["questions"] == 4 and figures["n"] == 2 and figures["tool_call_rate"] is not None
+        assert figures["questions"] == 6 and figures["n"] == 2 and figures["tool_call_rate"] is not None
     (step,) = saved["history"]
     # TRL's correction ran (sequence-masked: a ratio outside [0, 3] counts 0) on the engine's own log-probs
     assert 0.0 <= step["sampling/importance_sampling_ratio/mean"] <= 3.0

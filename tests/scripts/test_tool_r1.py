@@ -246,7 +246,7 @@ def test_main_one_step_of_each_stage(one_step_run):
     for label in labels:
         arm_figures = saved["arms"][label]
         assert 0.0 <= arm_figures["pass@1"] <= arm_figures["pass@2"] <= 1.0  # pass@n is shown, also when 0
-        assert arm_figures["questions"] == 4 and arm_figures["n"] == 2
+        assert arm_figures["questions"] == 6 and arm_figures["n"] == 2  # 3 + 3: every operation in each kind
         assert (arm_figures["tool_call_rate"] is not None) == (arm == "tool")
     assert [h["step"] for h in saved["history"]] == [1]
     if arm == "tool":
