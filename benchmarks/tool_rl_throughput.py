@@ -22,7 +22,13 @@ with the job's sampling settings (temperature 1) for exactly ``--new_tokens`` to
 option decodes the same number of steps), for each option, round-robin ``--repeat`` times (paired, back to back;
 the median is kept): dynamic KV cache (what TRL uses; fp32), ``cache_implementation="static"``, bf16 weights,
 ``torch.compile`` of the forward over a static cache, and each ``--batches`` size (all rollouts of one or more steps
-in one ``generate``). The load average is printed before and after: the machine may be shared.
+in one ``generate``), and, where vLLM imports (its CPU build's own venv: docs/engines.md), vLLM's engine in this
+process at bf16 and fp32 for each batch size. The load average is printed before and after: the machine may be
+shared.
+
+With ``-- --use_vllm true --vllm_mode colocate`` the step generates on the trainer's colocated vLLM engine; its
+generate calls and its weight sync are timed instead of the model's ``generate`` ("rest" then holds the policy's
+log-probability pass TRL makes for its importance-sampling correction).
 
 ``--smoke``: a tiny random model with ChatML tokens (``trl_rlvr.testing.build_tiny_chatml_model``), one step, two
 options, seconds. Numbers quoted in docs/benchmarks.md.
