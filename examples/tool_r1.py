@@ -603,12 +603,12 @@ def main(script_args, training_args, model_args):
             evals[label] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=True, n=n)
             timings["eval cold start"] = time.time() - t
             checkpoint_figures()
-        if script_args.eval_start and script_args.passk_samples:
-            t = time.time()
-            evals[label + f", n={script_args.passk_samples}"] = evaluate_arm(
-                trainer, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args, tool=True,
-                n=script_args.passk_samples)
-            timings["large-k eval cold start"] = time.time() - t
+            if script_args.passk_samples:
+                t = time.time()
+                evals[label + f", n={script_args.passk_samples}"] = evaluate_arm(
+                    trainer, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args, tool=True,
+                    n=script_args.passk_samples)
+                timings["large-k eval cold start"] = time.time() - t
         label_after = "cold start + tool RL" if script_args.sft_traces else "tool RL"
     if script_args.reward_control == "shuffled":
         label_after += CONTROL
