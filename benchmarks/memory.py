@@ -4,6 +4,7 @@
     python -m benchmarks.memory --smoke              # the same on the tiny model (minutes); non-zero on failure
     python -m benchmarks.memory --case main --steps 2 --eval-questions 20 [--model smollm2] [--trl]
     python -m benchmarks.memory --case sweep --model tiny --lengths 64 128 256 512 --groups 4 8 16
+    python -m benchmarks.memory --case sweep --lengths 200 --groups 4 --batch 32 --grad-accum 8 --checkpointing --cpu-tile 0
 
 Every case runs in a fresh subprocess (RSS is per process). Peaks come from the kernel's own high-water mark
 (``VmHWM`` in /proc/self/status, reset per phase through /proc/self/clear_refs), so no short spike is missed
@@ -13,11 +14,12 @@ by sampling; a nested phase folds its peak into every enclosing one. Between pha
 What is reported for a training step (one optimizer step of TRL's ``training_step`` plus the generation that
 feeds it): the peak of the whole step and of its parts -- generation, rewards, the loss forward, TRL's fused
 LM head (forward and backward: its ``[4096 tokens x 32768 vocabulary]`` fp32 tiles, never the full
-``B x T x V`` logits), the backward, the optimizer step -- and, counted exactly, the bytes of weights,
-gradients, AdamW state and of the activations autograd saves for the backward (``saved_tensors_hooks``).
-``--case main`` runs ``examples/r1zero.py``'s own ``main`` (its phases and settings, the command line after
-``--`` forwarded to it); ``--trl`` swaps ``RLVRTrainer`` for a plain ``GRPOTrainer`` with the same
-``RLVRConfig`` (TRL's algorithm: no dynamic sampling), so that ours/TRL's is a ratio of like with like.
+``B x T x V`` logits; on a CPU RLVRTrainer's tiles are 256 tokens, ``--cpu-tile``), the backward, the optimizer
+step -- and, counted exactly, the bytes of weights, gradients, AdamW state and of the activations autograd saves
+for the backward (``saved_tensors_hooks``). ``--case main`` runs ``examples/r1zero.py``'s own ``main`` (its phases
+and settings, the command line after ``--`` forwarded to it); ``--trl`` swaps ``RLVRTrainer`` for a plain
+``GRPOTrainer`` with the same ``RLVRConfig`` (TRL's algorithm: no dynamic sampling), so that ours/TRL's is a ratio
+of like with like.
 """
 
 from __future__ import annotations
@@ -384,6 +386,7 @@ def run_sweep_point(opts) -> dict:
         learning_rate=3e-5, beta=0.0, loss_normalization="per_batch_token", epsilon_high=0.28,
         activation_checkpointing=opts.checkpointing, bf16=False, use_cpu=True, logging_steps=1,
         save_strategy="no", report_to="none", seed=0, model_init_kwargs={"dtype": "float32"},
+        **({} if opts.cpu_tile is None else {"cpu_logprob_tile_tokens": opts.cpu_tile}),
     )
     peaks = Peaks()
     build = plain_grpo_trainer if opts.trl else RLVRTrainer
@@ -398,7 +401,7 @@ def run_sweep_point(opts) -> dict:
     return {
         "case": "sweep", "trainer": "GRPOTrainer" if opts.trl else "RLVRTrainer", "model": opts.model,
         "length": length, "group": group, "batch": opts.batch, "checkpointing": opts.checkpointing,
-        "grad_accum": opts.grad_accum,
+        "grad_accum": opts.grad_accum, "cpu_tile": None if opts.trl else args.cpu_logprob_tile_tokens,
         "tokens": heads[0].get("tokens") if heads else None,
         "step_peak_mb": last["peak_mb"], "step_start_mb": last["start_mb"], "step_seconds": last["seconds"],
         "step_cpu_seconds": last["cpu_seconds"],
@@ -450,10 +453,10 @@ def run_case_in_subprocess(case_args: list[str], timeout: float) -> dict:
 
 
 def print_sweep(points: list[dict]) -> None:
-    print(f"\n{'model':<8} {'trainer':<12} {'ckpt':>4} {'GA':>3} {'rows':>4} {'G':>3} {'length':>6} {'tokens':>6} "
+    print(f"\n{'model':<8} {'trainer':<12} {'tile':>5} {'ckpt':>4} {'GA':>3} {'rows':>4} {'G':>3} {'length':>6} {'tokens':>6} "
           f"{'step peak':>9} {'above start':>11} {'LM head':>8} {'saved act.':>10} {'step s':>7} {'cpu s':>7}")
     for p in points:
-        print(f"{p['model']:<8} {p['trainer']:<12} {'yes' if p['checkpointing'] else 'no':>4} {p['grad_accum']:>3} "
+        print(f"{p['model']:<8} {p['trainer']:<12} {p.get('cpu_tile') or 'TRL':>5} {'yes' if p['checkpointing'] else 'no':>4} {p['grad_accum']:>3} "
               f"{p['batch']:>4} {p['group']:>3} {p['length']:>6} {p['tokens'] or 0:>6} {p['step_peak_mb']:>9.0f} "
               f"{p['step_peak_mb'] - p['step_start_mb']:>11.0f} {p['head_peak_above_start_mb'] or 0:>8.0f} "
               f"{p['saved_activation_mb']:>10.0f} {p['step_seconds']:>7.1f} {p.get('step_cpu_seconds', 0):>7.1f}")
@@ -517,7 +520,8 @@ def run_all(opts) -> int:
                 args = ["--case", "sweep", "--model", model, "--steps", "1" if model != "tiny" else "2",
                         "--lengths", str(length), "--groups", str(group), "--batch", str(opts.batch),
                         "--grad-accum", str(opts.grad_accum), *(["--trl"] if trl else []),
-                        *(["--checkpointing"] if opts.checkpointing else [])]
+                        *(["--checkpointing"] if opts.checkpointing else []),
+                        *(["--cpu-tile", str(opts.cpu_tile)] if opts.cpu_tile is not None else [])]
                 try:
                     point = run_case_in_subprocess(args, timeout)
                 except Exception as err:  # noqa: BLE001
@@ -551,6 +555,8 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, default=16, help="sweep: rows per step")
     parser.add_argument("--checkpointing", action="store_true", help="sweep: activation checkpointing on")
     parser.add_argument("--grad-accum", type=int, default=1, help="sweep: micro-batches per step (rows / GA each)")
+    parser.add_argument("--cpu-tile", type=int, default=None, help="sweep: RLVRTrainer's cpu_logprob_tile_tokens "
+                        "(default: RLVRConfig's, 256; 0: TRL's tile of 4096 tokens, as GRPOTrainer)")
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--json", default=None, help="write all results here")
     parser.add_argument("--json-out", default=None, help=argparse.SUPPRESS)  # one case, run in this process

@@ -38,6 +38,7 @@ from contextlib import nullcontext
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from trl_rlvr._compat.logprob_tiles import cpu_logprob_tiles
 from trl_rlvr._compat.notices import silence_trl_generation_notice
 from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
 from trl_rlvr._compat.swaps import swapped, table_held_back
@@ -382,6 +383,11 @@ class RLVRTrainer(GRPOTrainer):
             micro_batches, per_step_num_items(global_counts, self.args.gradient_accumulation_steps), strict=True
         ):
             batch["num_items_in_batch"] = num_items
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        # TRL's LM-head tiles sized for a CPU, around the step's forward and backward (_compat.logprob_tiles)
+        with cpu_logprob_tiles(self.args.cpu_logprob_tile_tokens, self.accelerator.device):
+            return super().training_step(model, inputs, num_items_in_batch)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # TRL's dr_grpo divides by (rows x max_completion_length); Dr. GRPO's constant may be set apart from it.

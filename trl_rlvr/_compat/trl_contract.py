@@ -18,7 +18,7 @@ TRL ``GRPOTrainer`` (trl/trainer/grpo_trainer.py)
 - private methods overridden, calling ``super()``, each with why TRL's public API does not do it:
   :data:`OVERRIDDEN_METHODS` (``_generate_and_score_completions``, ``_generate``, ``_tool_call_loop``,
   ``_calculate_rewards``, ``_prepare_inputs``); called: :data:`CALLED_METHODS`; public methods overridden:
-  :data:`PUBLIC_OVERRIDES` (``compute_loss``, ``log``, ``train``). Signatures checked; behaviour: every trainer test.
+  :data:`PUBLIC_OVERRIDES` (``compute_loss``, ``log``, ``train``, ``training_step``). Signatures checked; behaviour: every trainer test.
   The public extension points that do not replace them, and why: :data:`PUBLIC_API_NOT_USED`.
 - instance attributes read: :data:`READ_ATTRIBUTES` (``_buffered_inputs``, ``_metrics``, ``_tokenizer``,
   ``_pending_metrics``, ...); set only with vLLM: :data:`VLLM_TRAINER_ATTRIBUTES`; set while TRL generates and
@@ -37,6 +37,9 @@ TRL ``GRPOTrainer`` (trl/trainer/grpo_trainer.py)
 - environments: :data:`ENVIRONMENT_DISPATCH` (``_dispatch_call``, private so that TRL never offers it as a tool;
   TRL's discovery of an environment's tools is checked to skip private names).
 - module helpers :data:`MODULE_FUNCTIONS` (``use_adapter``: the PEFT reference model; ``nanstd``).
+- module constants swapped for one training step (:data:`MODULE_CONSTANTS`, through the public override
+  ``training_step``): ``trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE``, the fused LM head's token tile, smaller on
+  a CPU (``cpu_logprob_tile_tokens``, :mod:`trl_rlvr._compat.logprob_tiles`).
 - ``GRPOConfig.loss_type``'s help text, read for the list of loss types (:func:`trl_loss_types`), and
   ``GRPOConfig``'s field defaults, read by presets (``max_completion_length``).
 
@@ -109,6 +112,7 @@ PUBLIC_OVERRIDES = {
     "compute_loss": ("model", "inputs", "return_outputs", "num_items_in_batch"),  # Dr. GRPO's loss_constant
     "log": ("logs", "start_time"),  # clip_ratio/* re-published as rlvr/clip_*_frac before Trainer.log records them
     "train": ("resume_from_checkpoint", "trial", "ignore_keys_for_eval"),  # complete checkpoints, SIGTERM, stream
+    "training_step": ("model", "inputs", "num_items_in_batch"),  # the LM head's CPU tiles (MODULE_CONSTANTS)
 }
 
 #: transformers ``Trainer``'s private methods overridden or called -> (parameters, why).
@@ -255,6 +259,12 @@ def trl_round_figures(trainer_cls=None) -> set[str]:
 #: Module-level helpers imported from TRL.
 MODULE_FUNCTIONS = {"trl.trainer.utils": ("use_adapter", "nanstd")}  # nanstd: TRL's figures of the trained rows
 
+#: Module constants of TRL swapped for one training step -> (constant, the class whose methods must read it as a
+#: module global for the swap to mean anything). ``TOKEN_CHUNK_SIZE``: the token tile of TRL's fused LM head, read
+#: by its forward and its backward; cpu_logprob_tile_tokens sets it on a CPU (trl_rlvr._compat.logprob_tiles; guarded
+#: by tests/test_cpu_logprob_tiles.py, which sees the tiles of both passes).
+MODULE_CONSTANTS = {"trl.kernels.chunked_logprob": ("TOKEN_CHUNK_SIZE", "ChunkedLogProbFunction")}
+
 #: What trl_rlvr._compat.vllm_cpu uses of TRL's VLLMGeneration (methods; ``llm``, ``mode`` and ``enable_sleep_mode`` are
 #: attributes it sets), and of vLLM's CPU model runner (checked where vLLM is installed).
 VLLM_GENERATION_METHODS = ("sync_weights", "_iter_named_params", "generate")
@@ -355,6 +365,7 @@ def _class_violations(trainer_cls, where: str) -> list[str]:
     for module_name, names in MODULE_FUNCTIONS.items():
         module = importlib.import_module(module_name)
         problems += [f"{module_name}.{n} is gone in {where}" for n in names if not hasattr(module, n)]
+    problems += module_constant_violations(where)
     if trl_loss_types() is None:
         problems.append(f"GRPOConfig.loss_type's help no longer lists the supported values in {where}")
     from trl.generation.vllm_generation import VLLMGeneration
@@ -367,6 +378,25 @@ def _class_violations(trainer_cls, where: str) -> list[str]:
     problems += [
         f"VLLMGeneration no longer sets .{a} in {where}" for a in VLLM_GENERATION_ATTRIBUTES if f"self.{a} =" not in class_source
     ]
+    return problems
+
+
+def module_constant_violations(where: str, constants: dict | None = None) -> list[str]:
+    """What of :data:`MODULE_CONSTANTS` (or ``constants``) the installed TRL breaks: a constant gone or no longer an
+    integer, or no longer read by its class's ``forward`` and ``backward``."""
+    import importlib
+
+    problems = []
+    for module_name, (constant, cls_name) in (MODULE_CONSTANTS if constants is None else constants).items():
+        module = importlib.import_module(module_name)
+        value, cls = getattr(module, constant, None), getattr(module, cls_name, None)
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{module_name}.{constant} is gone or no longer an integer in {where}")
+        elif cls is None:
+            problems.append(f"{module_name}.{cls_name} is gone in {where}")
+        else:
+            problems += [f"{module_name}.{cls_name}.{m} no longer reads {constant} (swapped for a training step) in "
+                         f"{where}" for m in ("forward", "backward") if constant not in _source(cls, m)]
     return problems
 
 

@@ -49,6 +49,9 @@ RLVR_SWITCHES = {
         ('policy_shift_alarm_nats', 'None', "With policy_shift_metrics: an optional bound on the mean change of either sign's rollouts' summed log-probability in one update, in nats per rollout (the first main job's healthy steps reach 19)."),
         ('policy_shift_alarm_kl', 'None', "With policy_shift_metrics: an optional bound on KL(old||new) per token in one update, in nats (the first main job's healthy steps reach 0.23)."),
     ],
+    'Parameters that control memory': [
+        ('cpu_logprob_tile_tokens', '256', "On a CPU: tokens per tile of TRL's fused LM head in a training step (trl.kernels.chunked_logprob's TOKEN_CHUNK_SIZE, 4096, sized for GPUs; trl_rlvr._compat.logprob_tiles)."),
+    ],
     'Parameters that control what a run survives': [
         ('save_on_sigterm', 'True', 'On SIGTERM (a preempted job), finish the optimizer step in progress, save a checkpoint (every process agreeing on the step) and stop; train() then raises SystemExit(143).'),
     ],
