@@ -313,12 +313,12 @@ class RLVRConfig(GRPOConfig):
 
     cpu_logprob_tile_tokens: int = field(
         default=256,
-        metadata={"help": "On a CPU: tokens per tile of TRL's fused LM head in a training step "
-                  "(trl.kernels.chunked_logprob's TOKEN_CHUNK_SIZE, 4096, sized for GPUs; trl_rlvr._compat.logprob_tiles). "
+        metadata={"help": "On a CPU: tokens per tile of TRL's fused LM head in a training step (trl.kernels."
+                  "chunked_logprob's TOKEN_CHUNK_SIZE, 4096, sized for GPUs; trl_rlvr._compat.logprob_tiles). "
                   "Without Triton each tile is held as several float32 copies of tokens x 32768 logits, every "
-                  "position of the micro-batch scored: 256 cuts the tool job's step peak by 0.35-0.55 GB at 3-4 rows "
-                  "per micro-batch, with the same log-probs (the weight gradient summed in other pieces, ~1e-7). "
-                  "0: TRL's tile. An integer >= 0."},
+                  "position of the micro-batch scored; 256 keeps the step's peak from growing with the rows of a "
+                  "micro-batch (docs/benchmarks.md), with the same log-probs to float32 rounding (the head's weight "
+                  "gradient summed in other pieces, ~1e-7). 0: TRL's tile. An integer >= 0."},
     )
 
     save_on_sigterm: bool = field(

@@ -18,8 +18,9 @@ TRL ``GRPOTrainer`` (trl/trainer/grpo_trainer.py)
 - private methods overridden, calling ``super()``, each with why TRL's public API does not do it:
   :data:`OVERRIDDEN_METHODS` (``_generate_and_score_completions``, ``_generate``, ``_tool_call_loop``,
   ``_calculate_rewards``, ``_prepare_inputs``); called: :data:`CALLED_METHODS`; public methods overridden:
-  :data:`PUBLIC_OVERRIDES` (``compute_loss``, ``log``, ``train``, ``training_step``). Signatures checked; behaviour: every trainer test.
-  The public extension points that do not replace them, and why: :data:`PUBLIC_API_NOT_USED`.
+  :data:`PUBLIC_OVERRIDES` (``compute_loss``, ``log``, ``train``, ``training_step``). Signatures checked;
+  behaviour: every trainer test. The public extension points that do not replace them, and why:
+  :data:`PUBLIC_API_NOT_USED`.
 - instance attributes read: :data:`READ_ATTRIBUTES` (``_buffered_inputs``, ``_metrics``, ``_tokenizer``,
   ``_pending_metrics``, ...); set only with vLLM: :data:`VLLM_TRAINER_ATTRIBUTES`; set while TRL generates and
   changed here: :data:`ROUND_ATTRIBUTES` (``_sync_tool_dicts``, wrapped in place by trl_rlvr.rollouts.tool_round).
