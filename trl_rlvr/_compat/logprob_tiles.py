@@ -6,8 +6,9 @@ into an online log-sum-exp, forward and again in backward. Without Triton (a CPU
 whole tile, several float32 copies of it at once, and every position of the micro-batch is scored (prompt included):
 a micro-batch of 4 rows of ~250 tokens is one tile of ~1000 x 32768, 0.13 GB a copy. A smaller tile computes each
 token's log-probability and entropy with the same dot products and the same sum over the vocabulary (the BLAS may
-block a tile's rows differently, a float32 rounding at most: bit-equal at 256 vs 4096 on the tool job's step); the
-LM head's weight gradient, a sum over tokens, is added up in more pieces (differences ~1e-7).
+block a tile's rows differently: a float32 rounding at most); the LM head's weight gradient, a sum over tokens, is
+added up in more pieces (differences ~1e-7). Measured: docs/benchmarks.md, "On a CPU: the LM head in tiles of 256
+tokens".
 """
 
 from __future__ import annotations
