@@ -4,7 +4,8 @@
     python -m benchmarks.memory --smoke              # the same on the tiny model (minutes); non-zero on failure
     python -m benchmarks.memory --case main --steps 2 --eval-questions 20 [--model smollm2] [--trl]
     python -m benchmarks.memory --case sweep --model tiny --lengths 64 128 256 512 --groups 4 8 16
-    python -m benchmarks.memory --case sweep --lengths 200 --groups 4 --batch 32 --grad-accum 8 --checkpointing --cpu-tile 0
+    python -m benchmarks.memory --case sweep --lengths 200 --groups 4 --batch 32 --grad-accum 8 --checkpointing \
+        --cpu-tile 0                                 # one step of the tool job's shape, TRL's LM-head tile on a CPU
 
 Every case runs in a fresh subprocess (RSS is per process). Peaks come from the kernel's own high-water mark
 (``VmHWM`` in /proc/self/status, reset per phase through /proc/self/clear_refs), so no short spike is missed
@@ -453,11 +454,13 @@ def run_case_in_subprocess(case_args: list[str], timeout: float) -> dict:
 
 
 def print_sweep(points: list[dict]) -> None:
-    print(f"\n{'model':<8} {'trainer':<12} {'tile':>5} {'ckpt':>4} {'GA':>3} {'rows':>4} {'G':>3} {'length':>6} {'tokens':>6} "
-          f"{'step peak':>9} {'above start':>11} {'LM head':>8} {'saved act.':>10} {'step s':>7} {'cpu s':>7}")
+    print(f"\n{'model':<8} {'trainer':<12} {'tile':>5} {'ckpt':>4} {'GA':>3} {'rows':>4} {'G':>3} {'length':>6} "
+          f"{'tokens':>6} {'step peak':>9} {'above start':>11} {'LM head':>8} {'saved act.':>10} {'step s':>7} "
+          f"{'cpu s':>7}")
     for p in points:
-        print(f"{p['model']:<8} {p['trainer']:<12} {p.get('cpu_tile') or 'TRL':>5} {'yes' if p['checkpointing'] else 'no':>4} {p['grad_accum']:>3} "
-              f"{p['batch']:>4} {p['group']:>3} {p['length']:>6} {p['tokens'] or 0:>6} {p['step_peak_mb']:>9.0f} "
+        print(f"{p['model']:<8} {p['trainer']:<12} {p.get('cpu_tile') or 'TRL':>5} "
+              f"{'yes' if p['checkpointing'] else 'no':>4} {p['grad_accum']:>3} {p['batch']:>4} {p['group']:>3} "
+              f"{p['length']:>6} {p['tokens'] or 0:>6} {p['step_peak_mb']:>9.0f} "
               f"{p['step_peak_mb'] - p['step_start_mb']:>11.0f} {p['head_peak_above_start_mb'] or 0:>8.0f} "
               f"{p['saved_activation_mb']:>10.0f} {p['step_seconds']:>7.1f} {p.get('step_cpu_seconds', 0):>7.1f}")
 
