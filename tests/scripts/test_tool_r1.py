@@ -177,7 +177,7 @@ def test_parser_defaults_and_smoke():
     assert script_args.task == "composed" and script_args.num_eval_training_wordings == 32
     # 8 groups of 4 per step (one sampling round) at a step size that fits them
     assert (train_args.per_device_train_batch_size * train_args.gradient_accumulation_steps, train_args.num_generations,
-            train_args.max_sampling_rounds, train_args.learning_rate) == (32, 4, 1, 5e-6)
+            train_args.max_sampling_rounds, train_args.learning_rate) == (32, 4, 1, 8e-6)
     assert script.parse_args(["--task", "templates"])[0].num_eval_training_wordings == 0  # that task has no such split
     assert train_args.loss_normalization == "per_batch_token" and train_args.loss_type == "dapo"
     assert (train_args.epsilon, train_args.epsilon_high) == (0.2, 0.28) and train_args.dynamic_sampling
