@@ -1,0 +1,21 @@
+"""The scripts' process state: right on a gloo launch, and its process group destroyed when the script exits."""
+
+import atexit
+
+from tests.harness.launch import launch_on_cpu
+from trl_rlvr.scripts.distributed import destroy_gloo_process_group, distributed_state
+
+
+def test_a_gloo_launch_destroys_its_process_group_at_exit():
+    proc = launch_on_cpu("--module", "tests.harness.process_group_exit", timeout=300)
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
+    assert lines == ["rank 0: sum 3, before exit gloo, after exit False",
+                     "rank 1: sum 3, before exit gloo, after exit False"], proc.stdout + proc.stderr[-3000:]
+
+
+def test_one_process_registers_nothing_and_the_handler_is_a_no_op_without_a_group(monkeypatch):
+    calls, register = [], atexit.register
+    monkeypatch.setattr(atexit, "register", lambda f, *a, **k: calls.append(f) or register(f, *a, **k))
+    state = distributed_state(use_cpu=True)
+    assert state.num_processes == 1 and destroy_gloo_process_group not in calls
+    destroy_gloo_process_group()  # no group: nothing to do, no error
