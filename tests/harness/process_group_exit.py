@@ -9,10 +9,9 @@ import torch.distributed as dist
 from trl_rlvr.scripts.distributed import distributed_state
 
 state = distributed_state()
-distributed_state()  # a second build registers no second handler
 total = torch.tensor([float(state.process_index + 1)])
 dist.all_reduce(total)
 before = dist.is_initialized() and dist.get_backend()
 atexit._run_exitfuncs()
-print(f"rank {state.process_index}: sum {total.item():g}, before exit {before}, after exit {dist.is_initialized()}",
-      flush=True)
+print(f"rank {state.process_index}: sum {total.item():g}, before exit {before}, "
+      f"after exit {dist.is_initialized()}", flush=True)

@@ -1,6 +1,7 @@
 """The scripts' process state: right on a gloo launch, and its process group destroyed when the script exits."""
 
 import atexit
+from types import SimpleNamespace
 
 from tests.harness.launch import launch_on_cpu
 from trl_rlvr.scripts.distributed import destroy_gloo_process_group, distributed_state
@@ -9,8 +10,20 @@ from trl_rlvr.scripts.distributed import destroy_gloo_process_group, distributed
 def test_a_gloo_launch_destroys_its_process_group_at_exit():
     proc = launch_on_cpu("--module", "tests.harness.process_group_exit", timeout=300)
     lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
-    assert lines == ["rank 0: sum 3, before exit gloo, after exit False",
-                     "rank 1: sum 3, before exit gloo, after exit False"], proc.stdout + proc.stderr[-3000:]
+    assert lines == [f"rank {rank}: sum 3, before exit gloo, after exit False"
+                     for rank in (0, 1)], proc.stdout + proc.stderr[-3000:]
+
+
+def test_a_script_that_builds_its_state_twice_has_one_handler(monkeypatch):
+    import accelerate
+
+    handlers = []
+    monkeypatch.setattr(atexit, "register", handlers.append)
+    monkeypatch.setattr(atexit, "unregister", lambda f: handlers.remove(f) if f in handlers else None)
+    monkeypatch.setattr(accelerate, "PartialState", lambda cpu: SimpleNamespace(num_processes=2))
+    distributed_state()
+    distributed_state()
+    assert handlers == [destroy_gloo_process_group]
 
 
 def test_one_process_registers_nothing_and_the_handler_is_a_no_op_without_a_group(monkeypatch):
