@@ -38,6 +38,7 @@ from contextlib import nullcontext
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from trl_rlvr._compat.gloo_exit import destroy_gloo_process_group_at_exit
 from trl_rlvr._compat.logprob_tiles import cpu_logprob_tiles
 from trl_rlvr._compat.notices import silence_trl_generation_notice
 from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
@@ -119,6 +120,8 @@ class RLVRTrainer(GRPOTrainer):
             peft_config=peft_config, tools=tools, rollout_func=rollout_func, environment_factory=environment_factory,
         )
         warn_on_contract_violations(self)  # the private pieces of TRL this glue relies on (trl_contract)
+        if self.accelerator.num_processes > 1:  # a gloo group left to finalisation can abort a finished rank
+            destroy_gloo_process_group_at_exit()
         for trained_or_reference in (self.model, self.ref_model):
             keep_4bit_weights_trainable(trained_or_reference)  # QLoRA on AVX512-BF16 CPUs (see quantized.py)
         if self.use_vllm:  # TRL's vLLM weight sync fails when vLLM runs on a CPU: vLLM's reload path (vllm_cpu)

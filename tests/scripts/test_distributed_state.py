@@ -1,15 +1,21 @@
-"""The scripts' process state: right on a gloo launch, and its process group destroyed when the script exits."""
+"""The scripts' process state: right on a gloo launch, and its process group destroyed when the script exits, as it
+is when a script builds only the trainer."""
 
 import atexit
 import re
 from types import SimpleNamespace
 
+import pytest
+
 from tests.harness.launch import launch_on_cpu
-from trl_rlvr.scripts.distributed import destroy_gloo_process_group, distributed_state
+from trl_rlvr._compat.gloo_exit import destroy_gloo_process_group
+from trl_rlvr.scripts.distributed import distributed_state
 
 
-def test_a_gloo_launch_destroys_its_process_group_at_exit():
-    proc = launch_on_cpu("--module", "tests.harness.process_group_exit", timeout=300)
+@pytest.mark.parametrize("built", ["script_state", "bare_trainer"])
+def test_a_gloo_launch_destroys_its_process_group_at_exit(built, request):
+    model_dir = [request.getfixturevalue("tiny_model_dir")] if built == "bare_trainer" else []
+    proc = launch_on_cpu("--module", "tests.harness.process_group_exit", *model_dir, timeout=300)
     # the ranks share one stdout pipe: their lines may interleave, so each report is found, not each line
     reports = sorted(re.findall(r"rank (\d): sum (\d+), before exit (\w+), after exit (True|False)", proc.stdout))
     assert reports == [(rank, "3", "gloo", "False") for rank in "01"], proc.stdout + proc.stderr[-3000:]
