@@ -10,8 +10,8 @@ of earlier versions: ``--task templates``) with the sandboxed Python tool
    the ``python`` tool (``print(347 * 28)``), read its reply and box it, in the training wordings: few enough to
    leave RL room;
 2. **RLVR with the tool**: ``RLVRTrainer(environment_factory=PythonEnvironment, ...)`` through TRL's
-   multi-turn loop, 8 questions x 4 answers per step from an operation-balanced stream, learning rate 8e-6 (a step
-   size that fits that batch): ``boxed_math`` + a format reward (a tool call, then one boxed answer), DAPO's
+   multi-turn loop, 16 steps of 8 questions x 4 answers from an operation-balanced stream, learning rate 8e-6 (a
+   step size that fits that batch): ``boxed_math`` + a format reward (a tool call, then one boxed answer), DAPO's
    token-level loss, clip-higher 0.2/0.28, dynamic sampling (one round), and the soft overlong penalty on the
    model's own tokens;
 3. **held-out evaluation**, the same for every arm: ``--eval_num_samples`` sampled answers per held-out question
@@ -151,7 +151,7 @@ DEFAULTS = dict(
     output_dir="outputs/tool_r1",
     per_device_train_batch_size=4, gradient_accumulation_steps=8, num_generations=4,  # 32 rollouts, 8 groups a step
     max_sampling_rounds=1,  # one round: each extra round of dynamic sampling costs a step's generation again
-    max_steps=10,
+    max_steps=16,  # 10 added less on every seed and column; the job: 17.7 min on 2 Intel Xeon cores (docs/benchmarks.md)
     max_completion_length=96,  # model turns and tool replies together (TRL's budget)
     max_tool_calling_iterations=2,
     learning_rate=8e-6,  # lr / sqrt(32 rollouts) = 1.4e-6, inside the doctor's bound (1.5e-6)
