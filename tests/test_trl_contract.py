@@ -116,6 +116,25 @@ def test_trained_figures_are_trls_row_figures_by_name():
     assert sorted(figures) == sorted(trl_contract.trl_row_figure_names(["a", "b"]))
 
 
+def test_the_step_figures_kept_for_an_empty_micro_batch_are_logged_by_trls_loss():
+    assert set(trl_contract.TRL_STEP_FIGURES) <= trl_contract.trl_logged_figures(("_compute_loss",))
+
+
+def test_an_empty_micro_batch_logs_no_loss_figure_but_the_step_settings():
+    from collections import defaultdict
+
+    from trl_rlvr.sampling.figures import loss_figures_of_trained_tokens
+
+    for has_tokens, kept in ((True, {"entropy": [0.5, 0.7], "clip_ratio/low_mean": [0.1], "entropy_coef": [0.0]}),
+                             (False, {"entropy": [0.5], "entropy_coef": [0.0]})):
+        metrics = defaultdict(list, {"entropy": [0.5]})
+        with loss_figures_of_trained_tokens(metrics, has_loss_tokens=has_tokens):
+            metrics["entropy"].append(0.7)  # what TRL's loss logs of the micro-batch (0 for no token)
+            metrics["clip_ratio/low_mean"].append(0.1)
+            metrics["entropy_coef"].append(0.0)  # a setting, logged at the step's end
+        assert dict(metrics) == kept
+
+
 def test_a_broken_contract_is_said_when_the_trainer_is_built(tiny_model_dir, monkeypatch):
     """Checked at construction, not only by this suite: one RuntimeWarning naming what moved."""
     monkeypatch.setattr(trl_contract, "READ_ATTRIBUTES", (*trl_contract.READ_ATTRIBUTES, "_renamed_in_a_new_trl"))

@@ -23,6 +23,7 @@ from trl_rlvr.algorithms.shaping import validate_overlong
 from trl_rlvr.checks.alarms import parse_thresholds
 from trl_rlvr.checks.machine import check_machine
 from trl_rlvr.checks.settings import check_settings, option_acts
+from trl_rlvr.sampling.dynamic import PARTIAL_BATCH_MODES
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
 _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOConfig.__dataclass_fields__
@@ -194,6 +195,19 @@ class RLVRConfig(GRPOConfig):
             "help": "With dynamic_sampling: prompts per round as a multiple of the groups the batch still needs "
             "(all of them in the first round, the missing ones in a refill), rounded up to split over the "
             "processes. None (default): every round is a full generation batch, as DAPO's recipe does."
+        },
+    )
+    dynamic_sampling_partial_batch: str = field(
+        default="trim",
+        metadata={
+            "help": "With dynamic_sampling, when the rounds run out before the batch is full: 'trim' (default) trains "
+            "on the largest number of the kept rows that fills every micro-batch of every process (the rest, up to "
+            "steps_per_generation x processes - 1 rows, dropped; one informative group smaller than that trains "
+            "nothing); 'pad' trains on every kept row, the micro-batches filled up with copies of a generated row "
+            "that carry no loss token (completion mask and advantage 0). Under per_batch_token the loss is the "
+            "same mean over the trained tokens either way; per_answer and constant average over rows, so a filler "
+            "counts as a zero-advantage answer, as a zero-signal group does without dynamic sampling.",
+            "choices": list(PARTIAL_BATCH_MODES),
         },
     )
     selective_sampling: bool = field(
@@ -446,6 +460,9 @@ class RLVRConfig(GRPOConfig):
             raise _choice_error("token_count_scope", self.token_count_scope, TOKEN_COUNT_SCOPES)
         if not self.dynamic_sampling_tolerance >= 0:
             raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance!r}")
+        if self.dynamic_sampling_partial_batch not in PARTIAL_BATCH_MODES:
+            raise _choice_error("dynamic_sampling_partial_batch", self.dynamic_sampling_partial_batch,
+                                PARTIAL_BATCH_MODES)
         if self.dynamic_sampling_metric not in ("reward", "success"):
             raise _choice_error("dynamic_sampling_metric", self.dynamic_sampling_metric, ("reward", "success"))
         if self.dynamic_sampling_oversample is not None and not self.dynamic_sampling_oversample >= 1:
@@ -542,7 +559,7 @@ PARAMETER_GROUPS = {
     "Parameters that control DAPO's soft overlong penalty": ("overlong_buffer_length", "overlong_penalty_factor"),
     "Parameters that control dynamic sampling": (
         "dynamic_sampling", "max_sampling_rounds", "dynamic_sampling_tolerance", "dynamic_sampling_metric",
-        "dynamic_sampling_oversample",
+        "dynamic_sampling_oversample", "dynamic_sampling_partial_batch",
     ),
     "Parameters that control selective sampling": (
         "selective_sampling", "selective_sampling_window", "revisit_probability",

@@ -59,6 +59,7 @@ from trl_rlvr.rollouts.stabilisers import RoundStabilisers
 from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead
 from trl_rlvr.sampling.driver import RoundDriver, filter_rewards
 from trl_rlvr.sampling.empty_updates import SkipEmptyUpdates
+from trl_rlvr.sampling.figures import loss_figures_of_trained_tokens
 from trl_rlvr.sampling.rounds import GenerationRecord, RoundNotes, RoundRecord, gathered_lengths
 
 logger = logging.getLogger(__name__)
@@ -396,7 +397,11 @@ class RLVRTrainer(GRPOTrainer):
         # TRL's dr_grpo divides by (rows x max_completion_length); Dr. GRPO's constant may be set apart from it.
         constant = self.args.loss_normalization == "constant" and self.args.loss_constant is not None
         divisor = swapped(self, "max_completion_length", self.args.loss_constant) if constant else nullcontext()
-        with self._policy_shift.recording(inputs), divisor:  # the loss's log-probs: rlvr/shift_* (checks.shift_monitor)
+        figures = nullcontext()
+        if self.args.dynamic_sampling and self.model.training:  # fillers and empty batches: micro-batches with no loss token
+            tokens = self.accelerator.reduce(_loss_mask(inputs).sum().float(), reduction="sum")
+            figures = loss_figures_of_trained_tokens(self._metrics["train"], has_loss_tokens=bool(tokens > 0))
+        with self._policy_shift.recording(inputs), divisor, figures:  # the loss's log-probs: rlvr/shift_* (checks.shift_monitor)
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
 

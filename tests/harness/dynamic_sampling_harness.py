@@ -5,7 +5,8 @@ when the completion has an even number of characters (usually informative). Whic
 differs from rank to rank, so the kept rows must be redistributed.
 
 Run directly (also under `accelerate launch`) to write each rank's record to OUT.rank{r}.pt:
-    python -m tests.harness.dynamic_sampling_harness MODEL_DIR OUT [max_steps]
+    python -m tests.harness.dynamic_sampling_harness MODEL_DIR OUT [max_steps [FIELD=VALUE ...]]
+(FIELD=VALUE: RLVRConfig settings, the value a Python literal or a bare string).
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ def constant_reward(prompts, completions, **kwargs):
     return [1.0] * len(completions)
 
 
-def run(model_dir, reward=mixed_reward, record_prompts=None, callbacks=(), **overrides):
+def run(model_dir, reward=mixed_reward, record_prompts=None, callbacks=(), after_loss=None, **overrides):
     """Train; return (trainer, [advantages of every micro-batch that reached the loss]).
 
     With ``record_prompts`` (a list), every round of prompts the trainer generates for is appended to it;
-    ``callbacks`` are added to the trainer.
+    ``callbacks`` are added to the trainer; ``after_loss(trainer, inputs)`` is called after each micro-batch's loss.
     """
     from tests.harness.loss_harness import make_trainer
 
@@ -46,7 +47,10 @@ def run(model_dir, reward=mixed_reward, record_prompts=None, callbacks=(), **ove
 
     def recording(model, inputs, *args, **kwargs):
         seen.append(inputs["advantages"].detach().clone())
-        return compute_loss(model, inputs, *args, **kwargs)
+        out = compute_loss(model, inputs, *args, **kwargs)
+        if after_loss is not None:
+            after_loss(trainer, inputs)
+        return out
 
     trainer.compute_loss = recording
     if record_prompts is not None:
@@ -62,10 +66,20 @@ def run(model_dir, reward=mixed_reward, record_prompts=None, callbacks=(), **ove
     return trainer, seen
 
 
+def _literal(text: str):
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
 if __name__ == "__main__":
     model_dir, out = sys.argv[1], sys.argv[2]
-    trainer, seen = run(model_dir, max_steps=int(sys.argv[3]) if len(sys.argv) > 3 else 3,
-                        per_device_train_batch_size=4)
+    settings = dict(per_device_train_batch_size=4)
+    settings.update((key, _literal(value)) for key, value in (a.split("=", 1) for a in sys.argv[4:]))
+    trainer, seen = run(model_dir, max_steps=int(sys.argv[3]) if len(sys.argv) > 3 else 3, **settings)
     rank = trainer.accelerator.process_index
     torch.save({"num_processes": trainer.accelerator.num_processes, "advantages": seen,
                 "log_history": trainer.state.log_history}, f"{out}.rank{rank}.pt")

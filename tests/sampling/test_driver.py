@@ -30,7 +30,8 @@ def _args(**overrides):
                     dynamic_sampling_tolerance=0.0, max_sampling_rounds=None, dynamic_sampling_oversample=None,
                     steps_per_generation=2, advantage_baseline="group_mean", advantage_std="population",
                     success_threshold=1.0, dynamic_sampling=True, resample_on_correct=False,
-                    resample_on_correct_oversample=2, void_turn_action="off")
+                    resample_on_correct_oversample=2, void_turn_action="off",
+                    dynamic_sampling_partial_batch="trim")
     return SimpleNamespace(**{**settings, **overrides})
 
 
@@ -140,3 +141,40 @@ def test_a_row_filter_drops_rows_before_the_hand_over():
     batch, generation = driver.informative_batch(8)
     assert generation.trained[0].tolist() == [1, 2, 3, 4, 5, 6, 7] and generation.trained[1].tolist() == [1]
     assert 100 not in batch["completion_ids"][:, 0].tolist()  # round 1's first row
+
+
+def test_a_partial_batch_trims_to_full_micro_batches_or_pads_with_fillers():
+    """One informative group (4 rows) where an update takes 8 micro-batches: 'trim' trains nothing, 'pad' trains its
+    4 rows, the 4 slots left holding fillers (real tokens, no loss token, advantage 0)."""
+    rounds = [FLAT + INFORMATIVE]
+    trim, _ = make_driver(rounds, steps_per_generation=8, max_sampling_rounds=1)
+    batch, generation = trim.informative_batch(8)
+    assert not generation.has_signal and batch["completion_mask"].sum() == 0
+    pad, metrics = make_driver(rounds, steps_per_generation=8, max_sampling_rounds=1,
+                               dynamic_sampling_partial_batch="pad")
+    batch, generation = pad.informative_batch(8)
+    assert len(batch["advantages"]) == 8 and metrics["train"]["rlvr/filler_rows"] == [4]
+    assert [rows.tolist() for rows in generation.trained] == [[4, 5, 6, 7]]
+    torch.testing.assert_close(batch["advantages"][:4], group_advantages(torch.tensor(INFORMATIVE), G))
+    torch.testing.assert_close(generation.advantages, batch["advantages"][:4])
+    assert batch["completion_mask"][:4].all() and not batch["completion_mask"][4:].any()
+    assert (batch["advantages"][4:] == 0).all() and batch["prompt_mask"][4:].all()  # attended, out of the loss
+    assert batch["num_items_in_batch"].item() == 4 * 3  # the kept rows' tokens only
+    assert metrics["train"]["reward"] == [0.5]  # TRL's figures: of the 4 trained rows, not the fillers
+
+
+def test_padding_keeps_every_kept_row_and_fills_only_the_last_micro_batches():
+    """Three informative groups (12 rows), 8 micro-batches of an update: trim keeps 8 rows (a group dropped), pad all
+    12 in 16 slots; under batch scaling the fillers' advantages stay 0."""
+    rounds = [INFORMATIVE + INFORMATIVE, INFORMATIVE + FLAT]
+    trim, _ = make_driver(rounds, steps_per_generation=8, max_sampling_rounds=2, generation_batch_size=8)
+    batch, generation = trim.informative_batch(16)
+    assert len(batch["advantages"]) == 8 and sum(len(r) for r in generation.trained) == 8
+    pad, metrics = make_driver(rounds, steps_per_generation=8, max_sampling_rounds=2,
+                               dynamic_sampling_partial_batch="pad")
+    pad.scale_rewards = "batch"
+    batch, generation = pad.informative_batch(16)
+    assert len(batch["advantages"]) == 16 and sum(len(r) for r in generation.trained) == 12
+    assert metrics["train"]["rlvr/filler_rows"] == [4]
+    assert (batch["advantages"][:12] != 0).all() and (batch["advantages"][12:] == 0).all()
+    assert batch["num_items_in_batch"].item() == 12 * 3

@@ -34,6 +34,32 @@ def test_every_row_that_reaches_the_loss_has_signal(tiny_model_dir):
         assert entry["rlvr/zero_signal_frac"] >= constant - 1e-6
 
 
+def test_a_padded_partial_batch_trains_every_kept_row_and_logs_only_micro_batches_with_tokens(tiny_model_dir):
+    """dynamic_sampling_partial_batch='pad', one round of 4 groups, 8 micro-batches of 2 rows per update: every
+    kept row reaches the loss (non-zero advantage), the other slots are fillers (no loss token, advantage 0), and
+    TRL's loss figures (entropy, clip ratios) are logged only for micro-batches that have a loss token."""
+    entropy_logged = []
+
+    def after_loss(trainer, inputs):
+        entropy_logged.append((bool(inputs["completion_mask"].any()), len(trainer._metrics["train"].get("entropy", []))))
+
+    trainer, seen = run(tiny_model_dir, per_device_train_batch_size=2, gradient_accumulation_steps=8,
+                        max_sampling_rounds=1, dynamic_sampling_partial_batch="pad", after_loss=after_loss)
+    logged = [h for h in trainer.state.log_history if "rlvr/filler_rows" in h]
+    assert len(logged) == 3 and sum(h["rlvr/filler_rows"] for h in logged) > 0  # the case is exercised
+    for step, entry in enumerate(logged):
+        rows = torch.cat(seen[8 * step : 8 * (step + 1)])
+        kept = round(entry["rlvr/kept_groups_frac"] * entry["rlvr/prompts_sampled"] * 4)
+        assert int((rows != 0).sum()) == kept  # every kept row trained
+        assert int((rows == 0).sum()) == entry["rlvr/filler_rows"] == len(rows) - kept
+    for step in range(3):  # within a step (logged, then cleared, at its end) one entry per micro-batch with tokens
+        expected = 0
+        for has_tokens, entries in entropy_logged[8 * step : 8 * (step + 1)]:
+            expected += has_tokens
+            assert entries == expected
+    assert 0 < sum(has for has, _ in entropy_logged) < len(entropy_logged)
+
+
 def test_without_dynamic_sampling_zero_advantage_rows_match_the_metric(tiny_model_dir):
     trainer, seen = run(tiny_model_dir, dynamic_sampling=False, gradient_accumulation_steps=1)
     logged = [h["rlvr/zero_signal_frac"] for h in trainer.state.log_history if "rlvr/zero_signal_frac" in h]
@@ -102,12 +128,37 @@ def test_two_processes_stay_in_lockstep(tiny_model_dir, tmp_path):
     assert rounds[0] == rounds[1]
 
 
+@pytest.mark.slow
+def test_two_processes_pad_a_partial_batch_in_lockstep(tiny_model_dir, tmp_path):
+    """Two processes, 4 micro-batches of 2 rows each per update: every kept row is trained once over the two ranks,
+    the fillers (advantage 0) fill the same number of slots on both, whichever rank generated the kept rows."""
+    out = tmp_path / "pad"
+    launch_on_cpu(*HARNESS, tiny_model_dir, out, 6, "per_device_train_batch_size=2", "gradient_accumulation_steps=4",
+                  "max_sampling_rounds=1", "dynamic_sampling_partial_batch=pad")
+    ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
+    assert [[a.numel() for a in r["advantages"]] for r in ranks][0] == [[a.numel() for a in r["advantages"]]
+                                                                      for r in ranks][1]
+    logged = [h for h in ranks[0]["log_history"] if "rlvr/filler_rows" in h]
+    assert len(logged) == 6 and sum(h["rlvr/filler_rows"] for h in logged) > 0, [h["rlvr/filler_rows"] for h in logged]
+    for step, entry in enumerate(logged):
+        rows = torch.cat([a for r in ranks for a in r["advantages"][4 * step : 4 * (step + 1)]])
+        kept = round(entry["rlvr/kept_groups_frac"] * entry["rlvr/prompts_sampled"] * 4)
+        if kept == 0:  # no informative group: the empty batch of a skipped update, not fillers
+            assert not rows.any() and entry["rlvr/filler_rows"] == 0
+            continue
+        assert int((rows != 0).sum()) == kept and int((rows == 0).sum()) == entry["rlvr/filler_rows"]
+
+
 def test_informative_rows_and_rows_per_process():
     rewards = torch.tensor([1.0, 1, 1, 1, 0, 1, 0, 0, 0.5, 0.5, 0.5, 0.5])
     assert informative_rows(rewards, 4).tolist() == [False] * 4 + [True] * 4 + [False] * 4
     assert rows_per_process(kept_rows=12, num_processes=2, steps_per_generation=2, target=8) == 6
     assert rows_per_process(kept_rows=40, num_processes=2, steps_per_generation=2, target=8) == 8
     assert rows_per_process(kept_rows=3, num_processes=2, steps_per_generation=2, target=8) == 0
+    assert rows_per_process(kept_rows=3, num_processes=2, steps_per_generation=2, target=8, partial_batch="pad") == 2
+    assert rows_per_process(kept_rows=12, num_processes=2, steps_per_generation=4, target=8, partial_batch="pad") == 8
+    assert rows_per_process(kept_rows=40, num_processes=2, steps_per_generation=2, target=8, partial_batch="pad") == 8
+    assert rows_per_process(kept_rows=0, num_processes=2, steps_per_generation=2, target=8, partial_batch="pad") == 0
 
 
 def test_concat_rows_pads_prompts_left_and_completions_right():

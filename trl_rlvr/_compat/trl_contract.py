@@ -34,7 +34,8 @@ TRL ``GRPOTrainer`` (trl/trainer/grpo_trainer.py)
 - TRL code re-implemented here, with TRL's line range and a line that must still be in it: :data:`COPIED_PATHS`
   (the reference log-probs, the reward and length figures, the evaluation's tool loop).
 - the figures TRL logs while it generates, by what they describe (:data:`TRL_ROW_FIGURES`,
-  :data:`TRL_GENERATION_FIGURES`), checked against TRL's source (:func:`trl_round_figures`).
+  :data:`TRL_GENERATION_FIGURES`), checked against TRL's source (:func:`trl_round_figures`); what its loss logs once
+  per optimizer step (:data:`TRL_STEP_FIGURES`, kept when a micro-batch has no loss token; the rest is dropped then).
 - environments: :data:`ENVIRONMENT_DISPATCH` (``_dispatch_call``, private so that TRL never offers it as a tool;
   TRL's discovery of an environment's tools is checked to skip private names).
 - module helpers :data:`MODULE_FUNCTIONS` (``use_adapter``: the PEFT reference model; ``nanstd``).
@@ -226,6 +227,11 @@ TRL_GENERATION_FIGURES = (
 )
 #: Set, not appended, by TRL (a running total).
 TRL_ASSIGNED_FIGURES = ("num_tokens",)
+#: What TRL's loss (``_compute_loss``) logs once per optimizer step, not of the micro-batch: a setting. The rest of
+#: what it logs describes the micro-batch, and is dropped for a micro-batch with no loss token (fillers, an empty
+#: dynamic-sampling batch: :func:`trl_rlvr.sampling.figures.loss_figures_of_trained_tokens`). Checked to be among
+#: the names TRL's ``_compute_loss`` logs (:func:`trl_logged_figures`).
+TRL_STEP_FIGURES = ("entropy_coef",)
 #: The variable TRL logs reward functions' ``log_metric`` counters under (``self._metrics[mode][name]``).
 TRL_REWARD_METRIC_VARIABLE = "name"
 
@@ -245,12 +251,17 @@ def trl_row_figure_names(reward_func_names) -> list[str]:
 
 
 def trl_round_figures(trainer_cls=None) -> set[str]:
-    """The metric names the installed TRL logs in ``_generate`` and ``_generate_and_score_completions``, read from
-    its source (an f-string's field as ``{name}``; a variable as its name)."""
+    """The metric names the installed TRL logs in ``_generate`` and ``_generate_and_score_completions``."""
+    return trl_logged_figures(("_generate", "_generate_and_score_completions"), trainer_cls)
+
+
+def trl_logged_figures(methods: tuple[str, ...], trainer_cls=None) -> set[str]:
+    """The metric names the installed TRL logs in ``methods``, read from its source (an f-string's field as
+    ``{name}``; a variable as its name)."""
     if trainer_cls is None:
         from trl import GRPOTrainer as trainer_cls
     found = set()
-    for method in ("_generate", "_generate_and_score_completions"):
+    for method in methods:
         source = _source(trainer_cls, method)
         for literal, variable in re.findall(r'self\._metrics\[mode\]\[(f?"[^"]+")\]|self\._metrics\[mode\]\[(\w+)\]', source):
             found.add(re.sub(r"\{[^}]*\}", "{name}", literal.lstrip("f").strip('"')) if literal else variable)
@@ -363,6 +374,10 @@ def _class_violations(trainer_cls, where: str) -> list[str]:
     if undeclared:
         problems.append(f"{cls} logs {undeclared} while it generates, which trl_contract does not classify (per row "
                         f"or of the generation) in {where}: dynamic sampling logs them as generated/<name>")
+    missing_step_figures = sorted(set(TRL_STEP_FIGURES) - trl_logged_figures(("_compute_loss",), trainer_cls))
+    if missing_step_figures and _source(trainer_cls, "_compute_loss"):
+        problems.append(f"{cls}._compute_loss no longer logs {missing_step_figures} (a per-step setting, kept when a "
+                        f"micro-batch has no loss token) in {where}")
     for module_name, names in MODULE_FUNCTIONS.items():
         module = importlib.import_module(module_name)
         problems += [f"{module_name}.{n} is gone in {where}" for n in names if not hasattr(module, n)]

@@ -20,6 +20,7 @@ def _filtering(config) -> bool:
 ACTS_WHEN = {
     "max_sampling_rounds": (lambda c: c.dynamic_sampling, "dynamic_sampling=True"),
     "dynamic_sampling_oversample": (lambda c: c.dynamic_sampling, "dynamic_sampling=True"),
+    "dynamic_sampling_partial_batch": (lambda c: c.dynamic_sampling, "dynamic_sampling=True"),
     "dynamic_sampling_metric": (_filtering, "dynamic_sampling=True or selective_sampling=True"),
     "dynamic_sampling_tolerance": (_filtering, "dynamic_sampling=True or selective_sampling=True"),
     "selective_sampling_window": (lambda c: c.selective_sampling, "selective_sampling=True"),

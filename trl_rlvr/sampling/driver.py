@@ -48,7 +48,14 @@ import torch
 from trl_rlvr._compat.trl_contract import TRL_ASSIGNED_FIGURES, TRL_GENERATION_FIGURES, trl_row_figure_names
 from trl_rlvr.algorithms.advantages import group_advantages, zero_signal_groups
 from trl_rlvr.algorithms.multi_turn import resample_on_correct
-from trl_rlvr.sampling.dynamic import ROW_KEYS, PromptStream, informative_rows, prompts_for_round, rows_per_process
+from trl_rlvr.sampling.dynamic import (
+    ROW_KEYS,
+    PromptStream,
+    filler_rows,
+    informative_rows,
+    prompts_for_round,
+    rows_per_process,
+)
 from trl_rlvr.sampling.figures import trained_figures
 from trl_rlvr.sampling.redistribute import destinations, exchange_rows, pad_pieces
 from trl_rlvr.sampling.rounds import GenerationRecord, RoundRecord
@@ -198,7 +205,7 @@ class RoundDriver:
         max_rounds = self.args.max_sampling_rounds or self.stream.rounds_per_pass  # 0: one full pass at most
         if not self.args.dynamic_sampling:  # resample-on-correct alone: one round, every group kept
             max_rounds = 1
-        kept_rounds, keeps, widths, pieces, revisits = [], [], [], [], (0, 0)
+        kept_rounds, keeps, widths, pieces, revisits, filler = [], [], [], [], (0, 0), None
         kept, groups_seen, rounds, reward_metrics = 0, 0, 0, set()
         with _held_back(self.metrics, "train") as held:
             while True:
@@ -213,6 +220,8 @@ class RoundDriver:
                 groups_seen += len(keep) // self.sampled_group
                 if keep.any():
                     piece, round_widths = self._own_kept_rows(output, keep)
+                    if filler is None:  # a row of this process's own, of a round whose widths the batch spans
+                        filler = {key: output[key][:1] for key in piece}
                     pieces.append(piece)
                     kept_rounds.append(record)
                     keeps.append(keep)
@@ -220,22 +229,27 @@ class RoundDriver:
                     kept += int(keep.sum())
                 if kept >= target * num_processes or rounds >= max_rounds:
                     break
-        rows = rows_per_process(kept, num_processes, self.args.steps_per_generation, target)
+        partial_batch = self.args.dynamic_sampling_partial_batch
+        rows = rows_per_process(kept, num_processes, self.args.steps_per_generation, target, partial_batch)
+        trained = min(kept, rows * num_processes)  # informative rows trained on; the other slots are fillers
         metrics = self.metrics["train"]
         _merge_generation_metrics(held, metrics, set(trl_row_figure_names(self.reward_func_names)), reward_metrics)
         metrics["rlvr/sampling_rounds"].append(rounds)
         metrics["rlvr/prompts_sampled"].append(groups_seen)
         metrics["rlvr/kept_groups_frac"].append(kept / group_size / groups_seen)
-        self.log_selection(groups_seen * self.sampled_group, rows * num_processes, revisits)
+        self.log_selection(groups_seen * self.sampled_group, trained, revisits)
+        if partial_batch == "pad":
+            metrics["rlvr/filler_rows"].append(rows * num_processes - trained)
         if rows < target:
             logger.warning(
-                "dynamic sampling: %d rounds found %d informative groups of the %d wanted; training on %d rows "
-                "per process", rounds, kept // group_size, target * num_processes // group_size, rows,
+                "dynamic sampling: %d rounds found %d informative groups of the %d wanted; training on %d of their "
+                "rows (%d rows per process, %d fillers in all)", rounds, kept // group_size,
+                target * num_processes // group_size, trained, rows, rows * num_processes - trained,
             )
         if rows == 0:
             logger.warning("dynamic sampling: no informative group in this batch; skipping the update")
             return self._empty_batch(output), GenerationRecord.empty()
-        batch = self._hand_over(pieces, keeps, widths, rows)
+        batch = self._hand_over(pieces, keeps, widths, rows, trained, filler)
         kept_indices = [keep.nonzero().flatten() for keep in keeps]
         advantages = torch.cat([r.advantages[i] for r, i in zip(kept_rounds, kept_indices, strict=True)])
         if self.scale_rewards == "batch" or self.resample:  # the batch std of the groups trained on (as verl); the
@@ -246,10 +260,12 @@ class RoundDriver:
             if self.args.void_turn_action != "off" and all(r.void is not None for r in kept_rounds):
                 void = torch.cat([r.void[i] for r, i in zip(kept_rounds, kept_indices, strict=True)])
                 advantages = advantages.masked_fill(void.to(advantages.device), 0.0)  # void turns stay at 0
+            slots = advantages.new_zeros(rows * num_processes)  # fillers' stay 0
+            slots[:trained] = advantages[:trained]
             start = self.accelerator.process_index * rows
-            batch["advantages"] = advantages[start : start + rows].to(batch["advantages"])
-        generation = GenerationRecord(tuple(kept_rounds), tuple(_first_rows(kept_indices, rows * num_processes)),
-                                      advantages[: rows * num_processes])
+            batch["advantages"] = slots[start : start + rows].to(batch["advantages"])
+        generation = GenerationRecord(tuple(kept_rounds), tuple(_first_rows(kept_indices, trained)),
+                                      advantages[:trained])
         # the loss tokens of every process's trained rows, from the gathered lengths (no reduction of the rows)
         loss_tokens = generation.column("lengths")
         if self.mask_truncated_completions:  # TRL zeroes a truncated answer's completion mask
@@ -283,17 +299,27 @@ class RoundDriver:
         mine = keep[start : start + rows]
         return {key: output[key][mine.to(output[key].device)] for key in present}, dict(zip(wide, widest, strict=True))
 
-    def _hand_over(self, pieces: list[dict], keeps: list[torch.Tensor], widths: list[dict], rows: int) -> dict:
-        """Every process's ``rows`` rows to train on: the kept rows in round order, process r taking positions
-        ``[r*rows, (r+1)*rows)``; only rows that change process are sent (point to point)."""
+    def _hand_over(self, pieces: list[dict], keeps: list[torch.Tensor], widths: list[dict], rows: int, trained: int,
+                   filler: dict) -> dict:
+        """Every process's ``rows`` rows to train on: the first ``trained`` kept rows in round order, process r
+        taking positions ``[r*rows, (r+1)*rows)``, and filler rows (:func:`~.dynamic.filler_rows`, made of ``filler``,
+        a row of this process's) in the positions past ``trained``; only rows that change process are sent (point
+        to point)."""
         widest = {key: max(w[key] for w in widths) for key in widths[0]}
         pad = {"prompt_ids": self.pad_token_id, "completion_ids": self.pad_token_id, "tool_mask": 1}
         local = pad_pieces(pieces, widest, pad)
         num_processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        own = min(max(trained - rank * rows, 0), rows)  # this process's slots that hold kept rows (the first ones)
         if num_processes == 1:
-            return {key: value[:rows] for key, value in local.items()}
-        per_round = [keep.view(num_processes, -1).sum(dim=1).tolist() for keep in keeps]
-        return exchange_rows(local, destinations(per_round, rows, num_processes), rows, rank, num_processes)
+            batch = {key: value[:own] for key, value in local.items()}
+        else:
+            per_round = [keep.view(num_processes, -1).sum(dim=1).tolist() for keep in keeps]
+            batch = exchange_rows(local, destinations(per_round, rows, num_processes), rows, rank, num_processes)
+            batch = {key: value[:own] for key, value in batch.items()}
+        if own == rows:
+            return batch
+        fillers = filler_rows(pad_pieces([filler], widest, pad), rows - own)
+        return {key: torch.cat([batch[key], fillers[key].to(batch[key])]) for key in batch}
 
     def _empty_batch(self, output: dict) -> dict:
         """No informative group at all: a batch that carries no gradient (the trainer skips the optimizer steps it

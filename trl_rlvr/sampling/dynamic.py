@@ -33,11 +33,33 @@ def informative_rows(rewards: torch.Tensor, group_size: int, tolerance: float = 
     return (~zero_signal_groups(rewards, group_size, tolerance)).repeat_interleave(group_size)
 
 
-def rows_per_process(kept_rows: int, num_processes: int, steps_per_generation: int, target: int) -> int:
-    """Rows each process trains on: the target when enough rows were kept, else the largest multiple of
-    ``steps_per_generation`` that every process can fill (0: nothing to train on)."""
-    fill = kept_rows // (num_processes * steps_per_generation) * steps_per_generation
+#: What a batch that the rounds could not fill trains on (``RLVRConfig.dynamic_sampling_partial_batch``).
+PARTIAL_BATCH_MODES = ("trim", "pad")
+
+
+def rows_per_process(kept_rows: int, num_processes: int, steps_per_generation: int, target: int,
+                     partial_batch: str = "trim") -> int:
+    """Rows each process trains on: the target when enough rows were kept. Else, ``partial_batch="trim"``: the
+    largest multiple of ``steps_per_generation`` that every process can fill from the kept rows (0: nothing to train
+    on); ``"pad"``: the smallest multiple that holds every kept row (the slots left are filler rows)."""
+    per_round = num_processes * steps_per_generation
+    if partial_batch == "pad":
+        fill = -(-kept_rows // per_round) * steps_per_generation
+    elif partial_batch == "trim":
+        fill = kept_rows // per_round * steps_per_generation
+    else:
+        raise ValueError(f"partial_batch must be one of {PARTIAL_BATCH_MODES}, got {partial_batch!r}")
     return min(target, fill)
+
+
+def filler_rows(row: dict[str, torch.Tensor], count: int) -> dict[str, torch.Tensor]:
+    """``count`` copies of a one-row batch that carry no loss token: completion mask and advantage 0. Real tokens
+    (the prompt still attended to), so the forward pass of a filler is an ordinary one; only the mask keeps it out of
+    the loss, its normaliser and the figures."""
+    out = {key: value.expand(count, *value.shape[1:]).clone() for key, value in row.items()}
+    out["completion_mask"].zero_()
+    out["advantages"].zero_()
+    return out
 
 
 def pad_to_width(tensor: torch.Tensor, width: int, value, left: bool) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""TRL's per-batch reward and length figures, of the rows a batch trains on.
+"""TRL's per-batch reward and length figures, of the rows a batch trains on; its loss figures, of the micro-batches
+that have a loss token.
 
 ``GRPOTrainer`` logs ``reward``, ``reward_std``, ``frac_reward_zero_std``, ``rewards/<name>/mean|std`` (in
 ``_generate_and_score_completions``) and ``completions/*`` lengths (in ``_generate``) for every row it generated.
@@ -10,8 +11,12 @@ with its line ranges in :data:`trl_rlvr._compat.trl_contract.COPIED_PATHS` and i
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from trl.trainer.utils import nanstd
+
+from trl_rlvr._compat.trl_contract import TRL_STEP_FIGURES
 
 
 def trained_figures(rewards_per_func: torch.Tensor, weights: torch.Tensor, reward_func_names: list[str],
@@ -47,3 +52,20 @@ def trained_figures(rewards_per_func: torch.Tensor, weights: torch.Tensor, rewar
     figures["completions/min_terminated_length"] = terminated.min().item()
     figures["completions/max_terminated_length"] = terminated.max().item()
     return figures
+
+
+@contextlib.contextmanager
+def loss_figures_of_trained_tokens(metrics: dict, has_loss_tokens: bool, step_figures=TRL_STEP_FIGURES):
+    """Around TRL's loss of one micro-batch: when no process's micro-batch has a loss token (filler rows, an empty
+    dynamic-sampling batch), what the loss logged to ``metrics`` is dropped, except ``step_figures`` (a setting
+    logged once per optimizer step). TRL's figures of such a micro-batch are means over zero tokens, which it logs as
+    0: averaged into the step's, they would pull its entropy and clip ratios towards 0."""
+    before = {name: len(values) for name, values in metrics.items()}
+    yield
+    if has_loss_tokens:
+        return
+    for name in list(metrics):
+        if name not in step_figures:
+            del metrics[name][before.get(name, 0):]
+            if not metrics[name]:
+                del metrics[name]
