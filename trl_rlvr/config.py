@@ -23,7 +23,6 @@ from trl_rlvr.algorithms.shaping import validate_overlong
 from trl_rlvr.checks.alarms import parse_thresholds
 from trl_rlvr.checks.machine import check_machine
 from trl_rlvr.checks.settings import check_settings, option_acts
-from trl_rlvr.sampling.dynamic import PARTIAL_BATCH_MODES
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
 _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOConfig.__dataclass_fields__
@@ -39,6 +38,8 @@ GRPO_TRAINER_BEHAVIOUR = {"advantage_std": "sample", "token_count_scope": "gener
 _DEFAULT_NORMALIZATION = "per_batch_token"
 #: `token_count_scope` values (see its help).
 TOKEN_COUNT_SCOPES = ("optimizer_step", "generation_batch")
+#: What dynamic sampling trains on when its rounds leave the batch short (trl_rlvr.sampling.dynamic.rows_per_process).
+PARTIAL_BATCH_MODES = ("trim", "pad")
 
 
 def _choice_error(field_name: str, value: Any, allowed) -> ValueError:

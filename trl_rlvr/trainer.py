@@ -397,8 +397,8 @@ class RLVRTrainer(GRPOTrainer):
         # TRL's dr_grpo divides by (rows x max_completion_length); Dr. GRPO's constant may be set apart from it.
         constant = self.args.loss_normalization == "constant" and self.args.loss_constant is not None
         divisor = swapped(self, "max_completion_length", self.args.loss_constant) if constant else nullcontext()
-        figures = nullcontext()
-        if self.args.dynamic_sampling and self.model.training:  # fillers and empty batches: micro-batches with no loss token
+        figures = nullcontext()  # with fillers, TRL's loss figures only of the micro-batches that have a loss token
+        if self.args.dynamic_sampling_partial_batch == "pad" and self.args.dynamic_sampling and self.model.training:
             tokens = self.accelerator.reduce(_loss_mask(inputs).sum().float(), reduction="sum")
             figures = loss_figures_of_trained_tokens(self._metrics["train"], has_loss_tokens=bool(tokens > 0))
         with self._policy_shift.recording(inputs), divisor, figures:  # the loss's log-probs: rlvr/shift_* (checks.shift_monitor)

@@ -228,8 +228,8 @@ TRL_GENERATION_FIGURES = (
 #: Set, not appended, by TRL (a running total).
 TRL_ASSIGNED_FIGURES = ("num_tokens",)
 #: What TRL's loss (``_compute_loss``) logs once per optimizer step, not of the micro-batch: a setting. The rest of
-#: what it logs describes the micro-batch, and is dropped for a micro-batch with no loss token (fillers, an empty
-#: dynamic-sampling batch: :func:`trl_rlvr.sampling.figures.loss_figures_of_trained_tokens`). Checked to be among
+#: what it logs describes the micro-batch, and is dropped for a micro-batch with no loss token under
+#: ``dynamic_sampling_partial_batch="pad"`` (:func:`trl_rlvr.sampling.figures.loss_figures_of_trained_tokens`). Checked to be among
 #: the names TRL's ``_compute_loss`` logs (:func:`trl_logged_figures`).
 TRL_STEP_FIGURES = ("entropy_coef",)
 #: The variable TRL logs reward functions' ``log_metric`` counters under (``self._metrics[mode][name]``).

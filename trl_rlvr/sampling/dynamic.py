@@ -33,10 +33,6 @@ def informative_rows(rewards: torch.Tensor, group_size: int, tolerance: float = 
     return (~zero_signal_groups(rewards, group_size, tolerance)).repeat_interleave(group_size)
 
 
-#: What a batch that the rounds could not fill trains on (``RLVRConfig.dynamic_sampling_partial_batch``).
-PARTIAL_BATCH_MODES = ("trim", "pad")
-
-
 def rows_per_process(kept_rows: int, num_processes: int, steps_per_generation: int, target: int,
                      partial_batch: str = "trim") -> int:
     """Rows each process trains on: the target when enough rows were kept. Else, ``partial_batch="trim"``: the
@@ -48,7 +44,7 @@ def rows_per_process(kept_rows: int, num_processes: int, steps_per_generation: i
     elif partial_batch == "trim":
         fill = kept_rows // per_round * steps_per_generation
     else:
-        raise ValueError(f"partial_batch must be one of {PARTIAL_BATCH_MODES}, got {partial_batch!r}")
+        raise ValueError(f"partial_batch must be 'trim' or 'pad', got {partial_batch!r}")
     return min(target, fill)
 
 
