@@ -51,7 +51,7 @@ def launch_on_cpu_with(config: str, module: str, *args, num_processes: int = 2,
                        timeout: float = 900) -> subprocess.CompletedProcess:
     """`accelerate launch` of ``module`` (e.g. "tests.harness.engine_harness") with an example config (e.g. "fsdp.yaml"), fp32,
     on `num_processes` CPU processes, from the repository root."""
-    from tests.harness.launch import free_port
+    from tests.harness.launch import free_port, run_launch
 
     env = {**os.environ, "ACCELERATE_TORCH_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
@@ -59,9 +59,7 @@ def launch_on_cpu_with(config: str, module: str, *args, num_processes: int = 2,
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / config),
            "--num_processes", str(num_processes), "--mixed_precision", "no",
            "--main_process_port", str(free_port()), "--module", __spec__.name, module, *map(str, args)]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc
+    return run_launch(cmd, cwd=REPO, env=env, timeout=timeout)
 
 
 if __name__ == "__main__":
