@@ -173,7 +173,7 @@ def test_a_step_that_trained_nothing_stays_in_the_history():
 def test_parser_defaults_and_smoke():
     script = _load_script()
     script_args, train_args, _ = script.parse_args([])
-    assert script_args.arm == "tool" and script_args.sft_traces == 24 and train_args.max_steps == 16
+    assert script_args.arm == "tool" and script_args.sft_traces == 24 and train_args.max_steps == 18
     assert script_args.task == "composed" and script_args.num_eval_training_wordings == 32
     # 8 groups of 4 per step (one sampling round) at a step size that fits them
     assert (train_args.per_device_train_batch_size * train_args.gradient_accumulation_steps, train_args.num_generations,
