@@ -5,7 +5,7 @@
 
 A launch whose rank aborted in gloo's teardown ("terminate called without an active exception", SIGABRT) is run once
 more, with a warning (:func:`run_launch`): the abort is torch's, at interpreter exit, and rare (none in 57 launches of
-the dynamic-sampling harness in a row, a few over the suite's history). The exit handler
+the dynamic-sampling harness in a row; now and then in a whole suite's run). The exit handler
 (``trl_rlvr._compat.gloo_exit``) destroys the group as PyTorch asks, but a transformers ``Trainer`` keeps the group
 and its threads alive past that (measured on torch 2.13: ``pt_gloo_runloop`` and ``gloo_tcp_loop`` still run after
 the handler, and after the trainer is deleted), so the handler cannot rule the abort out. A second abort fails.

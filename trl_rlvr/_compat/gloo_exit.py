@@ -10,7 +10,7 @@ script or a harness that builds the trainer directly).
 What it cannot do: ``destroy_process_group()`` ends the group only when nothing else holds it, and a transformers
 ``Trainer`` keeps it (measured on torch 2.13: the group's threads, ``pt_gloo_runloop`` and ``gloo_tcp_loop``, still
 run after this handler, and after the trainer is deleted; a script that builds only the process state ends them).
-The abort is rarer with it (none in 57 launches of a two-process training run in a row), not ruled out; the test
+The abort stays rare (none in 57 launches of a two-process training run in a row), not ruled out; the test
 suite's launch helper (``tests/harness/launch.py``) runs a launch once more when a rank aborts this way.
 """
 
