@@ -327,7 +327,7 @@ def history_callback(say):
             self.history.append(logs)
             head = f"step {state.global_step}/{state.max_steps} ({time.time() - self.t0:.0f}s) "
             if "reward" not in logs:
-                say(head + "no informative group: nothing trained, no update")
+                say(head + "nothing trained, no update (no informative group, or too few rows for one update)")
                 return
             parts = [f"reward {logs['reward']:.2f}"]
             for key, label in (("rlvr/accuracy", "acc"), ("rewards/tool_format/mean", "format"),

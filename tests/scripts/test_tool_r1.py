@@ -153,8 +153,8 @@ def test_short_tool_errors_cut_a_raising_cells_reply_to_its_last_line_only():
 
 
 def test_a_step_that_trained_nothing_stays_in_the_history():
-    """A step whose dynamic sampling found no informative group logs its loss but no reward figures (the trainer
-    logs what it trained): the job keeps it and says so, so that the JSON has every step the run took (the default
+    """A step that trained nothing (no informative group, or too few rows for one update) logs its loss but no reward
+    figures (the trainer logs what it trained): the job keeps it and says so, so that the JSON has every step the run took (the default
     run's last step was missing from its history); the train summary is not a step."""
     from types import SimpleNamespace
 
