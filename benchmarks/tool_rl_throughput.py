@@ -1,6 +1,6 @@
 """Throughput of the tool job's RL step, against this CPU's limit for its model; then options to generate faster.
 
-    python -m benchmarks.tool_rl_throughput [--part step|generation|both] [--model PATH] [--steps 1]
+    python -m benchmarks.tool_rl_throughput [--part step|generation|both|evaluation] [--model PATH] [--steps 1]
                                             [--batches 16,64] [--new_tokens 48] [--repeat 2] [--save FILE] [--smoke]
 
 ``step``: ``examples/tool_r1.py``'s RL trainer (its defaults: 2 questions x 8 rollouts, the sandboxed Python tool,
@@ -26,12 +26,18 @@ in one ``generate``), and, where vLLM imports (its CPU build's own venv: docs/en
 process at bf16 and fp32 for each batch size. The load average is printed before and after: the machine may be
 shared.
 
+``evaluation`` (not part of ``both``): the job's held-out evaluation (every held-out question, ``eval_num_samples``
+tool rollouts each, its batch size, seeds and budget) of the model, each turn re-encoding the whole conversation (as
+TRL's loop does) and continuing the batch's KV cache (``trl_rlvr.evaluation.cached_turns``, the evaluation's
+default), round-robin ``--repeat`` times: seconds (median), tokens the model was fed (forward inputs, padding
+included) and generated, and how many rollouts are token for token the same both ways.
+
 With ``-- --use_vllm true --vllm_mode colocate`` the step generates on the trainer's colocated vLLM engine; its
 generate calls and its weight sync are timed instead of the model's ``generate`` ("rest" then holds the policy's
 log-probability pass TRL makes for its importance-sampling correction).
 
 ``--smoke``: a tiny random model with ChatML tokens (``trl_rlvr.testing.build_tiny_chatml_model``), one step, two
-options, seconds. Numbers quoted in docs/benchmarks.md.
+options and a small evaluation both ways, seconds. Numbers quoted in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -427,6 +433,54 @@ def generation_options(model_path, example, tokenizer, batches: list[int], new_t
     return out
 
 
+def evaluation_both_ways(model_path, example, job_args: list[str], repeat: int) -> dict:
+    """The job's held-out tool rollouts, re-encoding every turn and continuing the cache, paired (``--part
+    evaluation``)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trl_rlvr.evaluation import tool_rollouts
+
+    script_args, training_args, _ = example.parse_args(job_args)
+    tokenizer = example.tool_tokenizer(model_path, script_args.chat_template)
+    rows = example.tool_rows(example.question_rows(script_args)[1], script_args.system_prompt)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    fed = [0]
+    model.register_forward_pre_hook(lambda m, a, kw: fed.__setitem__(0, fed[0] + kw["input_ids"].numel()),
+                                    with_kwargs=True)
+    ways = {"re-encode every turn": False, "continue the cache": True}
+    runs: dict[str, list] = {name: [] for name in ways}
+    for _ in range(repeat):
+        for name, reuse in ways.items():
+            fed[0] = 0
+            start = time.perf_counter()
+            groups = tool_rollouts.generate_tool_completions(
+                model, tokenizer, [r["prompt"] for r in rows], list(range(len(rows))), script_args.eval_num_samples,
+                rows=rows, environment_factory=example.tool_environment(script_args),
+                temperature=training_args.temperature, max_new_tokens=training_args.max_completion_length,
+                seed=training_args.seed, batch_size=script_args.eval_batch_size,
+                chat_template=tool_rollouts.tool_chat_template(tokenizer),
+                max_tool_calling_iterations=training_args.max_tool_calling_iterations, reuse_cache=reuse)
+            runs[name].append({"seconds": time.perf_counter() - start, "fed_tokens": fed[0],
+                               "ids": [s[1] for g in groups for s in g]})
+            print(f"  {name}: {runs[name][-1]['seconds']:.1f} s, {fed[0]} tokens fed", flush=True)
+    base, cached = (runs[name][0]["ids"] for name in ways)
+    return {
+        "model": str(model_path), "rollouts": len(base), "same_rollouts": sum(a == b for a, b in zip(base, cached)),
+        "generated_tokens": sum(map(len, cached)),
+        "ways": {name: {"seconds": statistics.median(r["seconds"] for r in rs), "seconds_all": [r["seconds"] for r in rs],
+                        "fed_tokens": rs[0]["fed_tokens"]} for name, rs in runs.items()},
+    }
+
+
+def print_evaluation(result: dict) -> None:
+    print(f"evaluation of {result['model']}: {result['rollouts']} tool rollouts, {result['generated_tokens']} "
+          f"generated tokens; the same token for token both ways: {result['same_rollouts']} of {result['rollouts']}")
+    base = result["ways"]["re-encode every turn"]["seconds"]
+    for name, way in result["ways"].items():
+        print(f"  {name:<22} {way['seconds']:>7.1f} s  {base / way['seconds']:>5.2f}x  {way['fed_tokens']:>8} tokens fed")
+
+
 def print_options(rows: list[dict], new_tokens: int) -> None:
     base = next((r["tokens_per_s"] for r in rows if r["tokens_per_s"]), None)
     print(f"\ngeneration options ({new_tokens} new tokens per row, EOS ignored; median of the paired runs):")
@@ -441,7 +495,7 @@ def print_options(rows: list[dict], new_tokens: int) -> None:
 # ------------------------------------------------------------------------------------------------ main
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--part", choices=("step", "generation", "both"), default="both")
+    parser.add_argument("--part", choices=("step", "generation", "both", "evaluation"), default="both")
     parser.add_argument("--model", default=None, help="the RL start (default: the example's cold start, made once)")
     parser.add_argument("--cache_dir", default=str(Path(tempfile.gettempdir()) / "tool_rl_throughput"))
     parser.add_argument("--steps", type=int, default=1)
@@ -467,7 +521,8 @@ def main(argv=None) -> int:
         job += ["--model_name_or_path", args.model, "--sft_traces", "0", "--num_train_samples", "8",
                 "--max_completion_length", "24", "--overlong_buffer_length", "8", "--num_generations", "4",
                 "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
-                "--max_sampling_rounds", "1"]
+                "--max_sampling_rounds", "1", "--num_eval_samples", "3", "--num_eval_training_wordings", "3",
+                "--eval_num_samples", "2"]
         batches, args.new_tokens, args.repeat = [4, 8], 8, 1
     job += args.extra
     failures, result = [], {"command": "python -m benchmarks.tool_rl_throughput " + " ".join(argv or sys.argv[1:])}
@@ -483,13 +538,19 @@ def main(argv=None) -> int:
             failures.append("no step was timed")
         elif not args.smoke and not step["steps"][-1]["generated_tokens"]:
             failures.append("the step generated nothing")
-    if args.part in ("generation", "both"):
-        if model_path is None:
-            script_args, training_args, _ = example.parse_args(job)
-            from trl_rlvr.scripts.models import resolve_model_path
+    if args.part in ("generation", "both", "evaluation") and model_path is None:
+        script_args, training_args, _ = example.parse_args(job)
+        from trl_rlvr.scripts.models import resolve_model_path
 
-            model_path = str(cold_start_checkpoint(example, script_args, training_args, resolve_model_path(None),
-                                                   Path(args.cache_dir)))
+        model_path = str(cold_start_checkpoint(example, script_args, training_args, resolve_model_path(None),
+                                               Path(args.cache_dir)))
+    if args.part == "evaluation" or (args.smoke and args.part == "both"):
+        evaluation = evaluation_both_ways(model_path, example, job, args.repeat)
+        result["evaluation"] = evaluation
+        print_evaluation(evaluation)
+        if not evaluation["generated_tokens"]:
+            failures.append("the evaluation generated nothing")
+    if args.part in ("generation", "both"):
         tokenizer = example.tool_tokenizer(model_path, str(example.TEMPLATE))
         rows = generation_options(model_path, example, tokenizer, batches, args.new_tokens, args.repeat, args.smoke)
         result["generation"] = rows

@@ -546,7 +546,7 @@ def main(script_args, training_args, model_args):
         else "held-out wordings"
     say(f"model {base_path}; {len(train)} RL questions, {len(heldout)} held-out questions ({kinds}); "
         f"arm {script_args.arm}; torch threads {__import__('torch').get_num_threads()}, "
-        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}")
     boxed = load_reward("boxed_math")
     evals, sft_history, metrics = {}, [], {}
     n = script_args.eval_num_samples
@@ -678,7 +678,7 @@ def main(script_args, training_args, model_args):
             "evaluations": {label: {k: v for k, v in r.items() if k != "per_question"} for label, r in evals.items()},
             "timings_s": {k: round(v, 1) for k, v in timings.items()}, "peak_rss_mib_after": peaks,
             "load_average_end": os.getloadavg(), "torch_threads": __import__("torch").get_num_threads(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
             "script_args": asdict(script_args),
             "training_args": {k: v for k, v in training_args.to_dict().items()
                               if isinstance(v, (int, float, str, bool, type(None), list, dict))},

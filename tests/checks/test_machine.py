@@ -76,3 +76,19 @@ def test_the_cpu_thread_default_is_every_core_whatever_the_load(monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("given, expected", [
+    ({}, {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "3000"}),  # a short spin, then sleep
+    ({"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": None}),  # the user's policy
+    ({"GOMP_SPINCOUNT": "0"}, {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "0"}),  # the user's spin count
+])
+def test_openmp_waits_spin_briefly_unless_the_environment_says_otherwise(monkeypatch, given, expected):
+    from trl_rlvr.scripts.train import passive_openmp_waits
+
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    passive_openmp_waits()
+    assert {name: os.environ.get(name) for name in expected} == expected

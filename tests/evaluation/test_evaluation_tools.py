@@ -181,11 +181,15 @@ def test_rollouts_are_the_ones_trls_own_tool_loop_makes(tiny_model_dir, monkeypa
     trainer._generate_and_score_completions(inputs)
     trl = seen.copy()
 
-    def eval_generate(model, pad, id_lists, seeds, *, max_new_tokens, eos_ids, **kwargs):
-        assert seeds is None  # greedy
-        return [policy(ids, max_new_tokens) for ids in id_lists]
+    class ScriptedTurns:  # the evaluation's generator (turns continued on one KV cache), the same policy
+        def __init__(self, *args, **kwargs):
+            pass
 
-    monkeypatch.setattr(tool_rollouts, "generate_token_rows", eval_generate)
+        def generate(self, id_lists, seeds, *, max_new_tokens, rows=None):
+            assert seeds is None  # greedy
+            return [policy(ids, max_new_tokens) for ids in id_lists]
+
+    monkeypatch.setattr(tool_rollouts, "CachedTurns", ScriptedTurns)
     groups = tool_rollouts.generate_tool_completions(
         trainer.model, tokenizer, [r["prompt"] for r in rows], list(range(len(rows))), 1, rows=rows,
         environment_factory=PythonEnvironment, greedy=True, max_new_tokens=BUDGET, batch_size=3,

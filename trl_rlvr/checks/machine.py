@@ -80,8 +80,9 @@ def default_cpu_threads(cores: int) -> int:
 
     Fixed, not read from the load: a seeded run must not change its thread count (and so its speed, and possibly its
     reductions) with what else ran in the minute before it started, and the 1-minute load average lags (a quiet
-    machine right after an install reads ~1). It pairs with ``OMP_WAIT_POLICY=PASSIVE`` (set before torch loads):
-    an OpenMP thread that waits for one whose core another process holds then sleeps instead of spinning. Measured
+    machine right after an install reads ~1). It pairs with OpenMP threads that spin briefly, then sleep
+    (``trl_rlvr.scripts.train.passive_openmp_waits``, before torch loads): an OpenMP thread that waits for one whose
+    core another process holds then sleeps instead of spinning on. Measured
     on 2 cores (``python -m benchmarks.cpu_threads --rounds 3``, docs/benchmarks.md): 2 passive threads take
     1.85-1.97x their quiet time when another process spins on one core, about one thread's time (spinning
     threads: 2.3-4.4x), and are 1.7-1.9x faster than one thread when the machine is quiet."""

@@ -36,6 +36,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from trl_rlvr.evaluation.cached_turns import CachedTurns
 from trl_rlvr.evaluation.generation import end_of_sequence_ids, generate_token_rows, row_seed
 
 #: the figures of one rollout, summed over samples by the summary
@@ -239,7 +240,7 @@ def run_tool_rollouts(model, tokenizer, rows: Sequence[dict], rollouts: Sequence
                       temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, chat_template=None,
                       chat_template_kwargs: dict | None = None, max_tool_calling_iterations: int | None = None,
                       synced_gpus: bool = False, keep_going: Callable[[bool], bool] | None = None,
-                      llm=None) -> None:
+                      llm=None, reuse_cache: bool = True) -> None:
     """Run ``rollouts`` (one per row of ``rows``) to their end, batched turn by turn, in place.
 
     ``keep_going(this process has work)`` -> whether any process has (distributed generation with ZeRO-3 / FSDP:
@@ -247,17 +248,23 @@ def run_tool_rollouts(model, tokenizer, rows: Sequence[dict], rollouts: Sequence
     ``llm``: a ``vllm.LLM`` that generates the turns instead of ``model`` (which then only lends its generation
     config); each turn of a sample is a request of its own, seeded from the turn's stream
     (:func:`trl_rlvr.evaluation.vllm_generation.generate_token_rows_vllm`), and the context ceiling is the engine's
-    ``max_model_len``, as in TRL's loop with vLLM."""
+    ``max_model_len``, as in TRL's loop with vLLM. ``reuse_cache``: with HF ``generate``, a turn after a tool reply
+    continues the batch's KV cache and encodes only the reply (:class:`trl_rlvr.evaluation.cached_turns.CachedTurns`);
+    False: every turn re-encodes its whole context, as TRL's loop does."""
     chat_template_kwargs = chat_template_kwargs or {}
     eos_ids = end_of_sequence_ids(getattr(model, "generation_config", None), tokenizer)
     max_iterations = max_tool_calling_iterations if max_tool_calling_iterations is not None else float("inf")
     if llm is None:
         max_model_len = getattr(model.config, "max_position_embeddings", None) or float("inf")
         sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, synced_gpus=synced_gpus)
+        turns = CachedTurns(model, tokenizer.pad_token_id, **sampling) if reuse_cache else None
 
-        def generate(id_lists, seeds, new_tokens):
+        def generate(id_lists, seeds, new_tokens, rows=None):
             greedy = any(s is None for s in seeds)
-            return generate_token_rows(model, tokenizer.pad_token_id, id_lists, None if greedy else seeds,
+            seeds = None if greedy else seeds
+            if turns is not None:
+                return turns.generate(id_lists, seeds, max_new_tokens=max(new_tokens), rows=rows)
+            return generate_token_rows(model, tokenizer.pad_token_id, id_lists, seeds,
                                        max_new_tokens=max(new_tokens), **sampling)
     else:
         from trl_rlvr.evaluation.vllm_generation import engine_end_of_sequence_ids, generate_token_rows_vllm
@@ -265,7 +272,7 @@ def run_tool_rollouts(model, tokenizer, rows: Sequence[dict], rollouts: Sequence
         eos_ids = eos_ids | engine_end_of_sequence_ids(llm)
         max_model_len = llm.llm_engine.model_config.max_model_len
 
-        def generate(id_lists, seeds, new_tokens):
+        def generate(id_lists, seeds, new_tokens, rows=None):
             greedy = any(s is None for s in seeds)
             return generate_token_rows_vllm(llm, id_lists, None if greedy else seeds, max_new_tokens=new_tokens,
                                             eos_ids=eos_ids, temperature=temperature, top_p=top_p, top_k=top_k)
@@ -280,6 +287,7 @@ def run_tool_rollouts(model, tokenizer, rows: Sequence[dict], rollouts: Sequence
             rollout.completion_ids, rollout.tool_mask = ids, [1] * len(ids)
             _turn(rollout, ids, rollout.prompt_ids, tokenizer)
     active = [r for r in rollouts if r.pending]
+    row_of = {id(r): i for i, r in enumerate(rollouts)}  # each rollout's row in the last generate call
     iteration = 0
     while True:
         if iteration >= max_iterations:
@@ -301,7 +309,8 @@ def run_tool_rollouts(model, tokenizer, rows: Sequence[dict], rollouts: Sequence
             continue
         left = [max_new_tokens - (len(ids) - len(r.prompt_ids)) for r, ids in contexts]
         seeds = [None if r.seed is None else f"{r.seed}:{iteration}" for r, _ in contexts]
-        outputs = generate([ids for _, ids in contexts], seeds, left)
+        outputs = generate([ids for _, ids in contexts], seeds, left, [row_of[id(r)] for r, _ in contexts])
+        row_of = {id(r): i for i, (r, _) in enumerate(contexts)}
         for (rollout, ids), (new, _), room in zip(contexts, outputs, left):
             new = new[:room]  # TRL truncates the turn to the completion budget
             tool_length = len(ids) - len(rollout.prompt_ids) - len(rollout.completion_ids)
@@ -343,6 +352,7 @@ def generate_tool_completions(
     max_tool_calling_iterations: int | None = None,
     keep_going: Callable[[bool], bool] | None = None,
     llm=None,
+    reuse_cache: bool = True,
 ) -> list[list[tuple[str, list[int], bool, dict]]]:
     """:func:`trl_rlvr.evaluation.generation.generate_completions` for tool rollouts: ``n`` rollouts per prompt
     (conversational), each ``(transcript, completion ids, finished with EOS, info)`` where ``info`` holds the
@@ -353,7 +363,7 @@ def generate_tool_completions(
     a batch, as TRL's pool) and reset before each rollout. ``chat_template``: the template text to render with
     (default: as TRL's trainer decides, :func:`tool_chat_template`, which must have run on ``tokenizer``).
     ``llm``: a ``vllm.LLM`` to generate the turns with (:func:`run_tool_rollouts`); ``batch_size`` then still sets
-    how many rollouts (and environments) are in flight at once.
+    how many rollouts (and environments) are in flight at once. ``reuse_cache``: :func:`run_tool_rollouts`'s.
     """
     from trl_rlvr.evaluation.generation import check_request
 
@@ -386,7 +396,7 @@ def generate_tool_completions(
                               temperature=temperature, top_p=top_p, top_k=top_k, chat_template=chat_template,
                               chat_template_kwargs=chat_template_kwargs,
                               max_tool_calling_iterations=max_tool_calling_iterations, synced_gpus=synced_gpus,
-                              keep_going=keep_going, llm=llm)
+                              keep_going=keep_going, llm=llm, reuse_cache=reuse_cache)
             if lo >= len(prompts):
                 continue
             for q in range(len(idx)):

@@ -108,9 +108,9 @@ class RecipeArguments:
     cpu_threads: int | None = field(
         default=None,
         metadata={"help": "Torch threads when training on a CPU. Default: with one process, every usable core, "
-                  "waiting passively (OMP_WAIT_POLICY=PASSIVE; `accelerate launch` without a config sets "
-                  "OMP_NUM_THREADS=1, which halves speed on 2 quiet cores); with several processes, what the "
-                  "launcher set."},
+                  "spinning ~30 us before they sleep (OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=3000; `accelerate "
+                  "launch` without a config sets OMP_NUM_THREADS=1, which halves speed on 2 quiet cores); with "
+                  "several processes, what the launcher set."},
     )
 
     def __post_init__(self):
@@ -369,8 +369,8 @@ def build_environment_factory(recipe):
 def use_cpu_threads(requested: int | None, num_processes: int) -> None:
     """Give torch the CPU's cores: `accelerate launch` without a config pins a CPU job to one thread. With one
     process and no ``requested`` count, every usable core (:func:`trl_rlvr.checks.machine.default_cpu_threads`),
-    whatever the load: with ``OMP_WAIT_POLICY=PASSIVE`` (:func:`passive_openmp_waits`, before torch loads) a
-    run on a core another process uses stays within ~2x of its quiet time."""
+    whatever the load: with OpenMP threads that spin briefly, then sleep (:func:`passive_openmp_waits`, before
+    torch loads), a run on a core another process uses stays within ~2x of its quiet time."""
     import torch
 
     if torch.cuda.is_available():
@@ -384,11 +384,25 @@ def use_cpu_threads(requested: int | None, num_processes: int) -> None:
         torch.set_num_threads(requested)
 
 
+#: GNU OpenMP's spins before a waiting thread sleeps (~100 spins per microsecond): long enough to bridge the gap
+#: between two small parallel regions of a decode step, too short to hold a core another process needs.
+SHORT_SPIN_COUNT = "3000"
+
+
 def passive_openmp_waits() -> None:
-    """``OMP_WAIT_POLICY=PASSIVE`` unless the environment says otherwise: OpenMP threads that wait sleep instead of
-    spinning (a spinning thread takes the core from the very thread it waits for when another process shares the
-    machine). OpenMP reads it once, when torch loads: call this first."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    """OpenMP threads that wait spin briefly, then sleep, unless the environment says otherwise: a thread spinning
+    on takes the core from the very thread it waits for when another process shares the machine; one that sleeps at
+    once pays a wake-up between every two small parallel regions of a quiet ``generate``.
+
+    Sets ``OMP_WAIT_POLICY=PASSIVE`` and, for torch's GNU OpenMP (libgomp, whose ``GOMP_SPINCOUNT`` takes precedence
+    over the policy), ``GOMP_SPINCOUNT`` = :data:`SHORT_SPIN_COUNT`; both left to the environment when it sets
+    ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``. Measured on 2 Intel Xeon cores, one batch of the tool job's
+    evaluation (docs/benchmarks.md, "Torch threads on shared cores"): as fast as spinning when quiet, as robust as
+    sleeping at once when another process takes a core. OpenMP reads both once, when torch loads: call this first."""
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ["GOMP_SPINCOUNT"] = SHORT_SPIN_COUNT
 
 
 # ------------------------------------------------------------------------------------------------ train

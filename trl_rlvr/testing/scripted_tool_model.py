@@ -2,7 +2,8 @@
 its next-token logits pushed toward scripted turns, so that sampling it gives tool calls, answers, and now and
 then a malformed call, a call of an unknown tool or a stray token, each with a probability set by the script.
 
-The model reads its whole context at every step (``generate`` hands it to ``prepare_inputs_for_generation``), decodes it with the character tokenizer
+The model reads its whole context at every step (``generate`` hands it and its attention mask to
+``prepare_inputs_for_generation``), decodes the tokens the mask keeps with the character tokenizer
 and finds the current assistant turn and what came before it. ``script(question, reply)`` (``reply``: the last
 tool reply, None on the first turn) gives the turns it may write, each with a weight; every character that
 continues one of them gets ``bias + weight`` added to its logit (the largest, when several share it). A sample
@@ -75,17 +76,21 @@ def load_scripted_tool_model(path: str | Path, script: Script = arithmetic_scrip
 
     class ScriptedToolModel(type(base)):
         def prepare_inputs_for_generation(self, input_ids, *args, **kwargs):
-            self._context = input_ids  # the whole context; the step's inputs are only its new tokens (KV cache)
+            # the whole context and its mask; the step's inputs are only its new tokens (KV cache)
+            self._context = (input_ids, kwargs.get("attention_mask"))
             return super().prepare_inputs_for_generation(input_ids, *args, **kwargs)
 
         def forward(self, input_ids=None, **kwargs):
             out = super().forward(input_ids=input_ids, **kwargs)
-            context = getattr(self, "_context", None)
-            context = input_ids if context is None or context.shape[0] != input_ids.shape[0] else context
+            context, mask = getattr(self, "_context", None) or (None, None)
+            if context is None or context.shape[0] != input_ids.shape[0]:
+                context, mask = input_ids, kwargs.get("attention_mask")
             self._context = None
             logits = out.logits[:, -1, :].clone()
+            masks = mask.tolist() if mask is not None and mask.shape == context.shape else None
             for r, row in enumerate(context.tolist()):
-                ids = [t for t in row if t != pad]
+                # the row's own tokens: not its padding, not what a continued turn masked (cached_turns)
+                ids = [t for c, t in enumerate(row) if (masks[r][c] if masks else t != pad)]
                 question, reply, turn = _turn_context(tokenizer.decode(ids, skip_special_tokens=False))
                 for token, b in next_ids(turn, script(question, reply)).items():
                     logits[r, token] += b
