@@ -397,8 +397,9 @@ def passive_openmp_waits() -> None:
     Sets ``OMP_WAIT_POLICY=PASSIVE`` and, for torch's GNU OpenMP (libgomp, whose ``GOMP_SPINCOUNT`` takes precedence
     over the policy), ``GOMP_SPINCOUNT`` = :data:`SHORT_SPIN_COUNT`; both left to the environment when it sets
     ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``. Measured on 2 Intel Xeon cores, one batch of the tool job's
-    evaluation (docs/benchmarks.md, "Torch threads on shared cores"): as fast as spinning when quiet, as robust as
-    sleeping at once when another process takes a core. OpenMP reads both once, when torch loads: call this first."""
+    evaluation (docs/benchmarks.md, "Torch threads on shared cores"): 5% slower than spinning when quiet (PASSIVE
+    alone: 21%), 7% slower than sleeping at once when another process takes a core (spinning: 3.6x). OpenMP reads
+    both once, when torch loads: call this first."""
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         return
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
