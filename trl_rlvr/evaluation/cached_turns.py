@@ -18,8 +18,9 @@ distribution. docs/evaluation.md gives the measured count on the tool job.
 
 A call names, for each of its token lists, the row of the previous call it continues. What the list shares with the
 start of that row's tokens (its longest common prefix) is reused; the rest of the row is masked and the rest of the
-list encoded, at least its last token (whose logits the next token is sampled from). A cache that cannot be continued column by column (a sliding-window or other non-dynamic layer, a length
-other than the one expected) is dropped and the next call re-encodes, as plain ``generate`` would.
+list encoded, at least its last token (whose logits the next token is sampled from). A cache that cannot be
+continued column by column (a sliding-window or other non-dynamic layer, a length other than the one expected) is
+dropped and the next call re-encodes, as plain ``generate`` would.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from trl_rlvr.evaluation.generation import SeededSampler, cut_after_eos
 
 
 def _cache_keyword() -> str:
-    """The ``generate`` keyword (and output attribute) of the KV cache: ``cache`` from transformers 5.25
-    (``past_key_values`` deprecated), ``past_key_values`` before."""
+    """The ``generate`` keyword (and output attribute) of the KV cache: ``cache`` where transformers knows it (5.25
+    deprecates ``past_key_values``), ``past_key_values`` before (5.17, vLLM's CPU build)."""
     try:
         from transformers.generation.utils import ALL_CACHE_NAMES
     except ImportError:
