@@ -36,11 +36,12 @@ import time
 from pathlib import Path
 
 from benchmarks._status import finish
+from trl_rlvr.scripts.train import SHORT_SPIN_COUNT  # imports no torch
 
 HIDDEN, MLP, VOCAB = 576, 1536, 49152
 #: waiting policies -> the environment that sets them
 POLICIES = {"default": {}, "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
-            "short spin": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "3000"}}
+            "short spin": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": SHORT_SPIN_COUNT}}
 CASES = [(threads, policy) for threads in (1, 2) for policy in POLICIES]
 
 
