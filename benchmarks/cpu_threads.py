@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from benchmarks._status import finish
 from trl_rlvr.scripts.train import SHORT_SPIN_COUNT  # imports no torch
@@ -82,27 +81,20 @@ def child(threads: int, reps: int) -> dict:
 def tool_eval_child(model_dir: str, questions: int = 16) -> dict:
     """Run in the case's own process: seconds for one batch of the tool job's held-out evaluation."""
     import torch  # first: OpenMP reads the case's environment now (the job's module would set its own default)
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-    import tool_r1
     from transformers import AutoModelForCausalLM
 
-    from trl_rlvr.evaluation import tool_rollouts
+    from benchmarks.tool_rl_throughput import heldout_tool_rollouts, load_example
     from trl_rlvr.scripts.models import resolve_model_path
 
     torch.set_num_threads(2)
-    script_args, training_args, model_args = tool_r1.parse_args(["--output_dir", "unused"])
-    tokenizer = tool_r1.tool_tokenizer(resolve_model_path(model_args.model_name_or_path, quiet=True),
+    example = load_example()
+    script_args, training_args, model_args = example.parse_args(["--output_dir", "unused"])
+    tokenizer = example.tool_tokenizer(resolve_model_path(model_args.model_name_or_path, quiet=True),
                                        script_args.chat_template)
-    rows = tool_r1.tool_rows(tool_r1.question_rows(script_args)[1], script_args.system_prompt)[:questions]
+    rows = example.tool_rows(example.question_rows(script_args)[1], script_args.system_prompt)[:questions]
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     start = time.perf_counter()
-    groups = tool_rollouts.generate_tool_completions(
-        model, tokenizer, [r["prompt"] for r in rows], list(range(len(rows))), 4, rows=rows,
-        environment_factory=tool_r1.tool_environment(script_args), temperature=training_args.temperature,
-        max_new_tokens=training_args.max_completion_length, seed=training_args.seed, batch_size=64,
-        chat_template=tool_rollouts.tool_chat_template(tokenizer),
-        max_tool_calling_iterations=training_args.max_tool_calling_iterations)
+    groups = heldout_tool_rollouts(example, model, tokenizer, script_args, training_args, rows)
     return {"tool_eval": time.perf_counter() - start, "tokens": sum(len(s[1]) for g in groups for s in g)}
 
 

@@ -433,13 +433,24 @@ def generation_options(model_path, example, tokenizer, batches: list[int], new_t
     return out
 
 
+def heldout_tool_rollouts(example, model, tokenizer, script_args, training_args, rows, *, reuse_cache: bool = True):
+    """The job's held-out tool rollouts of ``rows`` as its evaluation makes them (samples per question, batch size,
+    seed, budget, tool calls, the sandboxed tool), with HF ``generate`` on ``model``."""
+    from trl_rlvr.evaluation import tool_rollouts
+
+    return tool_rollouts.generate_tool_completions(
+        model, tokenizer, [r["prompt"] for r in rows], list(range(len(rows))), script_args.eval_num_samples,
+        rows=rows, environment_factory=example.tool_environment(script_args), temperature=training_args.temperature,
+        max_new_tokens=training_args.max_completion_length, seed=training_args.seed,
+        batch_size=script_args.eval_batch_size, chat_template=tool_rollouts.tool_chat_template(tokenizer),
+        max_tool_calling_iterations=training_args.max_tool_calling_iterations, reuse_cache=reuse_cache)
+
+
 def evaluation_both_ways(model_path, example, job_args: list[str], repeat: int) -> dict:
     """The job's held-out tool rollouts, re-encoding every turn and continuing the cache, paired (``--part
     evaluation``)."""
     import torch
     from transformers import AutoModelForCausalLM
-
-    from trl_rlvr.evaluation import tool_rollouts
 
     script_args, training_args, _ = example.parse_args(job_args)
     tokenizer = example.tool_tokenizer(model_path, script_args.chat_template)
@@ -454,13 +465,8 @@ def evaluation_both_ways(model_path, example, job_args: list[str], repeat: int) 
         for name, reuse in ways.items():
             fed[0] = 0
             start = time.perf_counter()
-            groups = tool_rollouts.generate_tool_completions(
-                model, tokenizer, [r["prompt"] for r in rows], list(range(len(rows))), script_args.eval_num_samples,
-                rows=rows, environment_factory=example.tool_environment(script_args),
-                temperature=training_args.temperature, max_new_tokens=training_args.max_completion_length,
-                seed=training_args.seed, batch_size=script_args.eval_batch_size,
-                chat_template=tool_rollouts.tool_chat_template(tokenizer),
-                max_tool_calling_iterations=training_args.max_tool_calling_iterations, reuse_cache=reuse)
+            groups = heldout_tool_rollouts(example, model, tokenizer, script_args, training_args, rows,
+                                           reuse_cache=reuse)
             runs[name].append({"seconds": time.perf_counter() - start, "fed_tokens": fed[0],
                                "ids": [s[1] for g in groups for s in g]})
             print(f"  {name}: {runs[name][-1]['seconds']:.1f} s, {fed[0]} tokens fed", flush=True)
