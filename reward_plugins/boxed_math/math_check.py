@@ -371,20 +371,24 @@ _CLOSED_FORM_RE = re.compile(
     r"|(?<![\\A-Za-z])e(?![A-Za-z])|[π√]|\^(?!\s*(?:\{\s*-?\s*\d+\s*\}|\d))"
 )
 
+_DECIMAL_POINT_RE = re.compile(r"\d?\.\d")
+
 
 def _final_answer(latex: str, parsed: list, gold_kind: str, gold_written: frozenset, gold_parsed: list,
                   question: Question) -> bool:
     """Whether an answer is a value in final form where the gold is a value (docs/rewards.md, "A value is asked
     for"): :func:`~reward_plugins.boxed_math.value_form.states_values`. Where the gold is a decimal of more than
     ``MAX_VALUE_DIGITS`` digits (``"rounded"``: it may be the rounding of ``\\sqrt{17}``), an expression is an
-    answer too, if it is one expression (not a tuple), may be irrational (:data:`_CLOSED_FORM_RE`) and its value
-    is not the gold's decimal itself (``1.234567 \\times \\sqrt{4}`` for 2.469134 is the question's own
-    operation)."""
+    answer too, if it is one expression (not a tuple) without a decimal, may be irrational
+    (:data:`_CLOSED_FORM_RE`) and its value is not the gold's decimal itself (``\\frac{1234567}{1000000} \\times
+    \\sqrt{4}`` for 2.469134 is the question's own operation)."""
     written = _as_written(latex, str(parsed[1]))
     if _states_values_cached(written, gold_kind, gold_written, question.forms):
         return True
-    # one expression, not a value form (one that is not final, or restates the question, stays refused)
-    if gold_kind != "rounded" or not _CLOSED_FORM_RE.search(written) or forms_of(written) != [None]:
+    # one expression, not a value form (one that is not final, or restates the question, stays refused), exact:
+    # a decimal in it is a rounding or the question's operand (1.234567 \times 2 + 10^{-8}\pi rounds to 2.469134)
+    if gold_kind != "rounded" or not _CLOSED_FORM_RE.search(written) or _DECIMAL_POINT_RE.search(written) \
+            or forms_of(written) != [None]:
         return False
     gold, answer = _number(_exact(gold_parsed)[0]), _number(_exact(parsed)[0])
     return gold is None or answer is None or answer != gold

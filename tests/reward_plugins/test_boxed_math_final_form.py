@@ -44,6 +44,10 @@ ATTACKS = [
     ("What is 1.234567 times 2?", "2.469134", r"1.234567 \times 2", "2.469134"),
     ("What is 1.234567 times 2?", "2.469134", r"1.234567 \cdot \sqrt{4}", "2.469134"),
     ("What is 1.234567 times 2?", "2.469134", r"\frac{2469134}{1000000}", r"\frac{1234567}{500000}"),
+    ("What is 1.234567 times 2?", "2.469134", r"\frac{1234567}{1000000} \cdot \sqrt{4}", "2.469134"),
+    ("What is 1.234567 times 2?", "2.469134", r"1.234567 \times 2 + 10^{-8}\pi", "2.469134"),  # rounds to it
+    ("What is 1.234567 times 2?", "2.469134", r"2.469134 \cos(10^{-9})", "2.469134"),
+    ("What is ln(1.5)?", "0.4054651", r"\ln 1.5", r"\ln\frac{3}{2}"),
     ("What is 1 divided by 3, to 7 digits?", "0.3333333", r"1 \div 3", "0.3333333"),
     ("What is 1/4 + 1/4?", r"\frac{1}{2}", r"\frac{2}{4}", r"\frac{1}{2}"),
     (None, r"\frac{1}{2}", r"-\frac{-1}{2}", r"\frac{1}{2}"),  # two signs: an operation on -1/2
