@@ -316,6 +316,8 @@ def is_final(form: tuple, gold_forms: frozenset = frozenset()) -> bool:
     kind = form[0]
     if _key(form) in gold_forms:
         return True
+    if kind in ("fraction", "mixed") and any(t.denominator != 1 for t in form[1:]):
+        return False  # a question's 2.5/4 (an answer's terms are integers: _fraction)
     if kind == "fraction":
         return form[2] >= 2 and gcd(form[1].numerator, form[2].numerator) == 1
     if kind == "mixed":  # proper (an answer's always is: _mixed_number), its fraction in lowest terms
@@ -358,8 +360,8 @@ def question_values(question_forms: frozenset) -> frozenset:
 def _restates(form: tuple, gold_notations: frozenset, values: frozenset) -> bool:
     """A final value form that restates the question: not in a notation of the gold, it writes a value the
     question writes in the same family of notations (:data:`_FAMILY`): ``\\frac{3}{8}`` for "Convert 3/8 to a
-    decimal", ``0.375`` or ``37.5\\%`` for "Write 0.375 as a fraction", ``\\frac{7}{2}`` for "Write 3 1/2 as
-    a fraction"... is the question's own number, re-spelled, where the gold is written in another notation."""
+    decimal", ``0.375`` or ``37.5\\%`` for "Write 0.375 as a fraction", ``\\frac{7}{2}`` for "Write 7/2 as a
+    mixed number": the question's own number, re-spelled, where the gold is written in another notation."""
     kind = form[0]
     if kind not in _FAMILY or kind in gold_notations:
         return False
@@ -471,17 +473,17 @@ def gold_forms(normalized: str) -> frozenset:
     return frozenset(_key(f) for f in forms if f is not None)
 
 
-def states_values(normalized: str, gold_kind: str, gold_forms: frozenset = frozenset(),
+def states_values(normalized: str, gold_kind: str, gold_written: frozenset = frozenset(),
                   question_forms: frozenset = frozenset()) -> bool:
     """Every component of the answer (its LaTeX as math-verify normalises it) is written as a value in final
     form (:func:`is_final`), where the gold's components are all of kind ``gold_kind`` (``"integer"``, or
     ``"number"``/``"rounded"``, :func:`gold_values`), and none restates the question: is written, in another
-    notation than the gold's (``gold_forms``, :func:`gold_forms`), as a value of the question's own value forms
+    notation than the gold's (``gold_written``, :func:`gold_forms`), as a value of the question's own value forms
     (``question_forms``, :func:`reward_plugins.boxed_math.question.value_forms`) in the same family of
     notations. ``False`` when the grammar does not parse it (default-deny)."""
     forms = forms_of(normalized, gold_kind == "integer")
-    if not forms or any(f is None or not is_final(f, gold_forms) for f in forms):
+    if not forms or any(f is None or not is_final(f, gold_written) for f in forms):
         return False
-    notations = frozenset(g[0] for g in gold_forms)
+    notations = frozenset(g[0] for g in gold_written)
     values = question_values(question_forms) if question_forms else frozenset()
     return not any(_restates(f, notations, values) for f in forms)

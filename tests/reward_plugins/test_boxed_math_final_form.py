@@ -70,6 +70,8 @@ FINAL_FORMS = [
     (r"Simplify $\frac{84}{144}$.", r"\frac{7}{12}", r"\dfrac{7}{12}"),
     (None, r"\frac{3}{8}", "0.375"),  # no common fraction asked for: the decimal is a value
     ("What is 3/4 of 1/2?", r"\frac{3}{8}", "0.375"),
+    ("What is 2.5/4?", "0.625", r"\frac{5}{8}"),  # the question's 2.5/4 is an operation, not a value it states
+    ("Compute $3 + \\frac{7}{4}$.", r"\frac{19}{4}", r"4\frac{3}{4}"),
     (None, r"\frac{6}{8}", "6/8"),  # the gold's own (unreduced) spelling
     (None, r"\frac{6}{8}", r"\frac{3}{4}"),
     (None, r"3.75 \times 10^{-1}", r"3.75 \times 10^{-1}"),  # the gold is in scientific notation
