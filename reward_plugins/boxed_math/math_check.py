@@ -11,8 +11,9 @@ is read strictly: the rules of :mod:`reward_plugins.boxed_math.answer_form` firs
 expression by math-verify's own normalisation and LaTeX parser, without math-verify's fallbacks (which answer
 from a fragment when the whole does not parse); then every equation in it is checked to assert one value
 (:func:`_asserts_one_value`) and every approximation to approximate it (:func:`_approximates`); where the gold
-is a value, each component of the answer must be written as a value, not as an operation or function of values
-(:mod:`reward_plugins.boxed_math.value_form`, on the parser's syntax tree: ``unevaluated`` otherwise). Only then does
+is a value, each component of the answer must be written as a value in final form, not as an operation or
+function of values (:mod:`reward_plugins.boxed_math.value_form`, on the parser's syntax tree: ``unevaluated``
+otherwise). Only then does
 math-verify's ``verify`` compare it with the gold.
 """
 
@@ -30,9 +31,9 @@ from reward_plugins.boxed_math.question import Question
 from reward_plugins.boxed_math.value_form import (
     MAX_VALUE_DIGITS,
     forms_of,
+    gold_forms,
     gold_values,
     is_name,
-    notations,
     states_values,
 )
 
@@ -107,8 +108,8 @@ def parse_gold(gold: str) -> list:
 
 
 @functools.lru_cache(maxsize=4096)
-def _states_values_cached(normalized: str, gold_kind: str, gold_notations: frozenset, question_forms: frozenset) -> bool:
-    return states_values(normalized, gold_kind, gold_notations, question_forms)
+def _states_values_cached(normalized: str, gold_kind: str, gold_written: frozenset, question_forms: frozenset) -> bool:
+    return states_values(normalized, gold_kind, gold_written, question_forms)
 
 
 _HALF_RE = re.compile(r"\s*0?\.50*\s*")
@@ -122,9 +123,9 @@ def _as_written(latex: str, normalized: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _gold_notations(gold_latex: str) -> frozenset:
+def _gold_forms(gold_latex: str) -> frozenset:
     parsed = _parse_whole(gold_latex)
-    return notations(_as_written(gold_latex, str(parsed[1]))) if parsed else frozenset()
+    return gold_forms(_as_written(gold_latex, str(parsed[1]))) if parsed else frozenset()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -363,6 +364,36 @@ def read_answer(form: Form, gold_is_relation: bool) -> tuple[str, list]:
     return "ok", parsed
 
 
+#: What makes an expression possibly irrational (a closed form a decimal gold may be the rounding of): a root,
+#: pi, e, a logarithm, an exponential or trigonometric function, or an exponent that is not an integer.
+_CLOSED_FORM_RE = re.compile(
+    r"\\(?:sqrt|pi|ln|log|lg|exp|(?:arc)?(?:sin|cos|tan|cot|sec|csc)h?|ar(?:sin|cos|tan)h)(?![A-Za-z])"
+    r"|(?<![\\A-Za-z])e(?![A-Za-z])|[π√]|\^(?!\s*(?:\{\s*-?\s*\d+\s*\}|\d))"
+)
+
+_DECIMAL_POINT_RE = re.compile(r"\d?\.\d")
+
+
+def _final_answer(latex: str, parsed: list, gold_kind: str, gold_written: frozenset, gold_parsed: list,
+                  question: Question) -> bool:
+    """Whether an answer is a value in final form where the gold is a value (docs/rewards.md, "A value is asked
+    for"): :func:`~reward_plugins.boxed_math.value_form.states_values`. Where the gold is a decimal of more than
+    ``MAX_VALUE_DIGITS`` digits (``"rounded"``: it may be the rounding of ``\\sqrt{17}``), an expression is an
+    answer too, if it is one expression (not a tuple) without a decimal, may be irrational
+    (:data:`_CLOSED_FORM_RE`) and its value is not the gold's decimal itself (``\\frac{1234567}{1000000} \\times
+    \\sqrt{4}`` for 2.469134 is the question's own operation)."""
+    written = _as_written(latex, str(parsed[1]))
+    if _states_values_cached(written, gold_kind, gold_written, question.forms):
+        return True
+    # one expression, not a value form (one that is not final, or restates the question, stays refused), exact:
+    # a decimal in it is a rounding or the question's operand (1.234567 \times 2 + 10^{-8}\pi rounds to 2.469134)
+    if gold_kind != "rounded" or not _CLOSED_FORM_RE.search(written) or _DECIMAL_POINT_RE.search(written) \
+            or forms_of(written) != [None]:
+        return False
+    gold, answer = _number(_exact(gold_parsed)[0]), _number(_exact(parsed)[0])
+    return gold is None or answer is None or answer != gold
+
+
 def check(task: tuple[str, tuple[str, ...]]) -> str:
     """Grade one answer. ``task = (gold, candidates)``: ``candidates[-1]`` is the final answer, the others are
     the answer's other distinct boxes. Returns ``"correct"``, ``"wrong"``, ``"hedged"`` (the final answer is
@@ -380,8 +411,8 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
     from math_verify.grader import is_relation
 
     gold_is_relation = is_relation(gold_parsed[0])
-    gold_kind = gold_values(gold_parsed[0])  # "integer" | "number" | None: not a value
-    gold_notations = _gold_notations(gold_latex) if gold_kind == "number" else frozenset()
+    gold_kind = gold_values(gold_parsed[0])  # "integer" | "number" | "rounded" | None: not a value
+    gold_written = _gold_forms(gold_latex) if gold_kind in ("number", "rounded") else frozenset()
 
     def verdict(candidate: str) -> tuple[str, Form | None]:
         if answer_key(candidate) == gold_key:  # the gold's own text: no parsing needed (fast path)
@@ -392,8 +423,8 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
         if gold_kind is not None:  # a value is asked for: an operation or function of values restates the question
             parsed = _parse_whole(form.exact)
             named = form.approx and parsed and is_name(str(parsed[1]))  # x \approx 11: the value is the decimal
-            if parsed and not named and not _states_values_cached(_as_written(form.exact, str(parsed[1])), gold_kind,
-                                                                   gold_notations, question.forms):
+            if parsed and not named and not _final_answer(form.exact, parsed, gold_kind, gold_written, gold_parsed,
+                                                          question):
                 return "unevaluated", None
         status, parsed = read_answer(form, gold_is_relation)
         if status != "ok":
@@ -455,4 +486,4 @@ def warm() -> None:
     _GOLD_CACHE.clear()
     _parse_whole_cached.cache_clear()
     _states_values_cached.cache_clear()
-    _gold_notations.cache_clear()
+    _gold_forms.cache_clear()

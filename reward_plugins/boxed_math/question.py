@@ -5,9 +5,11 @@ Two facts about a problem decide how its answer is judged (:mod:`reward_plugins.
 
 * the **value forms it writes** (:func:`value_forms`): its fractions (``\\frac{3}{8}``, ``3/8``, ``7 \\div 2``),
   mixed numbers (``3\\frac{1}{2}``, ``3 + \\frac{1}{2}``), decimals, percentages and numbers in scientific
-  notation, each as ``(kind, terms)`` with exact :class:`~fractions.Fraction` terms. An answer written as one of
-  them in another notation than the gold's restates the question ("Convert 3/8 to a decimal": ``\\frac{3}{8}``)
-  rather than answering it;
+  notation, each as ``(kind, terms)`` with exact :class:`~fractions.Fraction` terms. An answer that writes the
+  value of one of them in the same family of notations (fraction and mixed number; decimal, percentage and
+  scientific notation), in another notation than the gold's, restates the question ("Convert 3/8 to a decimal":
+  ``\\frac{3}{8}``; "Write 0.375 as a fraction": ``37.5\\%``) rather than answering it
+  (:func:`reward_plugins.boxed_math.value_form.question_values`);
 * the **precision it asks for** (:func:`stated_precision`): "to the nearest tenth", "to 2 decimal places",
   "to 3 significant figures", "nearest cent", ... Only then does an exact gold take a rounded decimal: the gold
   rounded to that precision.

@@ -1,29 +1,40 @@
-"""Whether an answer states values or restates the question, decided on parse trees (runs in the workers).
+"""Whether an answer states values in final form or restates the question, decided on parse trees (runs in the
+workers).
 
 Where the gold is a **value** (:func:`gold_values`: every component of math-verify's parse of the gold is a
-number: an integer, a fraction, a decimal of at most :data:`MAX_VALUE_DIGITS` significant digits (a longer one
-reads as the rounding of a number that may have no short form, 4.1231056 for ``\\sqrt{17}``), a percentage, an
-infinity; the components of a tuple, a set, an interval or a matrix, or the sides of a relation that are not a
-name, as in ``x = 3`` or ``y < 2``), an answer scores only if each of its components is written as a value too
-(:func:`states_values`), read on the LaTeX parser's own syntax tree (latex2sympy's ANTLR grammar, the parse
-math-verify uses), before any evaluation:
+number: an integer, a fraction, a decimal, a percentage, an infinity; the components of a tuple, a set, an
+interval or a matrix, or the sides of a relation that are not a name, as in ``x = 3`` or ``y < 2``), an answer
+scores only if each of its components is written as a value in **final form** too (:func:`states_values`), read
+on the LaTeX parser's own syntax tree (latex2sympy's ANTLR grammar, the parse math-verify uses), before any
+evaluation. The rule is about the answer, not about how the question is spelled:
 
 * a **value** is a numeral (``3``, ``3.5``, ``1,000``, ``101_2``), optionally signed (``-3``), in redundant
   brackets (``(3)``, ``{3}``), as a percentage (``10\\%``) or in degrees (``30^\\circ``), or ``\\infty``;
-  unless every component of the gold is an integer, also a fraction of two numerals (``\\frac{1}{2}``, ``1/2``,
-  ``\\frac{-1}{2}``), a mixed number (``2\\frac{1}{2}``) or scientific notation with a mantissa in [1, 10)
-  (``3.2 \\times 10^{-4}``);
+  unless every component of the gold is an integer, also a fraction of two integer numerals (``\\frac{1}{2}``,
+  ``1/2``, ``\\frac{-1}{2}``), a mixed number (``2\\frac{1}{2}``) or scientific notation with a mantissa in
+  [1, 10) (``3.2 \\times 10^{-4}``);
+* a value is in **final form** (:func:`is_final`) unless it is a fraction not in lowest terms or over 1
+  (``\\frac{168}{288}``, ``\\frac{250}{40}``, ``\\frac{7}{1}``), a mixed number whose fraction is not,
+  or scientific notation for a magnitude in [10^-2, 10^3) (``3.75 \\times 10^{-1}``: the decimal is the value),
+  except where the gold itself is written that way (:func:`gold_forms`);
 * anything else is an **operation or function of values** and restates the question rather than answering
   it: ``60494 \\times (63)``, ``(2)^{10}``, ``{60494}\\cdot{63}``, ``\\gcd(84,126)``, ``\\sum_{i=1}^{100} i``,
-  ``\\log_2(1024)``, ``\\sqrt{4}``, ``4!``, ``(1+2, 2+2)`` for the gold ``(3, 4)``, ``x = 1+2`` for ``x = 3``;
+  ``\\log_2(1024)``, ``\\sqrt{4}``, ``4!``, ``\\frac{2.5}{0.4}``, ``-\\frac{-1}{2}``, ``(1+2, 2+2)`` for the
+  gold ``(3, 4)``, ``x = 1+2`` for ``x = 3``;
 * the components of a relation are its last side and every side before a relation other than ``=``
   (``2 < x < 5``), except a **name** (``x``, ``a_1``, ``f(x)``: no numeral outside a subscript or an argument):
   ``x = 3`` states the value 3, and so does ``x = 2 + 1 = 3`` (the steps before ``=`` are working, which
-  ``math_check`` checks to equal the last side), while ``x = 1 + 2`` states none.
+  ``math_check`` checks to equal the last side), while ``x = 1 + 2`` states none;
+* a final form in another notation than the gold's that writes a value the question writes, in the same family
+  of notations (a fraction or mixed number; a decimal, percentage or scientific notation), re-spells the
+  question (:func:`_restates`): ``0.375`` or ``37.5\\%`` for "Write 0.375 as a common fraction".
 
-The rule is an allowlist over node types: a tree it does not know is not a value (default-deny). Where the
-gold is not a value (``\\sqrt{2}``, ``2\\pi``, ``x^2+1``, ``\\text{(B)}``), the rule does not apply: an
-expression is then what is asked for, and math-verify's equivalence decides.
+The rule is an allowlist over node types: a tree it does not know is not a value (default-deny). A decimal gold
+of more than :data:`MAX_VALUE_DIGITS` significant digits (``"rounded"``) may be the rounding of a number with no
+short form (4.1231056 for ``\\sqrt{17}``): ``math_check`` then also takes one expression that may be irrational
+and is not the gold's decimal itself. Where the gold is not a value (``\\sqrt{2}``, ``2\\pi``, ``x^2+1``,
+``\\text{(B)}``), the rule does not apply: an expression is then what is asked for, and math-verify's equivalence
+decides.
 """
 
 from __future__ import annotations
@@ -59,8 +70,9 @@ _RELATION_TOKENS = frozenset(
 
 def gold_values(gold_expr) -> str | None:
     """``"integer"`` when every component of the gold (a sympy expression, math-verify's parse) is an integer,
-    ``"number"`` when every one is a number (rational, decimal, percentage, infinity), else ``None``: the gold
-    is not a value, and :func:`states_values` is not asked."""
+    ``"number"`` when every one is a number (rational, decimal of at most :data:`MAX_VALUE_DIGITS` significant
+    digits, percentage, infinity), ``"rounded"`` when one is a longer decimal, else ``None``: the gold is not a
+    value, and :func:`states_values` is not asked."""
     import sympy
 
     def components(e):
@@ -94,17 +106,21 @@ def gold_values(gold_expr) -> str | None:
                 kinds.add("integer")
             elif isinstance(value, sympy.Rational) or isinstance(value, sympy.Float) and _short_decimal(value):
                 kinds.add("number")
+            elif isinstance(value, sympy.Float):
+                kinds.add("rounded")
             else:
                 return None
     except Exception:  # noqa: BLE001 - a gold sympy cannot take apart is not read as a value
         return None
     if not kinds:
         return None
+    if "rounded" in kinds:
+        return "rounded"
     return "integer" if kinds == {"integer"} else "number"
 
 
 #: A decimal gold with more significant digits than this reads as a rounding of a number that may have no short
-#: form (4.123105625617661 for sqrt(17)): an exact expression of it is then an answer, not a restatement.
+#: form (4.123105625617661 for sqrt(17)): an exact expression that may be irrational is then an answer too.
 MAX_VALUE_DIGITS = 6
 
 
@@ -225,13 +241,13 @@ def _scientific(node) -> tuple | None:
 
 
 def _mixed_number(node) -> tuple | None:
-    """``("mixed", w, n, d)`` of ``w\\frac{n}{d}``: an integer numeral beside a **proper** fraction of integer
-    numerals, ``0 < n < d`` (latex2sympy reads w + n/d; ``3\\frac{7}{4}`` is the sum 3 + 7/4, not a mixed number)."""
+    """``("mixed", w, n, d)`` of ``w\\frac{n}{d}``: an integer numeral ``w >= 1`` beside a **proper** fraction of
+    integer numerals, ``0 < n < d`` (latex2sympy reads w + n/d; ``3\\frac{7}{4}`` is the sum 3 + 7/4, not a mixed number)."""
     node = _unwrap(node)
     subs = _subtrees(node)
     if _rule(node) not in ("unary", "mp") or len(subs) != 2 or _tokens(node):
         return None
-    if not _numeral(subs[0], True):
+    if not _numeral(subs[0], True) or _numeral_value(subs[0]) == 0:  # 0\\frac{3}{8} is a sum, not a mixed number
         return None
     fraction = _fraction(subs[1], signed_numerator=False)
     if fraction is None or not 0 < fraction[1] < fraction[2]:
@@ -269,21 +285,87 @@ def _form(node, integer: bool, signed_ok: bool = True) -> tuple | None:
         return None
     if integer:
         return None
-    return _fraction(node) or _mixed_number(node) or _scientific(node)
+    # a sign outside a fraction takes the numerator's sign away: -\\frac{-1}{2} is an operation on -1/2
+    return _fraction(node, signed_numerator=signed_ok) or _mixed_number(node) or _scientific(node)
 
 
-def _restates(form: tuple, gold_notations: frozenset, question_forms: frozenset) -> bool:
-    """A value form that restates the question: not in the gold's own notation (a fraction in lowest terms
-    where the gold is a fraction, a decimal where it is a decimal, ...) and written as one of the value forms of
-    the question (signs aside): ``\\frac{3}{8}`` for "Convert 3/8 to a decimal", ``0.375`` for "Write 0.375 as a
-    fraction", ``\\frac{84}{144}`` for "Simplify 84/144"."""
+#: Scientific notation is a final form for a number of magnitude below 10^-2 or of at least 10^3 (an exponent
+#: of at least this size); nearer 1, the decimal is the value and ``3.75 \\times 10^{-1}`` a product still to do.
+MIN_SCIENTIFIC_EXPONENT = 3
+#: Exponents beyond this are not turned into values (a hostile ``10^{999999999}``): such a form equals no
+#: value a question of :data:`~reward_plugins.boxed_math.question.MAX_QUESTION_CHARS` characters writes.
+_MAX_VALUE_EXPONENT = 25_000
+#: Notations of one value written in the same digits: a fraction and a mixed number, or a decimal, a percentage
+#: (the point moved two places) and scientific notation (the point moved k places).
+_FAMILY = {"fraction": "fraction", "mixed": "fraction", "decimal": "decimal", "percent": "decimal",
+           "scientific": "decimal"}
+
+
+def _key(form: tuple) -> tuple:
+    """A form with the sign of its number aside (``-\\frac{6}{8}`` and ``\\frac{-6}{8}`` are one spelling)."""
+    return (form[0], abs(form[1]), *form[2:]) if len(form) > 1 else form
+
+
+def is_final(form: tuple, gold_forms: frozenset = frozenset()) -> bool:
+    """A value form that states its value in **final form**, decided on the answer alone: a fraction in lowest
+    terms with a denominator of at least 2 (``\\frac{7}{12}``, not ``\\frac{168}{288}``, ``\\frac{250}{40}``,
+    ``\\frac{0}{5}``, ``\\frac{7}{1}``); a proper mixed number whose fraction is in lowest terms; scientific notation
+    only for a magnitude below 10^-2 or of at least 10^3 (``3.2 \\times 10^{-4}``, not ``3.75 \\times 10^{-1}``)
+    or where the gold is in scientific notation. A form the gold itself is written in (``gold_forms``: the
+    gold's own ``\\frac{6}{8}``) is final for that gold. Numerals, percentages, degrees and infinity are final."""
     kind = form[0]
-    if kind in ("integer", "infinity", "degree"):
+    if _key(form) in gold_forms:
+        return True
+    if kind in ("fraction", "mixed") and any(t.denominator != 1 for t in form[1:]):
+        return False  # a question's 2.5/4 (an answer's terms are integers: _fraction)
+    if kind == "fraction":
+        return form[2] >= 2 and gcd(form[1].numerator, form[2].numerator) == 1
+    if kind == "mixed":  # proper (an answer's always is: _mixed_number), its fraction in lowest terms
+        return form[1] >= 1 and 0 < form[2] < form[3] and gcd(form[2].numerator, form[3].numerator) == 1
+    if kind == "scientific":
+        return abs(form[2]) >= MIN_SCIENTIFIC_EXPONENT or any(g[0] == "scientific" for g in gold_forms)
+    return True
+
+
+def form_value(form: tuple) -> Fraction | None:
+    """The exact value a form writes, sign aside (``None``: infinity, or an exponent past the bound)."""
+    kind, terms = form[0], [abs(t) for t in form[1:]]
+    if kind in ("integer", "decimal", "degree"):
+        return terms[0]
+    if kind == "percent":
+        return terms[0] / 100
+    if kind == "fraction":
+        return terms[0] / terms[1] if terms[1] else None
+    if kind == "mixed":
+        return terms[0] + terms[1] / terms[2] if terms[2] else None
+    if kind == "scientific" and abs(form[2]) <= _MAX_VALUE_EXPONENT:
+        return form[1] * Fraction(10) ** int(form[2])
+    return None
+
+
+def question_values(question_forms: frozenset) -> frozenset:
+    """The question's values by family (:data:`_FAMILY`): ``{("fraction", 3/8), ("decimal", 3/8), ...}``. A
+    fraction or mixed number not in final form is an operation of the question, not a value it states (the
+    value of "Simplify 84/144" or "Compute 3 + 7/4" is the answer): it gives none."""
+    out = set()
+    for form in question_forms:
+        if form[0] not in _FAMILY or form[0] in ("fraction", "mixed") and not is_final(form):
+            continue
+        value = form_value(form)
+        if value is not None:
+            out.add((_FAMILY[form[0]], value))
+    return frozenset(out)
+
+
+def _restates(form: tuple, gold_notations: frozenset, values: frozenset) -> bool:
+    """A final value form that restates the question: not in a notation of the gold, it writes a value the
+    question writes in the same family of notations (:data:`_FAMILY`): ``\\frac{3}{8}`` for "Convert 3/8 to a
+    decimal", ``0.375`` or ``37.5\\%`` for "Write 0.375 as a fraction", ``\\frac{7}{2}`` for "Write 7/2 as a
+    mixed number": the question's own number, re-spelled, where the gold is written in another notation."""
+    kind = form[0]
+    if kind not in _FAMILY or kind in gold_notations:
         return False
-    canonical = kind != "fraction" or gcd(form[1].numerator, form[2].numerator) == 1
-    if kind in gold_notations and canonical:
-        return False
-    return (kind, abs(form[1]), *form[2:]) in question_forms  # the sign of the number aside, not of an exponent
+    return (_FAMILY[kind], form_value(form)) in values
 
 
 def _is_name(node) -> bool:
@@ -384,20 +466,24 @@ def is_name(normalized: str) -> bool:
     return tree is not None and _is_name(tree)
 
 
-def notations(normalized: str) -> frozenset:
-    """The kinds of value form the gold is written in (``fraction``, ``decimal``, ``mixed``, ...): an answer in
-    one of them, in canonical form, is the gold's own notation, never a restatement (:func:`states_values`)."""
+def gold_forms(normalized: str) -> frozenset:
+    """The value forms the gold is written in (sign aside): an answer in one of them is in final form for
+    this gold (:func:`is_final`) and never restates the question (its notation is the gold's)."""
     forms = forms_of(normalized, False) or []
-    return frozenset(f[0] for f in forms if f is not None)
+    return frozenset(_key(f) for f in forms if f is not None)
 
 
-def states_values(normalized: str, gold_kind: str, gold_notations: frozenset = frozenset(),
+def states_values(normalized: str, gold_kind: str, gold_written: frozenset = frozenset(),
                   question_forms: frozenset = frozenset()) -> bool:
-    """Every component of the answer (its LaTeX as math-verify normalises it) is written as a value, where the
-    gold's components are all of kind ``gold_kind`` (``"integer"`` or ``"number"``, :func:`gold_values`), and
-    none restates the question: is written, in another notation than the gold's (``gold_notations``,
-    :func:`notations`), as one of the question's own value forms (``question_forms``,
-    :func:`reward_plugins.boxed_math.question.value_forms`). ``False`` when the grammar does not parse it
-    (default-deny)."""
+    """Every component of the answer (its LaTeX as math-verify normalises it) is written as a value in final
+    form (:func:`is_final`), where the gold's components are all of kind ``gold_kind`` (``"integer"``, or
+    ``"number"``/``"rounded"``, :func:`gold_values`), and none restates the question: is written, in another
+    notation than the gold's (``gold_written``, :func:`gold_forms`), as a value of the question's own value forms
+    (``question_forms``, :func:`reward_plugins.boxed_math.question.value_forms`) in the same family of
+    notations. ``False`` when the grammar does not parse it (default-deny)."""
     forms = forms_of(normalized, gold_kind == "integer")
-    return bool(forms) and all(f is not None and not _restates(f, gold_notations, question_forms) for f in forms)
+    if not forms or any(f is None or not is_final(f, gold_written) for f in forms):
+        return False
+    notations = frozenset(g[0] for g in gold_written)
+    values = question_values(question_forms) if question_forms else frozenset()
+    return not any(_restates(f, notations, values) for f in forms)

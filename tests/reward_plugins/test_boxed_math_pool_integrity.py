@@ -224,7 +224,7 @@ def test_a_reply_with_another_token_is_never_taken(pool):
 def test_boxed_math_interrupted_call_does_not_leak_its_verdicts():
     reward = boxed_math(num_workers=2, timeout=5.0)
     assert reward(None, [r"\boxed{1}"], answer=["1"]) == [1.0]
-    right = [r"\boxed{(x^2+2x+1)^{3}}", r"\boxed{\frac{2}{4}}", r"\boxed{(x+1)^{2}(x+1)}"]
+    right = [r"\boxed{(x^2+2x+1)^{3}}", r"\boxed{0.5}", r"\boxed{(x+1)^{2}(x+1)}"]
     golds = [r"(x+1)^{6}", r"\frac12", r"(x+1)^3"]
     _interrupted_in_flight(lambda: reward(None, right, answer=golds))
     wrong = [r"\boxed{(x^2+2x+1)^{4}}", r"\boxed{\frac{3}{4}}", r"\boxed{(x+1)^{2}}"]

@@ -6,6 +6,7 @@ compared exactly (an exact gold takes no approximation unless the problem states
 
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from fractions import Fraction
+from math import gcd
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -59,11 +60,10 @@ def test_a_value_form_that_restates_the_question_scores_0_and_the_answer_1(rewar
 @pytest.mark.parametrize("question, gold, answer", [
     ("Which is larger, 0.3 or 1/3?", r"\frac{1}{3}", "1/3"),  # the gold's own notation, in lowest terms
     ("What is 1/4 + 1/4?", r"\frac{1}{2}", "0.5"),  # another notation, not the question's operands
-    ("What is 1/4 + 1/4?", r"\frac{1}{2}", r"\frac{2}{4}"),
     ("What is 0.5 + 0?", "0.5", "0.50"),
     ("What is half of 75%?", r"37.5\%", r"\frac{3}{8}"),
     ("Solve 2x = 1.", r"\frac{1}{2}", r"50\%"),
-    (None, r"\frac{1}{2}", r"\frac{2}{4}"),  # no question given: only the form rules apply
+    (None, r"\frac{1}{2}", r"\dfrac{1}{2}"),  # no question given: only the form rules apply
     ("What is 5/4 + 5/4?", r"\frac{5}{2}", r"2\frac{1}{2}"),
 ])
 def test_equivalent_values_not_written_as_the_questions_operands_still_score_1(reward, question, gold, answer):
@@ -71,9 +71,10 @@ def test_equivalent_values_not_written_as_the_questions_operands_still_score_1(r
 
 
 @pytest.mark.parametrize("form, gold", [(r"\frac{2.5}{0.4}", "6.25"), (r"\frac{1.5}{3}", "0.5"),
-                                        (r"3\frac{7}{4}", "4.75"), (r"1\frac{2}{2}", "2.5"), (r"1\frac{0}{3}", "1.5")])
+                                        (r"3\frac{7}{4}", "4.75"), (r"1\frac{2}{2}", "2.5"), (r"1\frac{0}{3}", "1.5"),
+                                        (r"\frac{2}{4}", r"\frac{1}{2}"), (r"1\frac{2}{4}", "1.5")])
 def test_form_rules_hold_without_a_question(reward, form, gold):
-    """A fraction's terms are integers and a mixed number is proper, whatever the question."""
+    """A fraction's terms are integers in lowest terms and a mixed number is proper, whatever the question."""
     out, metrics = scores(reward, None, [form], [gold])
     assert out == [0.0] and metrics["boxed_math/unevaluated"] == 1.0
 
@@ -295,6 +296,6 @@ def test_property_a_mixed_number_must_be_proper(reward, cases):
         gold = rf"\frac{{{value.numerator}}}{{{value.denominator}}}"
         answers += [rf"{w}\frac{{{n}}}{{{d}}}", rf"{whole}\frac{{{rest}}}{{{value.denominator}}}"]
         golds += [gold, gold]
-        expected += [1.0 if 0 < n < d else 0.0, 1.0]
+        expected += [1.0 if 0 < n < d and gcd(n, d) == 1 else 0.0, 1.0]  # proper, its fraction in lowest terms
     if answers:
         assert scores(reward, None, answers, golds)[0] == expected
