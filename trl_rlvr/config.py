@@ -118,6 +118,17 @@ class RLVRConfig(GRPOConfig):
         default=1.0,
         metadata={"help": "An answer is counted right when its success_reward is >= this value."},
     )
+    correctness_rewards: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Names of the reward functions that check correctness: a row for which one of them returns None "
+            "(its check failed on the machinery, or does not apply) is unscorable as a whole: every reward of the row "
+            "becomes NaN, so its total is NaN, it leaves its group's mean and std and its advantage is 0, whatever "
+            "the other functions (a format reward) gave it; TRL alone does this only when every function returned "
+            "None. Default (None): the success_reward alone; [] keeps TRL's rule only. Logged: rlvr/unscorable_frac "
+            "(the share of unscorable rows; docs/rewards.md)."
+        },
+    )
     reward_options: dict | str | None = field(
         default=None,
         metadata={
@@ -477,6 +488,9 @@ class RLVRConfig(GRPOConfig):
                 f"revisit_probability must be in (0, 1] (0 would never revisit a skipped prompt), got "
                 f"{self.revisit_probability!r}"
             )
+        names = self.correctness_rewards
+        if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
+            raise ValueError(f"correctness_rewards must be a list of reward function names (or None), got {names!r}")
         if self.void_turn_action not in VOID_TURN_ACTIONS:
             raise _choice_error("void_turn_action", self.void_turn_action, VOID_TURN_ACTIONS)
         cap = self.max_tool_calls_per_answer
@@ -566,7 +580,7 @@ PARAMETER_GROUPS = {
         "selective_sampling", "selective_sampling_window", "revisit_probability",
     ),
     "Parameters that control the rewards and the rlvr/ diagnostics": (
-        "reward_options", "success_reward", "success_threshold",
+        "reward_options", "success_reward", "success_threshold", "correctness_rewards",
     ),
     "Parameters that control multi-turn (tool) rollouts": (
         "void_turn_action", "max_tool_calls_per_answer", "tool_error_reply", "resample_on_correct",

@@ -34,6 +34,7 @@ RLVR_SWITCHES = {
         ('reward_options', 'None', 'Options for reward plugins named in reward_funcs, as a mapping plugin name -> keyword arguments, e.g. {"boxed_math": {"answer_line": true}} (a JSON string on the command line).'),
         ('success_reward', 'None', 'Name of the reward function whose score decides whether an answer is right, for the rlvr/ diagnostics (accuracy, length of right and wrong answers).'),
         ('success_threshold', '1.0', 'An answer is counted right when its success_reward is >= this value.'),
+        ('correctness_rewards', 'None', "Names of the reward functions that check correctness: a row for which one of them returns None (its check failed on the machinery, or does not apply) is unscorable as a whole: every reward of the row becomes NaN, so its total is NaN, it leaves its group's mean and std and its advantage is 0, whatever the other functions (a format reward) gave it; TRL alone does this only when every function returned None."),
     ],
     'Parameters that control multi-turn (tool) rollouts': [
         ('void_turn_action', "'off'", "Multi-turn rollouts with a void turn, one that neither calls a tool nor gives a final answer (SimpleTIR, Xue et al. 2025, arXiv 2509.02479; the success reward's is_final_answer(text) decides what answers): 'off' (default) trains them as they come; 'zero_advantage' keeps them in the loss with advantage 0; 'drop' takes them out of the loss, their tokens out of the token count too (docs/tool_rl.md)."),
