@@ -43,6 +43,7 @@ from collections.abc import Sequence
 
 from transformers import TrainerCallback
 
+from trl_rlvr.algorithms.multi_turn import VOID_TURN_ADVANTAGE_ACTIONS
 from trl_rlvr.checks.verdicts import FAILURE_COUNTERS, INFRA_COUNTERS, UNREADABLE_COUNTERS
 
 logger = logging.getLogger(__name__)
@@ -267,7 +268,7 @@ class RLVRAlarms(TrainerCallback):
             return
         action = getattr(self.trainer.args, "void_turn_action", "off")
         fix = ("void_turn_action='score_as_wrong' scores them as wrong answers"
-               if action in ("zero_advantage", "drop") else "read the void rollouts")
+               if action in VOID_TURN_ADVANTAGE_ACTIONS else "read the void rollouts")
         self._fire("void_turns", (
             f"rollouts that give no answer (void turns) rose {found['void_from']:.0%} -> {found['void_to']:.0%} over "
             f"the last {2 * t['patience']} logging steps while training success moved {found['accuracy_from']:.0%} "
