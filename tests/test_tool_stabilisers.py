@@ -15,7 +15,7 @@ import torch
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 
 from tests.harness.loss_harness import assert_grads_equal, reference_loss  # noqa: E402
-from tests.test_tool_rollouts import _logged, make_trainer, right, run_recorded  # noqa: E402
+from tests.test_tool_rollouts import MAX_COMPLETION, _logged, make_trainer, right, run_recorded  # noqa: E402
 from trl_rlvr.algorithms.multi_turn import tool_call_counts, void_turn_rollouts  # noqa: E402
 from trl_rlvr.testing import load_tool_tokenizer, tool_call_text  # noqa: E402
 
@@ -105,6 +105,43 @@ def test_void_turn_rollouts_leave_the_gradient(tiny_model_dir, action, switches)
         assert seen_void > 0
 
 
+def wrote_something(completions, **kwargs):
+    """A format-like score every rollout that wrote text earns: a void rollout's only reward."""
+    return [0.5 if any(m.get("content") for m in c if m["role"] == "assistant") else 0.0 for c in completions]
+
+
+@pytest.mark.parametrize("switches", [{}, {"dynamic_sampling": True, "scale_rewards": "batch"}],
+                         ids=["one_round", "dynamic_sampling"])  # the driver recomputes the advantages
+def test_void_rollouts_scored_as_wrong_are_pushed_down_as_wrong_guesses(tiny_model_dir, switches):
+    """``score_as_wrong``: a void rollout loses every term that raises its total (here its 0.5 for writing text) and
+    keeps its advantage, computed with the others: below 0 in a group with a right answer, as a wrong guess's."""
+    trainer = scripted(tiny_model_dir, void_or_call, void_turn_action="score_as_wrong",
+                       reward_funcs=(right, wrote_something), max_steps=1, **switches)
+    scored = []
+    score = trainer._stabilisers.score
+
+    def recording(notes, rewards_per_func, completions, environments):
+        out = score(notes, rewards_per_func.clone(), completions, environments)
+        scored.append((void_turn_rollouts(completions, boxed), rewards_per_func.clone(), out.clone()))
+        return out
+
+    trainer._stabilisers.score = recording
+    batches, _, _ = run_recorded(trainer)
+    void, before, after = scored[0]
+    void = torch.tensor(void)
+    assert 0 < void.sum() < len(void) and (before[void, 1] == 0.5).all()
+    assert (after[void] == 0).all() and torch.equal(after[~void], before[~void])
+    (rows,) = batches
+    is_void = torch.tensor([VOID in text for text in decoded_rows(trainer, rows)])
+    prompts = [tuple(p.tolist()) for p in rows["prompt_ids"]]
+    pushed_down = 0
+    for i in is_void.nonzero().flatten().tolist():  # in a group with a right answer: below 0, not zeroed
+        if any(q == prompts[i] and not is_void[j] for j, q in enumerate(prompts)):
+            assert rows["advantages"][i] < 0
+            pushed_down += 1
+    assert pushed_down > 0
+
+
 def test_void_turns_need_a_reward_that_reads_a_final_answer(tiny_model_dir):
     def plain(completions, **kwargs):
         return [0.0] * len(completions)
@@ -120,25 +157,33 @@ def call_again_or_answer(question, results, rng):
     return answer_last(question, results, rng)
 
 
-def test_rollouts_over_the_tool_call_cap_score_as_wrong(tiny_model_dir):
+@pytest.mark.parametrize("overlong", [None, MAX_COMPLETION], ids=["right", "right+overlong"])
+def test_rollouts_over_the_tool_call_cap_score_as_wrong(tiny_model_dir, overlong):
+    """Over the cap a right answer scores as a wrong one, and keeps its penalties: with DAPO's overlong penalty on
+    every token (buffer = the whole budget), an over-cap rollout keeps its negative overlong term (the cap used to
+    set it to 0, lifting a long wrong answer's advantage)."""
     trainer = scripted(tiny_model_dir, lambda q, rng: tool_call_text("python", code=q), call_again_or_answer,
-                       max_tool_calls_per_answer=1, max_steps=1)
+                       max_tool_calls_per_answer=1, max_steps=1, overlong_buffer_length=overlong)
     scored = []
-    calculate = trainer._calculate_rewards
+    score = trainer._stabilisers.score
 
-    def recording(inputs, prompts, completions, ids):
-        rewards = calculate(inputs, prompts, completions, ids)
-        scored.append((completions, rewards.clone()))
-        return rewards
+    def recording(notes, rewards_per_func, completions, environments):
+        out = score(notes, rewards_per_func.clone(), completions, environments)
+        scored.append((completions, rewards_per_func.clone(), out.clone()))
+        return out
 
-    trainer._calculate_rewards = recording
+    trainer._stabilisers.score = recording
     trainer.train()
-    ((completions, rewards),) = scored
+    ((completions, before, rewards),) = scored
     counts = tool_call_counts(completions)
     assert set(counts) == {1, 2}
     for completion, n, reward in zip(completions, counts, rewards[:, 0].tolist(), strict=True):
         assert "\\boxed{" in completion[-1]["content"]  # every rollout answers with the tool's (right) result
         assert reward == (0.0 if n > 1 else 1.0)
+    if overlong:
+        assert (before[:, 1] < 0).all() and torch.equal(rewards[:, 1], before[:, 1])  # every penalty kept
+    weights = trainer.reward_weights
+    assert ((rewards * weights).sum(dim=1) <= (before * weights).sum(dim=1)).all()
     assert _logged(trainer, "rlvr/over_tool_call_cap") == [pytest.approx(sum(n > 1 for n in counts) / len(counts))]
 
 

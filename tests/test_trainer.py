@@ -198,3 +198,58 @@ def test_an_infinite_reward_stops_training_naming_the_function(tiny_model_dir):
                            max_completion_length=8, scale_rewards="none")
     with pytest.raises(ValueError, match="reward function 'spiky' returned inf for row 0"):
         trainer.train()
+
+
+def check_fails_on_the_first_of_each_group(completions, **kwargs):
+    """A correctness check whose machinery failed (None) on every 4th row, else the even-length verdict."""
+    return [None if i % 4 == 0 else float(len(c) % 2 == 0) for i, c in enumerate(completions)]
+
+
+check_fails_on_the_first_of_each_group.verifies_correctness = True  # the success reward (the default check)
+
+
+def always_formatted(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+@pytest.mark.parametrize("advantage_std", ["population", "sample"])  # ours, and TRL's own advantages
+def test_a_row_whose_check_returned_none_is_unscorable_as_a_whole(tiny_model_dir, advantage_std):
+    """With a format reward beside the check, TRL's nansum would train the row as a wrong answer with its format
+    score; the row is unscorable as a whole: all its rewards NaN, advantage 0, out of its group's baseline."""
+    trainer = make_trainer(tiny_model_dir, reward_funcs=[always_formatted, check_fails_on_the_first_of_each_group],
+                           per_device_train_batch_size=8, max_completion_length=8, temperature=1.0,
+                           advantage_std=advantage_std, scale_rewards="none")
+    seen = []
+    generate, calculate = trainer._generate_and_score_completions, trainer._calculate_rewards
+
+    def record_rewards(*args):
+        seen.append({"rewards": calculate(*args).clone()})
+        return seen[-1]["rewards"]
+
+    def record_output(inputs):
+        out = generate(inputs)
+        seen[-1]["advantages"] = out["advantages"].clone()
+        return out
+
+    trainer._calculate_rewards, trainer._generate_and_score_completions = record_rewards, record_output
+    trainer.train()
+    (batch,) = seen
+    rewards, advantages = batch["rewards"], batch["advantages"]
+    failed = torch.arange(len(rewards)) % 4 == 0
+    assert rewards[failed].isnan().all() and not rewards[~failed].isnan().any()
+    assert (advantages[failed] == 0).all()
+    for group in range(len(rewards) // 4):  # the baseline is the mean of the 3 scored rows of the group
+        rows = torch.arange(4 * group + 1, 4 * group + 4)
+        totals = rewards[rows].sum(dim=1)
+        torch.testing.assert_close(advantages[rows], totals - totals.mean(), atol=1e-5, rtol=0)
+    assert [e["rlvr/unscorable_frac"] for e in trainer.state.log_history if "rlvr/unscorable_frac" in e] == [0.25]
+
+
+def test_correctness_rewards_name_the_checks(tiny_model_dir):
+    trainer = make_trainer(tiny_model_dir, reward_funcs=[always_formatted, check_fails_on_the_first_of_each_group],
+                           correctness_rewards=[])  # TRL's rule only: a row leaves only when every function is None
+    assert trainer._correctness_checks == []
+    assert make_trainer(tiny_model_dir, reward_funcs=[always_formatted, check_fails_on_the_first_of_each_group]
+                        )._correctness_checks == [1]  # default: the success reward
+    with pytest.raises(ValueError, match=r"correctness_rewards names \['boxed'\]"):
+        make_trainer(tiny_model_dir, reward_funcs=[always_formatted], correctness_rewards=["boxed"])

@@ -118,6 +118,17 @@ class RLVRConfig(GRPOConfig):
         default=1.0,
         metadata={"help": "An answer is counted right when its success_reward is >= this value."},
     )
+    correctness_rewards: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Names of the reward functions that check correctness: a row for which one of them returns None "
+            "(its check failed on the machinery, or does not apply) is unscorable as a whole: every reward of the row "
+            "becomes NaN, so its total is NaN, it leaves its group's mean and std and its advantage is 0, whatever "
+            "the other functions (a format reward) gave it; TRL alone does this only when every function returned "
+            "None. Default (None): the success_reward alone; [] keeps TRL's rule only. Logged: rlvr/unscorable_frac "
+            "(the share of unscorable rows; docs/rewards.md)."
+        },
+    )
     reward_options: dict | str | None = field(
         default=None,
         metadata={
@@ -257,16 +268,21 @@ class RLVRConfig(GRPOConfig):
             "help": "Multi-turn rollouts with a void turn, one that neither calls a tool nor gives a final answer "
             "(SimpleTIR, Xue et al. 2025, arXiv 2509.02479; the success reward's is_final_answer(text) decides what "
             "answers): 'off' (default) trains them as they come; 'zero_advantage' keeps them in the loss with "
-            "advantage 0; 'drop' takes them out of the loss, their tokens out of the token count too "
-            "(docs/tool_rl.md). Logged: rlvr/void_turn_rollouts (their fraction of the round).",
-            "choices": ["off", "zero_advantage", "drop"],
+            "advantage 0; 'drop' takes them out of the loss, their tokens out of the token count too; "
+            "'score_as_wrong' scores them as a wrong answer (every reward term that raises the total removed, "
+            "penalties kept). Trade-off: under 'zero_advantage' and 'drop' a void rollout is never pushed down while "
+            "a wrong guess in its group is, so giving no answer beats a wrong one; 'score_as_wrong' does not make "
+            "that trade (docs/tool_rl.md). Logged: rlvr/void_turn_rollouts (their fraction of the round); an alarm "
+            "when it rises while rlvr/accuracy does not.",
+            "choices": list(VOID_TURN_ACTIONS),
         },
     )
     max_tool_calls_per_answer: int | None = field(
         default=None,
         metadata={
-            "help": "A rollout with more tool calls than this (every call of every turn) scores 0 for every reward "
-            "function, as a wrong answer, so looping on the tool is never paid. TRL's max_tool_calling_iterations "
+            "help": "A rollout with more tool calls than this (every call of every turn) scores as a wrong answer, "
+            "so looping on the tool is never paid: every reward term that raises its total is set to 0, every "
+            "penalty (a term that lowers it, DAPO's overlong penalty included) is kept. TRL's max_tool_calling_iterations "
             "bounds tool turns and stops the loop, not calls, and does not change the reward. None (default): no "
             "cap. Logged: rlvr/over_tool_call_cap (the fraction of the round over it)."
         },
@@ -286,7 +302,8 @@ class RLVRConfig(GRPOConfig):
         metadata={
             "help": "rStar2-Agent's GRPO-RoC (Shang et al. 2025, arXiv 2508.20722): sample "
             "resample_on_correct_oversample x num_generations rollouts per prompt, keep num_generations: the right "
-            "answers with the fewest tool errors (errors + timeouts of the environment's stats) and a uniform draw "
+            "answers with the fewest tool errors they show (cells that raised, exited, timed out, or printed an "
+            "error they caught: errors + timeouts + printed_errors of the environment's stats) and a uniform draw "
             "of the wrong ones, each group keeping its share of right answers. Needs a map-style train_dataset "
             "(the trainer's prompt stream). Logged: rlvr/resampled_right_tool_errors and "
             "rlvr/sampled_right_tool_errors (mean tool errors of the right answers kept and sampled)."
@@ -477,6 +494,9 @@ class RLVRConfig(GRPOConfig):
                 f"revisit_probability must be in (0, 1] (0 would never revisit a skipped prompt), got "
                 f"{self.revisit_probability!r}"
             )
+        names = self.correctness_rewards
+        if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
+            raise ValueError(f"correctness_rewards must be a list of reward function names (or None), got {names!r}")
         if self.void_turn_action not in VOID_TURN_ACTIONS:
             raise _choice_error("void_turn_action", self.void_turn_action, VOID_TURN_ACTIONS)
         cap = self.max_tool_calls_per_answer
@@ -566,7 +586,7 @@ PARAMETER_GROUPS = {
         "selective_sampling", "selective_sampling_window", "revisit_probability",
     ),
     "Parameters that control the rewards and the rlvr/ diagnostics": (
-        "reward_options", "success_reward", "success_threshold",
+        "reward_options", "success_reward", "success_threshold", "correctness_rewards",
     ),
     "Parameters that control multi-turn (tool) rollouts": (
         "void_turn_action", "max_tool_calls_per_answer", "tool_error_reply", "resample_on_correct",

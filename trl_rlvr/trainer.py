@@ -48,6 +48,7 @@ from trl_rlvr.algorithms.advantages import group_advantages, require_finite_rewa
 from trl_rlvr.algorithms.losses import per_step_num_items
 from trl_rlvr.algorithms.metrics import rollout_metrics, tool_metrics, tool_rollout_rows
 from trl_rlvr.algorithms.shaping import overlong_penalty
+from trl_rlvr.algorithms.unscorable import mark_unscorable, total_rewards
 from trl_rlvr.checks.alarms import RLVRAlarms
 from trl_rlvr.checks.columns import check_dataset_columns
 from trl_rlvr.checks.settings import check_tool_settings
@@ -130,6 +131,7 @@ class RLVRTrainer(GRPOTrainer):
 
             adapt_weight_sync(self.vllm_generation)
         self._success_index = self._find_success_reward(args.success_reward)
+        self._correctness_checks = self._find_correctness_checks(args.correctness_rewards)
         self._driver = self._make_driver() if RoundDriver.needed(args) else None
         self._round: RoundNotes | None = None  # the round TRL is generating: noted by _generate, _calculate_rewards
         self._generation_has_signal: bool | None = None  # of the generation batch TRL's _buffered_inputs holds
@@ -182,6 +184,17 @@ class RLVRTrainer(GRPOTrainer):
         if name not in self.reward_func_names:
             raise ValueError(f"success_reward={name!r} is not a reward function here; known: {self.reward_func_names}")
         return self.reward_func_names.index(name)
+
+    def _find_correctness_checks(self, names: list[str] | None) -> list[int]:
+        """Indices of the rewards whose ``None`` makes a row unscorable (``correctness_rewards``; default: the
+        success reward); :mod:`trl_rlvr.algorithms.unscorable`."""
+        if names is None:
+            return [] if self._success_index is None else [self._success_index]
+        unknown = [n for n in names if n not in (self.reward_func_names or [])]
+        if unknown:
+            raise ValueError(f"correctness_rewards names {unknown}, not reward functions here; known: "
+                             f"{self.reward_func_names}")
+        return [self.reward_func_names.index(n) for n in names]
 
     # -- a generation batch: one round, or the driver's rounds --------------------------------------------------
 
@@ -252,6 +265,10 @@ class RLVRTrainer(GRPOTrainer):
         require_finite_rewards(rewards_per_func, self.reward_func_names)  # gathered: every rank raises alike
         if self.model.training:  # the tool-call cap, void turns, tool errors (trl_rlvr.rollouts.stabilisers)
             rewards_per_func = self._stabilisers.score(notes, rewards_per_func, completions, self.environments)
+        # a row a correctness check did not score is all NaN: out of every sum, TRL's included (algorithms.unscorable)
+        rewards_per_func, unscorable = mark_unscorable(rewards_per_func, self._correctness_checks)
+        self._metrics["train" if self.model.training else "eval"]["rlvr/unscorable_frac"].append(
+            unscorable.float().mean().item())
         notes.rewards_per_func = rewards_per_func
         notes.rewards = self._total_rewards(rewards_per_func)
         notes.reward_metrics = tuple(self._pending_metrics)  # log_metric counters, flushed by TRL after this
@@ -264,10 +281,9 @@ class RLVRTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _total_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """Weighted sum over reward functions, NaN where no function scored the answer (as TRL does)."""
-        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-        return rewards
+        """Weighted sum over reward functions, NaN for an unscorable row (:func:`~trl_rlvr.algorithms.unscorable.
+        total_rewards`, after ``mark_unscorable``)."""
+        return total_rewards(rewards_per_func, self.reward_weights)
 
     def _filter_rewards(self, record: RoundRecord) -> torch.Tensor:
         """What a group must vary in to have signal (``dynamic_sampling_metric``)."""

@@ -17,6 +17,7 @@ CPU time (RLIMIT_CPU), the interpreter's address space, the characters of a cell
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 
 from .host import launcher
@@ -26,6 +27,18 @@ from .sandbox import interpreter
 GRACE_S = 1.0  # after a cell's alarm, how long the interpreter may take to answer before it is killed
 
 RESTARTED = "names, imports and files of earlier calls are gone"
+
+#: A line of a cell's output that shows an error: a traceback's header, or an exception line as Python prints it
+#: (``IndexError: list index out of range``, ``mypkg.ParseError``, ``Error: ...``, ``KeyboardInterrupt``).
+_ERROR_LINE = re.compile(r"Traceback \(most recent call last\):"
+                         r"|(?:(?:[A-Za-z_][\w.]*)?(?:Error|Exception)|SystemExit|KeyboardInterrupt)(?::.*|\(.*\))?")
+
+
+def shows_error(output: str) -> bool:
+    """Whether a cell's output (stdout and stderr together) has a line that shows an error (:data:`_ERROR_LINE`,
+    the whole line, stripped): what ``traceback.print_exc()``, ``print(repr(e))``-style or ``logging.exception``
+    print when a cell catches an error. A cell that prints a fake traceback counts an error against itself."""
+    return any(_ERROR_LINE.fullmatch(line.strip()) for line in output.splitlines())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +69,11 @@ class PythonEnvironment:
     ``timeout`` (s per cell), ``rollout_timeout`` (s of all cells of a rollout), ``memory_mb``,
     ``max_output_chars``, ``max_code_chars``, ``isolation`` ("bwrap", or the much weaker "rlimits").
 
-    After each rollout ``stats`` holds its tool figures: ``calls``, ``errors`` (cells that raised),
-    ``timeouts``, ``restarts`` (interpreters that died or hung and were replaced). ``cells`` holds the source of
+    After each rollout ``stats`` holds its tool figures: ``calls``, ``errors`` (cells that raised, an exit of any
+    status included, and calls refused), ``timeouts``, ``restarts`` (interpreters that died or hung and were
+    replaced), ``printed_errors`` (cells that ran to the end but whose output shows an error, :func:`shows_error`:
+    a caught error printed, to stdout or stderr). A cell counts in one of ``errors``, ``timeouts`` and
+    ``printed_errors`` at most, so their sum is the errors the rollout shows. ``cells`` holds the source of
     the rollout's cells that ran without an error, in order (for a ``get_reward`` that re-runs them through
     ``code_sandbox``'s verdict path; docs/python_tool.md).
     """
@@ -76,7 +92,7 @@ class PythonEnvironment:
         self._new_rollout()
 
     def _new_rollout(self) -> None:
-        self.stats = {"calls": 0, "errors": 0, "timeouts": 0, "restarts": 0}
+        self.stats = {"calls": 0, "errors": 0, "timeouts": 0, "restarts": 0, "printed_errors": 0}
         self.cells: list[str] = []
         self._spent = 0.0
 
@@ -168,6 +184,8 @@ class PythonEnvironment:
             self.stats["timeouts"] += 1
         elif status == interpreter.STATUS_OK:
             self.cells.append(code)
+            if shows_error(reply):  # caught and printed: still an error the rollout shows
+                self.stats["printed_errors"] += 1
         else:  # an error, or a status the interpreter made up (it is the rollout's own process: its loss)
             self.stats["errors"] += 1
         return reply

@@ -1,20 +1,26 @@
 """The multi-turn stabilisers on plain data: void turns (SimpleTIR), the tool-call cap, ToRL's error line,
-rStar2's resample-on-correct."""
+rStar2's resample-on-correct; and the property that no switch raises a rollout's total reward."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trl_rlvr.algorithms.advantages import group_advantages
 from trl_rlvr.algorithms.multi_turn import (
-    cap_rewards,
+    VOID_TURN_ACTIONS,
     last_error_line,
     over_tool_call_cap,
     resample_on_correct,
+    score_as_wrong,
     tool_call_counts,
     void_turn_filter,
     void_turn_rollouts,
 )
+from trl_rlvr.algorithms.unscorable import mark_unscorable, total_rewards
+from trl_rlvr.rollouts.stabilisers import RoundStabilisers
 
 
 def boxed_once(text: str) -> bool:
@@ -64,8 +70,9 @@ def test_void_turn_filter_zeroes_or_drops():
     assert zeroed.tolist() == [1.0, 0.0, 0.5, 0.0] and keep.tolist() == [True, False, True, False]
     dropped, keep = void_turn_filter(adv, void, "drop")
     assert keep.tolist() == [True, False, True, False]
-    same, keep = void_turn_filter(adv, void, "off")
-    assert same is adv and keep.all()
+    for acting_on_rewards in ("off", "score_as_wrong"):
+        same, keep = void_turn_filter(adv, void, acting_on_rewards)
+        assert same is adv and keep.all()
     per_token = adv[:, None].expand(4, 3)
     zeroed, _ = void_turn_filter(per_token, void)
     assert zeroed[1].tolist() == [0.0] * 3 and zeroed[0].tolist() == [1.0] * 3
@@ -84,9 +91,8 @@ def test_tool_call_cap_counts_every_call_of_every_turn():
     assert counts == [3, 0, 1]
     over = over_tool_call_cap(counts, cap=2)
     assert over.tolist() == [True, False, False]
-    assert cap_rewards(torch.tensor([1.0, 1.0, 0.5]), over).tolist() == [0.0, 1.0, 0.5]
-    per_func = cap_rewards(torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]), over, value=-1.0)
-    assert per_func.tolist() == [[-1.0, -1.0], [1.0, 0.0], [0.0, 0.0]]
+    per_func = score_as_wrong(torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]), over, torch.tensor([1.0, 1.0]))
+    assert per_func.tolist() == [[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="max_tool_calls_per_answer"):
             over_tool_call_cap(counts, bad)
@@ -166,3 +172,111 @@ def test_resample_on_correct_is_seeded():
     assert a.tolist() == b.tolist()
     with pytest.raises(ValueError, match="sampled_per_group"):
         resample_on_correct(rewards, torch.zeros(16), 4, 8)
+
+
+# ------------------------------------------------------------------------------------- scored as a wrong answer
+NAN = float("nan")
+
+
+def test_score_as_wrong_keeps_every_penalty_whatever_the_weights():
+    # functions: correctness (w 1), format (w 0.5), overlong (w 1, in [-1, 0]), a "length" score on a negative weight
+    rewards = torch.tensor([[1.0, 1.0, -0.5, 2.0], [1.0, NAN, 0.0, -1.0], [0.0, 1.0, -1.0, 0.0]])
+    weights = torch.tensor([1.0, 0.5, 1.0, -0.25])
+    out = score_as_wrong(rewards, torch.tensor([True, True, False]), weights)
+    assert out[0].tolist() == [0.0, 0.0, -0.5, 2.0]  # the penalties: overlong, and +2 under a negative weight
+    assert out[1, 0].item() == 0.0 and out[1, 1].isnan() and out[1, 2:].tolist() == [0.0, 0.0]  # -1 x -0.25 pays
+    assert out[2].tolist() == rewards[2].tolist()
+    with pytest.raises(ValueError, match=r"\(N, F\)"):
+        score_as_wrong(rewards[:, 0], torch.tensor([True, True, False]), weights)
+
+
+def test_over_the_cap_a_long_wrong_answer_keeps_its_overlong_penalty():
+    """Three wrong answers; the one that ran long (overlong -0.5) made one tool call too many: the cap used to set
+    every function to 0, lifting its advantage from -1.414 to 0.000 (and its group's to 0)."""
+    weights = torch.tensor([1.0, 1.0])  # boxed_math, overlong (overlong_penalty_factor 1)
+    group = torch.tensor([[0.0, -0.5], [0.0, 0.0], [0.0, 0.0]])
+    over = torch.tensor([True, False, False])
+    uncapped = group_advantages(total_rewards(group, weights), 3)
+    capped = group_advantages(total_rewards(score_as_wrong(group, over, weights), weights), 3)
+    assert uncapped[0].item() == pytest.approx(-1.414, abs=1e-3) and torch.equal(capped, uncapped)
+    right_over = score_as_wrong(torch.tensor([[1.0, -0.25]]), torch.tensor([True]), weights)
+    assert total_rewards(right_over, weights).item() == -0.25  # a right answer over the cap: a wrong one's score
+
+
+def test_a_void_rollout_scored_as_wrong_is_pushed_down_as_a_wrong_guess():
+    """[right, wrong, none, wrong]: with zero_advantage the rollout that gave no answer gets 0 while the wrong guesses
+    are pushed down; scored as wrong, it is pushed down as they are."""
+    weights = torch.tensor([1.0])
+    rewards = torch.tensor([[1.0], [0.0], [0.0], [0.0]])
+    void = torch.tensor([False, False, True, False])
+    zeroed, _ = void_turn_filter(group_advantages(total_rewards(rewards, weights), 4), void, "zero_advantage")
+    assert zeroed[2].item() == 0.0 and zeroed[1].item() < 0
+    scored = group_advantages(total_rewards(score_as_wrong(rewards, void, weights), weights), 4)
+    same, _ = void_turn_filter(scored, void, "score_as_wrong")
+    assert same[2].item() == pytest.approx(same[1].item()) and same[2].item() < 0
+
+
+def _rollout(calls: int, void: bool) -> list[dict]:
+    turns = [call_turn(), reply()] * calls
+    return turns + [answer("let me think" if void else "\\boxed{6}")]
+
+
+class _OneProcess:
+    """The accelerator of one process: gathering a tensor returns it."""
+    device, process_index = torch.device("cpu"), 0
+
+    @staticmethod
+    def gather(t):
+        return t
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.data())
+def test_no_switch_raises_a_rollouts_total(groups, funcs, data):
+    """For random reward matrices (NaN: not scored), weights of any sign, correctness checks and switch settings
+    (cap, void turns, resample-on-correct), through RoundStabilisers.score and the unscorable rule as the trainer
+    applies them: each row's total with the switches is at most its total without, every penalty survives, a row
+    that no switch touched keeps its total, and a NaN (unscorable) total stays NaN."""
+    group_size, k = 2, 2
+    n = groups * group_size * k
+    value = st.one_of(st.just(NAN), st.floats(-2, 2, allow_nan=False, width=32))
+    raw = torch.tensor(data.draw(st.lists(st.lists(value, min_size=funcs, max_size=funcs), min_size=n, max_size=n)))
+    weights = torch.tensor(data.draw(st.lists(st.floats(-2, 2, width=32), min_size=funcs, max_size=funcs)))
+    checks = data.draw(st.lists(st.integers(0, funcs - 1), max_size=2, unique=True))
+    calls = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    void = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    args = SimpleNamespace(void_turn_action=data.draw(st.sampled_from(VOID_TURN_ACTIONS)),
+                           max_tool_calls_per_answer=data.draw(st.sampled_from([None, 1, 2])),
+                           resample_on_correct=data.draw(st.booleans()))
+    stabilisers = RoundStabilisers(args, _OneProcess(), {"train": _Sink()}, boxed_once, weights)
+    notes = SimpleNamespace(void=None, tool_errors=None)
+    rollouts = [_rollout(c, v) for c, v in zip(calls, void, strict=True)]
+    switched = stabilisers.score(notes, raw.clone(), rollouts, [None] * n)
+
+    base = total_rewards(mark_unscorable(raw, checks)[0], weights)
+    after = total_rewards(mark_unscorable(switched, checks)[0], weights)
+    assert torch.equal(base.isnan(), after.isnan())  # unscorable stays unscorable, and nothing else becomes it
+    scored = ~base.isnan()
+    assert (after[scored] <= base[scored] + 1e-5).all()
+    touched = torch.zeros(n, dtype=torch.bool)
+    if args.max_tool_calls_per_answer is not None:
+        touched |= torch.tensor(calls) > args.max_tool_calls_per_answer
+    if args.void_turn_action == "score_as_wrong":
+        touched |= torch.tensor(void)
+    assert torch.equal(switched[~touched].isnan(), raw[~touched].isnan())
+    assert torch.equal(switched[~touched].nan_to_num(), raw[~touched].nan_to_num())
+    penalties = touched[:, None] & (raw * weights < 0)
+    assert torch.equal(switched[penalties], raw[penalties])
+    assert (after[scored & touched] <= 1e-5).all()
+    if args.void_turn_action != "off":
+        assert notes.void.tolist() == void
+    if args.resample_on_correct:  # it only picks rows: each kept row keeps its total
+        kept = resample_on_correct(after.nan_to_num(-1.0), notes.tool_errors, group_size * k, group_size,
+                                   generator=torch.Generator().manual_seed(0))
+        assert len(set(kept.tolist())) == len(kept) == n // k
+
+
+class _Sink(dict):
+    def __missing__(self, key):
+        self[key] = []
+        return self[key]

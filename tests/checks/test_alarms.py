@@ -9,6 +9,7 @@ import pytest
 
 from trl_rlvr.checks.alarms import (
     DEFAULT_THRESHOLDS,
+    abstaining,
     counter_share,
     format_without_accuracy,
     hacking_signature,
@@ -257,3 +258,48 @@ def test_no_alarm_on_the_recorded_runs_of_the_examples(path):
         alarms.on_log(args, state, TrainerControl(), logs=logs)
     assert len(alarms.series) >= 4 and all(len(s) == len(record["history"]) for s in alarms.series.values())
     assert alarms.fired == {}
+
+
+def test_abstaining_fires_when_void_turns_rise_and_accuracy_does_not():
+    flat = [0.3] * 6
+    assert abstaining([0.05, 0.05, 0.05, 0.2, 0.25, 0.3], flat, patience=3, rise=0.05, flat=0.02)
+    assert not abstaining([0.05, 0.05, 0.05, 0.2, 0.25, 0.3], [0.3, 0.3, 0.3, 0.4, 0.45, 0.5], 3, 0.05, 0.02)
+    assert not abstaining([0.1] * 6, flat, 3, 0.05, 0.02)  # a steady share: the user chose it
+    assert not abstaining([0.05, 0.05, 0.2, 0.3], flat, 3, 0.05, 0.02)  # too few steps for a trend
+    assert not abstaining([None, 0.05, 0.05, 0.2, 0.25, 0.3][:6], [None] * 6, 3, 0.05, 0.02)
+
+
+@pytest.mark.parametrize("action", ["zero_advantage", "drop", "score_as_wrong"])
+def test_the_void_turn_alarm_names_the_scoring_mode(action):
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from trl_rlvr.checks.alarms import RLVRAlarms
+
+    args = SimpleNamespace(generation_batch_size=16, max_completion_length=64, void_turn_action=action)
+    trainer = SimpleNamespace(args=args, reward_func_names=["boxed_math"], accelerator=SimpleNamespace(num_processes=1))
+    alarms, state = RLVRAlarms(trainer), TrainerState()
+    for step, void in enumerate([0.02, 0.03, 0.02, 0.1, 0.2, 0.3], start=1):
+        state.global_step = step
+        alarms.on_log(args, state, TrainerControl(), logs={"reward": 0.4, "rlvr/accuracy": 0.4,
+                                                          "rlvr/void_turn_rollouts": void})
+    message = alarms.fired["void_turns"]
+    assert "2% -> 20%" in message and f"void_turn_action={action!r}" in message
+    assert ("score_as_wrong' scores them" in message) == (action != "score_as_wrong")
+
+
+def test_no_void_turn_alarm_without_the_metric():
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from trl_rlvr.checks.alarms import RLVRAlarms
+
+    args = SimpleNamespace(generation_batch_size=16, max_completion_length=64)
+    trainer = SimpleNamespace(args=args, reward_func_names=["boxed_math"], accelerator=SimpleNamespace(num_processes=1))
+    alarms, state = RLVRAlarms(trainer), TrainerState()
+    for step in range(1, 9):
+        state.global_step = step
+        alarms.on_log(args, state, TrainerControl(), logs={"reward": 0.4, "rlvr/accuracy": 0.4})
+    assert "void_turns" not in alarms.fired and "void_share" not in alarms.series

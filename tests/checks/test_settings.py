@@ -128,7 +128,7 @@ def test_no_warning_where_options_act():
 
 
 @pytest.mark.parametrize("fields,message", [
-    ({"void_turn_action": "zero"}, "void_turn_action='zero' is not valid; allowed values: 'off', 'zero_advantage', 'drop'"),
+    ({"void_turn_action": "zero"}, "void_turn_action='zero' is not valid; allowed values: 'off', 'zero_advantage', 'drop', 'score_as_wrong'"),
     ({"max_tool_calls_per_answer": 0}, "max_tool_calls_per_answer must be an integer >= 1"),
     ({"max_tool_calls_per_answer": True}, "max_tool_calls_per_answer must be an integer >= 1"),
     ({"tool_error_reply": "short"}, "tool_error_reply='short' is not valid; allowed values: 'full', 'last_line'"),

@@ -14,7 +14,11 @@ With tools (``tools=`` or ``environment_factory=``), ``tool_metrics``:
   batch and counts calls whose results were then dropped for length);
 - ``rlvr/tool_errors_per_rollout``, ``rlvr/tool_timeouts_per_rollout``, ``rlvr/tool_restarts_per_rollout``: over
   the rollouts whose environment keeps ``stats`` (``PythonEnvironment``): cells that raised, that ran out of time,
-  and interpreters that died or hung and were replaced.
+  and interpreters that died or hung and were replaced. (Cells that printed an error they caught,
+  ``stats["printed_errors"]``, count in resample-on-correct's selection, :func:`shown_tool_errors`.)
+
+``rlvr/unscorable_frac`` (logged by the trainer, :mod:`trl_rlvr.algorithms.unscorable`): the share of rows whose
+correctness check returned None, left out of every baseline.
 
 ``rlvr/clip_low_frac`` / ``rlvr/clip_high_frac`` are TRL's own ``clip_ratio/low_mean`` / ``high_mean``
 (tokens whose gradient the asymmetric clip zeroes), re-published under the same prefix by the trainer.
@@ -60,28 +64,45 @@ def rollout_metrics(
     }
 
 
+#: The ``stats`` counters of an environment that :func:`tool_rollout_rows` reads, in its columns' order.
+STATS_COUNTERS = ("errors", "timeouts", "restarts")
+#: The counters of the errors a rollout shows (a cell that raised, timed out or exited; a printed error): what
+#: resample-on-correct selects on. Each cell counts in one of them at most (``PythonEnvironment``).
+SHOWN_ERROR_COUNTERS = ("errors", "timeouts", "printed_errors")
+
+
+def _stats(env) -> dict | None:
+    stats = getattr(env, "stats", None)
+    return stats if isinstance(stats, dict) else None
+
+
 def tool_rollout_rows(completions: list, environments: list) -> list[list[float]]:
-    """Per rollout ``[has_stats, tool results, errors, timeouts, restarts]`` (the input of :func:`tool_metrics`):
-    the tool messages of its completion, and the ``stats`` of its environment where it keeps them
-    (``PythonEnvironment``); an environment without ``stats`` (or none) gives zeros and ``has_stats`` 0."""
+    """Per rollout ``[has_stats, tool results, *STATS_COUNTERS]`` (the input of :func:`tool_metrics`): the tool
+    messages of its completion, and the ``stats`` of its environment where it keeps them (``PythonEnvironment``);
+    an environment without ``stats`` (or none) gives zeros and ``has_stats`` 0."""
     rows = []
     for completion, env in zip(completions, environments, strict=True):
         calls = sum(1 for m in completion if isinstance(m, dict) and m.get("role") == "tool")
-        stats = getattr(env, "stats", None)
-        if isinstance(stats, dict):
-            rows.append([1.0, calls, stats.get("errors", 0), stats.get("timeouts", 0), stats.get("restarts", 0)])
-        else:
-            rows.append([0.0, calls, 0.0, 0.0, 0.0])
+        stats = _stats(env)
+        counters = [float(stats.get(k, 0)) if stats else 0.0 for k in STATS_COUNTERS]
+        rows.append([1.0 if stats else 0.0, calls, *counters])
     return rows
 
 
+def shown_tool_errors(environments: list) -> list[float]:
+    """Per rollout, the tool errors it shows: the sum of its environment's :data:`SHOWN_ERROR_COUNTERS` (0 for an
+    environment without ``stats``). A caught error still counts when its traceback or error line is printed."""
+    return [float(sum(stats.get(k, 0) for k in SHOWN_ERROR_COUNTERS)) if (stats := _stats(env)) else 0.0
+            for env in environments]
+
+
 def tool_metrics(rows: torch.Tensor) -> dict[str, float]:
-    """Tool figures of one generation batch from ``rows`` (N, 5): per rollout ``[has_stats, tool results,
-    errors, timeouts, restarts]`` (the last three 0 where ``has_stats`` is 0; their means are over the rollouts
+    """Tool figures of one generation batch from ``rows`` (N, 2 + len(STATS_COUNTERS)): per rollout ``[has_stats,
+    tool results, *STATS_COUNTERS]`` (the counters 0 where ``has_stats`` is 0; their means are over the rollouts
     that have stats, absent when none has)."""
     has_stats, calls = rows[:, 0] > 0, rows[:, 1]
     out = {"rlvr/tool_calls_per_rollout": calls.mean().item()}
     if has_stats.any():
-        for i, name in enumerate(("errors", "timeouts", "restarts"), start=2):
+        for i, name in enumerate(STATS_COUNTERS, start=2):
             out[f"rlvr/tool_{name}_per_rollout"] = rows[has_stats, i].mean().item()
     return out

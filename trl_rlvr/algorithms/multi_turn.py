@@ -10,15 +10,21 @@ assistant's turns (``{"role": "assistant", "content": ..., "tool_calls": [...]}`
   Tool-Integrated Reasoning", arXiv 2509.02479): a turn that holds neither a tool call nor a final answer. Their
   trajectories carry the low-probability tokens whose gradients blow up multi-turn training; SimpleTIR filters
   them out of the loss. :func:`void_turn_rollouts` finds them, :func:`void_turn_filter` zeroes their advantage
-  or drops them from the loss (their tokens then leave the token count too).
+  or drops them from the loss (their tokens then leave the token count too); or they score as a wrong answer
+  (:func:`score_as_wrong`), so that giving no answer never beats a wrong guess.
 - **A cap on tool calls per answer**: :func:`tool_call_counts` and :func:`over_tool_call_cap`; a rollout over the
-  cap scores as a failure (:func:`cap_rewards`), so the policy is never paid for looping on the tool.
+  cap scores as a wrong answer (:func:`score_as_wrong`), so the policy is never paid for looping on the tool.
 - **Tool error replies cut to their last traceback line** (ToRL: Li et al., 2025, "ToRL: Scaling Tool-Integrated
   RL", arXiv 2503.23383: when a cell fails, the model is shown only the last line of its error message):
   :func:`last_error_line`. Short replies keep the budget for the model's own tokens.
 - **Resample-on-correct** (rStar2-Agent: Shang et al., 2025, "rStar2-Agent: Agentic Reasoning Technical Report",
   arXiv 2508.20722, GRPO-RoC): sample ``k * G`` rollouts per question, keep the right ones with the fewest tool
-  errors and a uniform draw of the wrong ones, ``G`` in all (:func:`resample_on_correct`).
+  errors and a uniform draw of the wrong ones, ``G`` in all (:func:`resample_on_correct`). The errors are those a
+  rollout shows (cells that raised, timed out or exited, and cells whose output shows a traceback or an error
+  line: ``PythonEnvironment.stats``), so a policy cannot hide one by catching it and printing it.
+
+None of them raises a rollout's total reward: the cap and ``"score_as_wrong"`` lower it (:func:`score_as_wrong`),
+void turns leave the loss or its gradient, resample-on-correct drops rollouts, the error cut shortens replies.
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-#: ``void_turn_action`` values: leave the rollout alone, zero its advantage, or drop it from the loss.
-VOID_TURN_ACTIONS = ("off", "zero_advantage", "drop")
+#: ``void_turn_action`` values: leave the rollout alone, zero its advantage, drop it from the loss, or score it as
+#: a wrong answer (:func:`score_as_wrong`).
+VOID_TURN_ACTIONS = ("off", "zero_advantage", "drop", "score_as_wrong")
+#: The ``void_turn_action`` values that act on the advantages (the others act on the rewards, or not at all).
+VOID_TURN_ADVANTAGE_ACTIONS = ("zero_advantage", "drop")
 #: ``tool_error_reply`` values: the environment's reply as it is, or the last line of a failed call's error.
 TOOL_ERROR_REPLIES = ("full", "last_line")
 
@@ -73,8 +82,13 @@ def void_turn_filter(advantages: torch.Tensor, void: torch.Tensor, action: str =
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, keep): the advantages with those of void rollouts set to 0 (``"zero_advantage"``) and the mask
     of rollouts that stay in the loss (``"drop"``: void ones leave it, and their tokens leave the loss's token
-    count, SimpleTIR's filtering); ``"off"`` returns both unchanged. ``advantages``: (N,) or (N, T) per token;
-    ``void``: (N,) bool."""
+    count, SimpleTIR's filtering); ``"off"`` and ``"score_as_wrong"`` (which acts on the rewards, before the
+    advantages: :func:`score_as_wrong`) return both unchanged. ``advantages``: (N,) or (N, T) per token;
+    ``void``: (N,) bool.
+
+    Either way a void rollout stops counting in the gradient, right or wrong: a wrong guess in its group is still
+    pushed down, so under ``"zero_advantage"`` and ``"drop"`` giving no answer beats a wrong one (the trade-off
+    of SimpleTIR's filter; ``"score_as_wrong"`` does not make it)."""
     if action not in VOID_TURN_ACTIONS:
         raise ValueError(f"void_turn_action={action!r} is not valid; allowed values: "
                          f"{', '.join(map(repr, VOID_TURN_ACTIONS))}")
@@ -82,8 +96,8 @@ def void_turn_filter(advantages: torch.Tensor, void: torch.Tensor, action: str =
     if void.shape != advantages.shape[:1]:
         raise ValueError(f"void has shape {tuple(void.shape)}, the advantages {tuple(advantages.shape)}: one flag "
                          "per rollout")
-    keep = torch.ones_like(void) if action == "off" else ~void
-    if action == "off":
+    keep = ~void if action in VOID_TURN_ADVANTAGE_ACTIONS else torch.ones_like(void)
+    if action not in VOID_TURN_ADVANTAGE_ACTIONS:
         return advantages, keep
     shape = (-1,) + (1,) * (advantages.dim() - 1)
     return torch.where(void.view(shape), torch.zeros_like(advantages), advantages), keep
@@ -101,11 +115,23 @@ def over_tool_call_cap(counts: Sequence[int] | torch.Tensor, cap: int) -> torch.
     return torch.as_tensor(counts) > cap
 
 
-def cap_rewards(rewards: torch.Tensor, over_cap: torch.Tensor, value: float = 0.0) -> torch.Tensor:
-    """``rewards`` ((N,) total, or (N, F) per function) with every rollout over the cap set to ``value`` (the score
-    of a wrong answer): no reward for an answer reached by looping on the tool."""
-    shape = (-1,) + (1,) * (rewards.dim() - 1)
-    return torch.where(over_cap.to(torch.bool).view(shape), torch.full_like(rewards, value), rewards)
+def score_as_wrong(rewards: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``rewards`` (N, F) per function, before the weights, with the rollouts of ``rows`` (N,) bool scored as a wrong
+    answer: every term that raises the total is removed, every term that lowers it (a penalty) is kept.
+
+    With ``weights`` (F,) ``w``, a row's total is ``sum_f w_f r_f`` (the weighted sum the advantages are computed
+    from). A flagged row's reward ``r_f`` is kept where ``w_f r_f < 0`` and set to 0 elsewhere, so its total becomes
+    ``sum_f min(w_f r_f, 0)``: at most its total before (each term is at most what it was), at most 0 (the score of
+    a wrong answer under a 0/1 correctness reward, before any penalty), and every penalty kept, whatever the signs
+    of the weights (a negative weight on a positive score is a penalty too). A NaN (not scored) stays NaN: scoring
+    as wrong never makes an unscored function, or an unscorable row, scored. Rewards whose wrong answers score below
+    0 (a -1/+1 correctness reward) keep that: a flagged right answer then scores 0, above a wrong one; use 0/1."""
+    if rewards.dim() != 2 or weights.shape != rewards.shape[1:]:
+        raise ValueError(f"rewards must be (N, F) and weights (F,), got {tuple(rewards.shape)} and "
+                         f"{tuple(weights.shape)}")
+    weights = weights.to(rewards.device, rewards.dtype)
+    keep = (rewards * weights < 0) | torch.isnan(rewards) | ~rows.to(rewards.device, torch.bool)[:, None]
+    return torch.where(keep, rewards, torch.zeros_like(rewards))
 
 
 #: The longest error line kept (a hostile exception message can be as long as the reply's bound).

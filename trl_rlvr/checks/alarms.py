@@ -19,6 +19,11 @@ high level alone is no evidence of a problem: a level that stays high for ``2 x 
 - ``infra_failures/<reward>``: its ``infra_errors`` (the reward's machinery failed: a worker lost, a sandbox that
   did not start; those answers are not scored) >= ``reward_failure_frac`` of the answers, stuck;
 - ``zero_signal``: ``rlvr/zero_signal_frac`` >= ``zero_signal_frac``, stuck;
+- ``void_turns``: with ``void_turn_action``, the share of void rollouts (``rlvr/void_turn_rollouts``, rollouts that
+  give no answer) rose by >= ``rise`` over ``2 x patience`` logging steps (the mean of the last ``patience`` against
+  the ``patience`` before) while the training success rate (``rlvr/accuracy``) rose by less than ``flat``
+  (:func:`abstaining`): under ``"zero_advantage"`` and ``"drop"`` giving no answer is never pushed down while a wrong
+  guess is, so a policy can learn to abstain;
 - ``reward_hacking``: over the last ``window`` sampled evaluations, the training success rate (``rlvr/accuracy``)
   rose by >= ``rise`` while held-out ``eval/pass@1`` fell by >= ``drop``: the policy found a way to the reward
   that is not the task;
@@ -38,6 +43,7 @@ from collections.abc import Sequence
 
 from transformers import TrainerCallback
 
+from trl_rlvr.algorithms.multi_turn import VOID_TURN_ADVANTAGE_ACTIONS
 from trl_rlvr.checks.verdicts import FAILURE_COUNTERS, INFRA_COUNTERS, UNREADABLE_COUNTERS
 
 logger = logging.getLogger(__name__)
@@ -114,6 +120,24 @@ def stuck(values: Sequence[float], threshold: float, patience: int, improvement:
     if earlier is None or earlier - _mean(recent) >= improvement:
         return None
     return {"recent": recent, "before": before}
+
+
+def abstaining(void: Sequence[float | None], accuracy: Sequence[float | None], patience: int, rise: float,
+               flat: float) -> dict | None:
+    """The void share rising while accuracy does not, or None: with ``recent`` the last ``patience`` logging steps and
+    ``before`` the ``patience`` before them, ``mean(void[recent]) - mean(void[before]) >= rise`` and
+    ``mean(accuracy[recent]) - mean(accuracy[before]) < flat``. Needs ``2 * patience`` steps with both known."""
+    void, accuracy = list(void), list(accuracy)
+    if len(void) < 2 * patience or len(accuracy) < 2 * patience:
+        return None
+    windows = [_mean(x[-2 * patience : -patience]) for x in (void, accuracy)] + [
+        _mean(x[-patience:]) for x in (void, accuracy)]
+    if any(w is None for w in windows):
+        return None
+    void_before, acc_before, void_now, acc_now = windows
+    if void_now - void_before >= rise and acc_now - acc_before < flat:
+        return {"void_from": void_before, "void_to": void_now, "accuracy_from": acc_before, "accuracy_to": acc_now}
+    return None
 
 
 def train_means_between(train: Sequence[tuple[int, float]], steps: Sequence[int]) -> list[float | None]:
@@ -228,6 +252,28 @@ class RLVRAlarms(TrainerCallback):
             found = stuck(series, threshold, t["patience"], t["improvement"])
             if found:
                 self._fire(name, self._threshold_message(name, found["recent"], found["before"], threshold))
+        self._check_void_turns(logs)
+
+    def _check_void_turns(self, logs: dict) -> None:
+        """The ``void_turns`` alarm (:func:`abstaining`), from logs that have ``rlvr/void_turn_rollouts``."""
+        if not isinstance(logs.get("rlvr/void_turn_rollouts"), (int, float)):
+            return
+        void = self.series.setdefault("void_share", [])
+        accuracy = self.series.setdefault("void_share/accuracy", [])
+        void.append(logs["rlvr/void_turn_rollouts"])
+        accuracy.append(logs.get("rlvr/accuracy") if isinstance(logs.get("rlvr/accuracy"), (int, float)) else None)
+        t = self.t
+        found = abstaining(void, accuracy, t["patience"], t["rise"], t["flat"])
+        if not found:
+            return
+        action = getattr(self.trainer.args, "void_turn_action", "off")
+        fix = ("void_turn_action='score_as_wrong' scores them as wrong answers"
+               if action in VOID_TURN_ADVANTAGE_ACTIONS else "read the void rollouts")
+        self._fire("void_turns", (
+            f"rollouts that give no answer (void turns) rose {found['void_from']:.0%} -> {found['void_to']:.0%} over "
+            f"the last {2 * t['patience']} logging steps while training success moved {found['accuracy_from']:.0%} "
+            f"-> {found['accuracy_to']:.0%}: with void_turn_action={action!r} the policy may be learning to abstain "
+            f"rather than answer; {fix}. Alarms: RLVRConfig.alarm_thresholds (patience, rise, flat), alarms=False."))
 
     def _threshold_message(self, name: str, recent: list[float], before: list[float | None], threshold: float) -> str:
         numbers = ", ".join(f"{v:.0%}" for v in recent)

@@ -4,12 +4,15 @@
 TRL scores it, from inside two of RLVRTrainer's hooks:
 
 - :meth:`RoundStabilisers.score` (in ``_calculate_rewards``, after TRL has gathered the rewards and before it
-  computes the advantages): the tool-call cap (``max_tool_calls_per_answer``: a rollout over it scores 0 for every
-  reward function), and what the later steps need of each rollout, gathered so that every process holds the same
-  flags: whether it is void (``void_turn_action``), its tool errors (``resample_on_correct``, read by the round
-  driver's selection, :meth:`trl_rlvr.sampling.driver.RoundDriver.kept_rows`).
-- :meth:`RoundStabilisers.void_turns` (in ``_score_round``, after the advantages): zero the advantage of void
-  rollouts, or drop them from the loss (completion mask 0; the step's token count without them).
+  computes the advantages): the tool-call cap (``max_tool_calls_per_answer``) and ``void_turn_action=
+  "score_as_wrong"`` score their rollouts as a wrong answer (:func:`~trl_rlvr.algorithms.multi_turn.score_as_wrong`:
+  no term that raises the total, every penalty kept); and what the later steps need of each rollout, gathered so
+  that every process holds the same flags: whether it is void (``void_turn_action``), the tool errors it shows
+  (``resample_on_correct``, read by the round driver's selection,
+  :meth:`trl_rlvr.sampling.driver.RoundDriver.kept_rows`).
+- :meth:`RoundStabilisers.void_turns` (in ``_score_round``, after the advantages): with ``"zero_advantage"``
+  zero the advantage of void rollouts, with ``"drop"`` drop them from the loss (completion mask 0; the step's
+  token count without them).
 
 Both act only in training (an evaluation scores what the model does, unchanged). The error-reply cut
 (``tool_error_reply``) acts where the tools are called (:func:`trl_rlvr.rollouts.tool_round.dispatch_rounds_ahead`),
@@ -20,10 +23,11 @@ from __future__ import annotations
 
 import torch
 
-from trl_rlvr.algorithms.metrics import tool_rollout_rows
+from trl_rlvr.algorithms.metrics import shown_tool_errors
 from trl_rlvr.algorithms.multi_turn import (
-    cap_rewards,
+    VOID_TURN_ADVANTAGE_ACTIONS,
     over_tool_call_cap,
+    score_as_wrong,
     tool_call_counts,
     void_turn_filter,
     void_turn_rollouts,
@@ -44,12 +48,14 @@ def final_answer_rule(reward_func, name: str):
 
 class RoundStabilisers:
     """The switches of ``args`` on the rounds of one trainer (``accelerator``: to gather per-rollout flags;
-    ``metrics``: the trainer's ``{"train": ..., "eval": ...}``; ``is_final_answer``: None unless void turns act)."""
+    ``metrics``: the trainer's ``{"train": ..., "eval": ...}``; ``is_final_answer``: None unless void turns act;
+    ``reward_weights`` (F,): TRL's, which decide what a penalty is for :func:`score_as_wrong`)."""
 
-    def __init__(self, args, accelerator, metrics: dict, is_final_answer=None):
+    def __init__(self, args, accelerator, metrics: dict, is_final_answer=None, reward_weights=None):
         self.action, self.cap = args.void_turn_action, args.max_tool_calls_per_answer
         self.need_errors = args.resample_on_correct
         self.accelerator, self.metrics, self.is_final_answer = accelerator, metrics, is_final_answer
+        self.reward_weights = reward_weights
 
     @classmethod
     def of(cls, trainer) -> RoundStabilisers:
@@ -59,29 +65,31 @@ class RoundStabilisers:
             if index is None:
                 raise ValueError("void_turn_action needs a reward function that says what a final answer is")
             rule = final_answer_rule(trainer.reward_funcs[index], trainer.reward_func_names[index])
-        return cls(trainer.args, trainer.accelerator, trainer._metrics, rule)
+        return cls(trainer.args, trainer.accelerator, trainer._metrics, rule, trainer.reward_weights)
 
     def _gather(self, values) -> torch.Tensor:
         return self.accelerator.gather(torch.tensor(values, dtype=torch.float32, device=self.accelerator.device))
 
     def score(self, notes, rewards_per_func: torch.Tensor, completions: list, environments) -> torch.Tensor:
-        """The round's (N, F) gathered rewards with the cap applied; notes ``void`` and ``tool_errors`` (N,)."""
+        """The round's (N, F) gathered rewards with the cap (and ``"score_as_wrong"`` void turns) scored as wrong
+        answers; notes ``void`` and ``tool_errors`` (N,). Never raises a row's total (:func:`score_as_wrong`)."""
         if self.cap is not None:
             over = over_tool_call_cap(self._gather(tool_call_counts(completions)).long(), self.cap)
-            rewards_per_func = cap_rewards(rewards_per_func, over.to(rewards_per_func.device))
+            rewards_per_func = score_as_wrong(rewards_per_func, over, self.reward_weights)
             self.metrics["train"]["rlvr/over_tool_call_cap"].append(over.float().mean().item())
         if self.action != "off":
             notes.void = self._gather(void_turn_rollouts(completions, self.is_final_answer)).bool()
             self.metrics["train"]["rlvr/void_turn_rollouts"].append(notes.void.float().mean().item())
-        if self.need_errors:  # errors + timeouts of environments that keep stats (PythonEnvironment); else 0
-            rows = tool_rollout_rows(completions, environments or [None] * len(completions))
-            notes.tool_errors = self._gather([row[2] + row[3] for row in rows])
+            if self.action == "score_as_wrong":
+                rewards_per_func = score_as_wrong(rewards_per_func, notes.void, self.reward_weights)
+        if self.need_errors:  # the errors each rollout shows (PythonEnvironment's stats; 0 without stats)
+            notes.tool_errors = self._gather(shown_tool_errors(environments or [None] * len(completions)))
         return rewards_per_func
 
     def void_turns(self, output: dict, advantages: torch.Tensor, void: torch.Tensor | None) -> torch.Tensor:
         """The round's (N,) global advantages with void rollouts' set to 0; this process's rows of ``output`` (TRL's
         batch) changed alike, and with ``"drop"`` their completion mask 0 and the token count without them."""
-        if void is None or self.action == "off":
+        if void is None or self.action not in VOID_TURN_ADVANTAGE_ACTIONS:
             return advantages
         advantages, keep = void_turn_filter(advantages, void.to(advantages.device), self.action)
         rows = len(output["advantages"])

@@ -15,12 +15,19 @@ metrics, :class:`RoundDriver` runs
   ``resample_on_correct_oversample``) and ``G`` of them are kept
   (:func:`~trl_rlvr.algorithms.multi_turn.resample_on_correct`: the right answers with the fewest tool errors, a
   uniform draw of the wrong ones) before dynamic sampling judges the kept groups; the advantages are then those of
-  the kept groups of ``G``. Without dynamic sampling, one round of ``k x`` the generation batch's rollouts is drawn
-  and every group is kept. The draws come from one ``torch.Generator`` seeded with ``seed``, drawn in lockstep
-  on every process (a resumed run draws afresh);
+  the kept groups of ``G``; the tool errors are those each rollout shows
+  (:func:`~trl_rlvr.algorithms.metrics.shown_tool_errors`). Without dynamic sampling, one round of ``k x`` the
+  generation batch's rollouts is drawn and every group is kept. The draws come from one ``torch.Generator``
+  seeded with ``seed``, drawn in lockstep on every process (a resumed run draws afresh);
 
 and returns, with the batch, an immutable :class:`~trl_rlvr.sampling.rounds.GenerationRecord` of the rows trained on.
 Every decision is taken from gathered tensors, so every process runs the same rounds (lockstep).
+
+A row's total reward is the round record's (``rewards``, the trainer's
+:func:`~trl_rlvr.algorithms.unscorable.total_rewards` of rewards already marked by
+:func:`~trl_rlvr.algorithms.unscorable.mark_unscorable`): an unscorable row's is NaN here too, in the advantages
+recomputed over kept groups and in the trained rows' figures; no switch changes it here (resample-on-correct and
+dynamic sampling only choose rows).
 
 What is logged (the metrics sink, ``metrics["train"]``): while dynamic sampling's rounds run, what the rounds log goes
 to a held-back sink. Then TRL's per-row figures (:data:`~trl_rlvr._compat.trl_contract.TRL_ROW_FIGURES`: reward,
@@ -47,7 +54,7 @@ import torch
 
 from trl_rlvr._compat.trl_contract import TRL_ASSIGNED_FIGURES, TRL_GENERATION_FIGURES, trl_row_figure_names
 from trl_rlvr.algorithms.advantages import group_advantages, zero_signal_groups
-from trl_rlvr.algorithms.multi_turn import resample_on_correct
+from trl_rlvr.algorithms.multi_turn import VOID_TURN_ADVANTAGE_ACTIONS, resample_on_correct
 from trl_rlvr.sampling.dynamic import (
     ROW_KEYS,
     PromptStream,
@@ -257,7 +264,8 @@ class RoundDriver:
             kept_rewards = torch.cat([r.rewards[i] for r, i in zip(kept_rounds, kept_indices, strict=True)])
             advantages = group_advantages(kept_rewards, group_size, self.scale_rewards,
                                           baseline=self.args.advantage_baseline, std=self.args.advantage_std)
-            if self.args.void_turn_action != "off" and all(r.void is not None for r in kept_rounds):
+            if (self.args.void_turn_action in VOID_TURN_ADVANTAGE_ACTIONS  # ("score_as_wrong" acted on the rewards)
+                    and all(r.void is not None for r in kept_rounds)):
                 void = torch.cat([r.void[i] for r, i in zip(kept_rounds, kept_indices, strict=True)])
                 advantages = advantages.masked_fill(void.to(advantages.device), 0.0)  # void turns stay at 0
             slots = advantages.new_zeros(rows * num_processes)  # fillers' stay 0

@@ -71,7 +71,7 @@ def test_notebook_replies(env):
     assert env.python("def g(:") .endswith("SyntaxError: invalid syntax\n")
     assert env.python("import sys\nsys.exit(3)").endswith("SystemExit: 3\n")  # the interpreter lives on
     assert env.python("x") == "6\n"
-    assert env.stats == {"calls": 12, "errors": 3, "timeouts": 0, "restarts": 0}
+    assert env.stats == {"calls": 12, "errors": 3, "timeouts": 0, "restarts": 0, "printed_errors": 0}
 
 
 def test_output_and_code_are_bounded(env):
@@ -326,3 +326,67 @@ def test_rlimits_isolation_runs_and_persists():
         assert "Error" in e.python("import os\nos.fork()")  # the seccomp allowlist holds here too
         e.reset()
         assert "NameError" in e.python("x")
+
+
+# ------------------------------------------------------------------------------- the errors a rollout shows
+RAISED = "xs = [1, 2]\nxs[5]"
+#: The same IndexError, caught and shown in the ways a policy could learn to; each still counts as one error.
+CAUGHT_AND_SHOWN = {
+    "print_exc": "import traceback\ntry:\n    [1, 2][5]\nexcept Exception:\n    traceback.print_exc()",
+    "format_exc_to_stdout": "import traceback\ntry:\n    [1, 2][5]\nexcept Exception:\n    print(traceback.format_exc())",
+    "stderr_line": "import sys\ntry:\n    [1, 2][5]\nexcept Exception as e:\n    print(f'{type(e).__name__}: {e}', file=sys.stderr)",
+    "repr": "try:\n    [1, 2][5]\nexcept Exception as e:\n    print(repr(e))",
+    "logging": "import logging\ntry:\n    [1, 2][5]\nexcept Exception:\n    logging.exception('failed')",
+    "fake_traceback": "print('Traceback (most recent call last):\\n  File x\\nValueError: printed')",
+    "then_more_output": "import traceback\ntry:\n    [1, 2][5]\nexcept Exception:\n    traceback.print_exc()\nprint(42)\n7",
+}
+#: Exits: each ends the cell as a raised one (SystemExit) or kills the interpreter (a restart, counted an error).
+EXITS = {"sys_exit_1": "import sys\nsys.exit(1)", "system_exit": "raise SystemExit(1)", "os_exit": "import os\nos._exit(1)"}
+
+
+@pytest.mark.parametrize("code", CAUGHT_AND_SHOWN.values(), ids=CAUGHT_AND_SHOWN)
+def test_an_error_caught_and_shown_counts_as_the_raised_one(env, code):
+    """Resample-on-correct keeps the right rollouts with the fewest shown errors: catching an error and printing it
+    must not make it disappear (the raised one counted 1, the printed one 0, and the hider was always kept)."""
+    from trl_rlvr.algorithms.metrics import shown_tool_errors
+
+    with PythonEnvironment(timeout=TIMEOUT, rollout_timeout=30.0, memory_mb=512) as honest:
+        honest.reset()
+        assert "IndexError" in honest.python(RAISED)
+        env.python(code)
+        assert env.stats["errors"] == 0 and env.stats["printed_errors"] == 1  # ran to the end: not cut (ToRL)
+        assert shown_tool_errors([honest, env]) == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("code", EXITS.values(), ids=EXITS)
+def test_an_exit_counts_as_an_error(env, code):
+    from trl_rlvr.algorithms.metrics import shown_tool_errors
+
+    env.python(code)
+    assert env.stats["errors"] == 1 and shown_tool_errors([env]) == [1.0]
+
+
+def test_clean_output_counts_no_error(env):
+    for code in ("print('Errors found: 0')", "print('no error here')", "print('ValueErrors are rare')", "1 + 1"):
+        env.python(code)
+    assert env.stats["printed_errors"] == 0 and env.stats["errors"] == 0
+
+
+def test_the_hider_is_no_longer_always_kept():
+    """Two right rollouts, the same IndexError raised by one and caught and printed by the other: before, the hider
+    had 0 errors and was kept in 20 of 20 draws. Now they tie, and the draws keep either."""
+    import torch
+
+    from trl_rlvr.algorithms.metrics import shown_tool_errors
+    from trl_rlvr.algorithms.multi_turn import resample_on_correct
+
+    with PythonEnvironment(timeout=TIMEOUT) as honest, PythonEnvironment(timeout=TIMEOUT) as hider:
+        honest.reset()
+        hider.reset()
+        honest.python(RAISED)
+        hider.python(CAUGHT_AND_SHOWN["print_exc"])
+        errors = torch.tensor(shown_tool_errors([honest, hider, None, None]))
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])  # two right, two wrong: keep one right and one wrong
+    generator = torch.Generator().manual_seed(0)
+    kept = [resample_on_correct(rewards, errors, 4, 2, generator=generator).tolist() for _ in range(20)]
+    assert {k[0] for k in kept} == {0, 1}

@@ -128,7 +128,7 @@ def test_a_stalled_rollout_costs_its_siblings_and_a_later_rollout_nothing(envs, 
     for v in victims:  # 0.5 s of cells a round: with 4 rounds, 8 s of the 10 s budget are left, not "used up"
         assert v._spent < 0.5 * rounds + rounds * SLACK
         assert v.python("n") == f"{rounds}\n"
-        assert v.stats == {"calls": rounds + 2, "errors": 0, "timeouts": 0, "restarts": 0}
+        assert v.stats == {"calls": rounds + 2, "errors": 0, "timeouts": 0, "restarts": 0, "printed_errors": 0}
     later = envs(**options)  # a later rollout, on the same server
     assert later.python("import time\ntime.sleep(0.2)\n6 * 7") == "42\n" and later._spent < 0.2 + SLACK
     hostile.reset()  # and the hostile instance's own next rollout
@@ -393,8 +393,8 @@ def test_the_trainers_tool_figures_count_each_refused_call_once():
         for codes in (["x" * 11, "import time\ntime.sleep(1)"], [None, "1"], ["x" * 11, "1"]):
             for messages, (reply, _) in zip(completions, trl_round([(a, codes[0]), (b, codes[1])])):
                 messages.append({"role": "tool", "name": "python", "content": reply})
-        assert a.stats == {"calls": 0, "errors": 3, "timeouts": 0, "restarts": 0}
-        assert b.stats == {"calls": 1, "errors": 0, "timeouts": 3, "restarts": 1}  # the cut cell, then 2 refused
+        assert a.stats == {"calls": 0, "errors": 3, "timeouts": 0, "restarts": 0, "printed_errors": 0}
+        assert b.stats == {"calls": 1, "errors": 0, "timeouts": 3, "restarts": 1, "printed_errors": 0}  # the cut cell, then 2 refused
         figures = tool_metrics(torch.tensor(tool_rollout_rows(completions, [a, b]), dtype=torch.float64))
     assert figures["rlvr/tool_errors_per_rollout"] == 1.5 and figures["rlvr/tool_timeouts_per_rollout"] == 1.5
     assert figures["rlvr/tool_calls_per_rollout"] == 3.0
