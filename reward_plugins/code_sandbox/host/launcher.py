@@ -281,14 +281,47 @@ def cpu_cgroup(path: str, quota_cores: float) -> str:
     """A cpu cgroup at ``path`` for one process: the default weight (``cpu.shares`` 1024, the same as its
     siblings', however many threads each runs) and a CFS quota of ``quota_cores`` cores. -> ``path``; where it
     could not be made, :func:`cgroup_enter` fails on it (so the process is never used outside it)."""
+    return _one_cgroup(path, (("cpu.shares", 1024), ("cpu.cfs_period_us", 100_000),
+                              ("cpu.cfs_quota_us", max(1000, int(quota_cores * 100_000)))))  # fmt: skip
+
+
+#: Per-interpreter memory cgroups: what one holds past its address space (RLIMIT_AS): its tmpfs's pages (the scratch
+#: size, added by the caller) and the kernel's own (page tables, thread stacks, pipe buffers).
+MEMORY_CGROUP_SLACK = 64 << 20
+
+
+def memory_cgroup(path: str, limit_bytes: int) -> str:
+    """A memory cgroup at ``path`` for one process, capped at ``limit_bytes`` (memory and, where swap is accounted,
+    memory + swap: the cap cannot be dodged by swapping). The kernel's OOM killer, at that cap, chooses among the
+    processes of this cgroup alone. -> ``path``; where it could not be made, :func:`cgroup_enter` fails on it."""
+    return _one_cgroup(path, (("memory.limit_in_bytes", limit_bytes),),
+                       optional=(("memory.memsw.limit_in_bytes", limit_bytes),))  # fmt: skip
+
+
+def pids_cgroup(path: str, pids_max: int) -> str:
+    """A pids cgroup at ``path`` for one process: at most ``pids_max`` processes and threads in it (its main thread
+    included), whatever its uid's other processes hold. -> ``path``; where it could not be made, :func:`cgroup_enter`
+    fails on it."""
+    return _one_cgroup(path, (("pids.max", pids_max),))
+
+
+def _one_cgroup(path: str, knobs, optional=()) -> str:
+    """``mkdir`` ``path`` and write its ``knobs`` (a failure removes it: a process is then never moved in), then its
+    ``optional`` knobs (best effort: absent on some kernels, e.g. ``memsw`` without swap accounting)."""
     try:
         os.mkdir(path)
-        for knob, value in (("cpu.shares", 1024), ("cpu.cfs_period_us", 100_000),
-                            ("cpu.cfs_quota_us", max(1000, int(quota_cores * 100_000)))):  # fmt: skip
+        for knob, value in knobs:
             with open(os.path.join(path, knob), "w") as f:
                 f.write(str(value))
     except OSError:
         cgroup_rmdir(path)
+        return path
+    for knob, value in optional:
+        try:
+            with open(os.path.join(path, knob), "w") as f:
+                f.write(str(value))
+        except OSError:
+            pass
     return path
 
 
