@@ -164,11 +164,14 @@ class InterpreterServer:
           ``launcher.MEMORY_CGROUP_SLACK``. Both under the claim, which caps nothing (so no interpreter's use counts
           against another's) and goes, with them, at its release or ``claim.reclaim_stale``.
 
-        First the removal of those of closed interpreters that have exited since."""
+        First the removal of those of closed interpreters that have exited since: here, on the caller's thread and
+        outside the I/O loop's lock, since draining a memory cgroup (``launcher.cgroup_rmdir``) reclaims what its
+        interpreter read, which takes time no cell may be charged."""
         with _io_loop().lock:  # vs. ``forget``
-            self._dead_cgroups = [d for d in self._dead_cgroups if not self._rmdir(d)]
+            dead, self._dead_cgroups = self._dead_cgroups, []
             self._spawned += 1
             n = self._spawned
+        busy = [d for d in dead if not launcher.cgroup_rmdir(d)]
         made = []
         if self.cpu_dir is not None:
             made.append(launcher.cpu_cgroup(os.path.join(self.cpu_dir, f"{self.claim.cgroup_name}-i{n}"),
@@ -179,14 +182,10 @@ class InterpreterServer:
             limit = mem_bytes + SCRATCH_BYTES + launcher.MEMORY_CGROUP_SLACK
             made.append(launcher.memory_cgroup(os.path.join(self.memory_dir, f"i{n}"), limit))
         with _io_loop().lock:
+            self._dead_cgroups += busy
+            self._cgroups.difference_update(set(dead) - set(busy))
             self._cgroups.update(made)
         return made
-
-    def _rmdir(self, path: str) -> bool:
-        gone = launcher.cgroup_rmdir(path)
-        if gone:
-            self._cgroups.discard(path)
-        return gone
 
     def _answers(self, now: float) -> None:
         """(The I/O loop, holding its lock.) Match the zygote's answers that have arrived to the waiting spawns, in
@@ -230,8 +229,9 @@ class InterpreterServer:
             self._waiting.popleft()._resolved(-1, time.monotonic())
 
     def forget(self, interp: "Interpreter") -> None:
-        """A closed interpreter's cgroups: removed now if it has exited, else at a later spawn or the close."""
-        self._dead_cgroups += [d for d in interp.cgroups if not self._rmdir(d)]
+        """(Under the loop's lock.) A closed interpreter's cgroups: removed at a later spawn once it has exited, or at
+        the close."""
+        self._dead_cgroups += interp.cgroups
         interp.cgroups = []
 
     def close(self) -> None:

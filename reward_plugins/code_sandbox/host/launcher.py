@@ -353,7 +353,9 @@ def cgroup_enter(path: str, pidfd: int) -> bool:
 
 
 def cgroup_rmdir(path: str) -> bool:
-    """Remove an empty cgroup -> True when it is gone (False: a process is still in it)."""
+    """Remove an empty cgroup -> True when it is gone (False: a process is still in it). A memory cgroup's charges go
+    first (:func:`_drain_memory`)."""
+    _drain_memory(path)
     try:
         os.rmdir(path)
     except FileNotFoundError:
@@ -361,6 +363,22 @@ def cgroup_rmdir(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _drain_memory(path: str) -> None:
+    """Reclaim what is still charged to a memory cgroup with no process left (``memory.force_empty``): the page
+    cache its processes read first stays charged to it after they exit, and would keep it alive once removed, out of
+    the kernel's 65535 memory cgroup ids, until those pages are reclaimed; a cgroup per rollout would run out over a
+    long run. Nothing for a cgroup of another controller, or one with a process in it."""
+    knob = os.path.join(path, "memory.force_empty")
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            if f.read().strip():
+                return
+        with open(knob, "w") as f:
+            f.write("0")
+    except OSError:
+        pass
 
 
 def cgroup_remove(dirs, wait_s: float = 2.0) -> list[str]:
@@ -385,6 +403,8 @@ def cgroup_remove(dirs, wait_s: float = 2.0) -> list[str]:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+            if not pids:
+                _drain_memory(d)
             try:
                 os.rmdir(d)
                 break

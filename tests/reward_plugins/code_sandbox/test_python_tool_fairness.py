@@ -456,6 +456,34 @@ def test_rollouts_holding_all_their_memory_never_meet_a_cap_they_share(small_ser
     assert envs(memory_mb=256).python("6 * 7") == "42\n"  # the zygote still forks
 
 
+@pytest.mark.skipif(not _cgroups_here("memory"), reason="needs root and a cgroup v1 memory controller")
+def test_a_memory_cgroup_is_drained_before_it_is_removed(tmp_path):
+    """The page cache a process read first stays charged to its memory cgroup after it exits, and would keep the
+    cgroup alive after its removal (the kernel has 65535 memory cgroup ids; the tool makes one per rollout):
+    ``cgroup_rmdir`` reclaims it first."""
+    import subprocess
+
+    data = tmp_path / "data"  # on a disk, not a tmpfs: its pages can be dropped and read again
+    data.write_bytes(os.urandom(8 << 20))
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    path = launcher.memory_cgroup(os.path.join(launcher.cgroup_base("memory"), f"code_sandbox-drain-{os.getpid()}"),
+                                  64 << 20)  # fmt: skip
+    usage = os.path.join(path, "memory.usage_in_bytes")
+    try:
+        subprocess.run(["/bin/sh", "-c", f'echo $$ > "{path}/cgroup.procs" && exec cat "{data}" > /dev/null'],
+                       check=True)  # fmt: skip
+        assert int(open(usage).read()) >= 8 << 20  # charged to it, with no process left in it
+        launcher._drain_memory(path)
+        assert int(open(usage).read()) < 1 << 20
+    finally:
+        assert launcher.cgroup_rmdir(path)
+
+
 @pytest.fixture()
 def server_without_cgroups(monkeypatch):
     """A server started as where no cgroup can be made (not root, no cgroup v1 controller): the fallbacks."""
@@ -471,7 +499,7 @@ def threads_of(pid: int) -> int:
     """The threads of process ``pid`` (0 once it is gone)."""
     try:
         return int(next(line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("Threads:")))
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped before or while it is read
         return 0
 
 
