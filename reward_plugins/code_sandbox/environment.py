@@ -47,7 +47,7 @@ class ToolLimits:
 
     timeout: float = 10.0  # wall seconds per cell
     rollout_timeout: float = 60.0  # wall seconds of all cells of one rollout together; also its CPU seconds
-    memory_mb: int = 1024  # address space of the interpreter
+    memory_mb: int = 1024  # address space of the interpreter; as root also its own memory cgroup (+ its tmpfs, slack)
     max_output_chars: int = 4000  # characters of one reply
     max_code_chars: int = 65536  # characters of one cell
 

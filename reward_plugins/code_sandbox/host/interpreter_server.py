@@ -13,10 +13,17 @@ cell as the interpreter's pipe takes it (never waiting on a full pipe), reads ev
 arrives, stamps it with that time and stops its interpreter then, ends each cell at its own deadline, and reads the
 zygote's answers to spawns. :func:`collect` waits for one interpreter's cell alone. So cells of many rollouts run
 together (``PythonEnvironment._dispatch_call``), and each is charged from its own send to its own reply: an
-interpreter that does not read its cell, floods its pipe or never answers costs nobody else's cell any time. As
-root each interpreter also runs in a cpu cgroup of its own (equal weight, a quota of ``CPU_QUOTA_CORES``), entered
-when its pidfd arrives and before its first cell is written, so its threads together get one rollout's share of
-the cores (docs/python_tool.md, "What a rollout can and cannot do to another").
+interpreter that does not read its cell, floods its pipe or never answers costs nobody else's cell any time.
+
+Every limit is per rollout. As root, each interpreter runs in cgroups of its own, entered when its pidfd arrives
+and before its first cell is written: cpu (equal weight, a quota of ``CPU_QUOTA_CORES``: its threads together get
+one rollout's share of the cores), pids (``max_processes`` threads) and memory (its address space, its tmpfs and
+``launcher.MEMORY_CGROUP_SLACK``: at that cap the kernel's OOM killer has only it to choose from); the uid's
+RLIMIT_NPROC, which all interpreters of a server share, is then left at the host's. Its CPU seconds, address space,
+open files and file size are rlimits of its own process, its files a tmpfs of its own. Without root (or without a
+cgroup v1 controller) the controller's limit falls back: threads to RLIMIT_NPROC of the sandbox uid, shared by the
+server's interpreters, and memory to RLIMIT_AS alone (docs/python_tool.md, "What a rollout can and cannot do to
+another").
 """
 
 from __future__ import annotations
@@ -61,13 +68,20 @@ class InterpreterServer:
         self.claim = PoolClaim.acquire()
         launcher.install_sandbox_code(self.claim.code_dir, "interpreter")
         uid = launcher.slot_uid(0, self.claim.id)
+        # each interpreter's pids and memory cgroups go under the claim (which caps nothing), beside the server's own
+        # (``tool``): None where the claim has none in that controller (not root, no cgroup v1 controller)
+        self.pids_dir, self.memory_dir = (self._claim_dir(ctrl) for ctrl in ("pids", "memory"))
+        self.max_processes = max_processes
         self.failed_starts = 0
         self._send_lock = threading.Lock()  # spawn requests and their places in ``_waiting`` in the same order
         self._waiting: deque[Interpreter] = deque()  # spawned, pidfd not received yet, in request order
         self._spawned = 0
-        self._cgroups: set[str] = set()  # the interpreters' cpu cgroups not removed yet
+        self._cgroups: set[str] = set()  # the interpreters' cgroups not removed yet
         self._dead_cgroups: list[str] = []  # those of closed interpreters (removed once their process has exited)
-        limits = protocol.dumps({"nproc": max_processes, "fsize": max_file_bytes, "scratch_bytes": SCRATCH_BYTES,
+        # RLIMIT_NPROC counts every process of the uid: set (to the whole server's bound) only where no pids cgroup
+        # bounds each interpreter; 0 leaves it at the host's
+        nproc = 0 if self.pids_dir else max_processes
+        limits = protocol.dumps({"nproc": nproc, "fsize": max_file_bytes, "scratch_bytes": SCRATCH_BYTES,
                                  "scratch_inodes": SCRATCH_INODES}).decode()  # fmt: skip
         python = launcher.sandbox_python()
 
@@ -76,8 +90,9 @@ class InterpreterServer:
                 return launcher.tool_server_command(python, self.claim.code_dir, ctrl_fd, limits)
             return launcher.worker_command(isolation_mode, python, self.claim.code_dir, ctrl_fd, limits)
 
-        # the server and every interpreter with its tmpfs: a cgroup per server, under the claim; under bubblewrap an
-        # interpreter must also be able to mount a tmpfs of its own (bwrap --cap-add)
+        # the server and every interpreter with its tmpfs: a cgroup per server, under the claim (as root, interpreters
+        # leave it for their own before their first cell); under bubblewrap an interpreter must also be able to
+        # mount a tmpfs of its own (bwrap --cap-add)
         mem = (memory_mb << 20) + (launcher.SCRATCH_MB << 20) + (128 << 20)
         try:
             self.server = launcher.SandboxedServer(
@@ -85,7 +100,7 @@ class InterpreterServer:
                 f"{self.claim.cgroup_name}/tool", mem, 2 * max_processes + 64,
                 needs=("landlock", "seccomp", "private_tmpfs"),
             )
-            # each interpreter gets a cpu cgroup of its own in this dir (``_cpu_cgroup``); None where the claim has
+            # each interpreter gets a cpu cgroup of its own in this dir (``_own_cgroups``); None where the claim has
             # none in cpu (not root, no cgroup v1 cpu controller): then CPU between rollouts is the kernel's (docs)
             self.cpu_dir = launcher.cgroup_base("cpu") if any(
                 os.path.dirname(d) == launcher.cgroup_base("cpu") for d in self.claim.cgroups) else None
@@ -107,13 +122,13 @@ class InterpreterServer:
 
     def spawn(self, timeout: float, cpu_s: int, mem_bytes: int, max_chars: int) -> "Interpreter":
         """A fresh interpreter. The zygote forks it while the host goes on: nothing here waits for it; the I/O loop
-        receives its pidfd, moves it into its own cpu cgroup, and only then writes its first cell."""
+        receives its pidfd, moves it into its own cgroups, and only then writes its first cell."""
         cell_r, cell_w = os.pipe2(os.O_CLOEXEC)
         reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(cell_w, False)  # the host's ends never block; the interpreter's do (whole frames)
         os.set_blocking(reply_r, False)
         interp = Interpreter(self, cell_w, reply_r)
-        interp.cgroup = self._cpu_cgroup()
+        interp.cgroups = self._own_cgroups(mem_bytes)
         loop = _io_loop()
         try:
             with self._send_lock:
@@ -135,25 +150,42 @@ class InterpreterServer:
         loop.watch(self)
         return interp
 
-    def _cpu_cgroup(self) -> str | None:
-        """A new cpu cgroup for one interpreter, beside the host's own (not nested: so each weighs what a session of
-        its own weighs with the kernel's autogroup, ``cpu.shares`` 1024, also where autogroup is off), held to
-        ``CPU_QUOTA_CORES``; named after the claim, so that a host killed outright leaves them to
-        ``claim.reclaim_stale``. First the removal of those of closed interpreters that have exited since."""
-        if self.cpu_dir is None:
-            return None
-        with _io_loop().lock:  # vs. ``forget``
-            self._dead_cgroups = [d for d in self._dead_cgroups if not self._rmdir(d)]
-            self._spawned += 1
-            path = os.path.join(self.cpu_dir, f"{self.claim.cgroup_name}-i{self._spawned}")
-            self._cgroups.add(path)
-        return launcher.cpu_cgroup(path, CPU_QUOTA_CORES)
+    def _claim_dir(self, ctrl: str) -> str | None:
+        path = os.path.join(launcher.cgroup_base(ctrl), self.claim.cgroup_name)
+        return path if path in self.claim.cgroups else None
 
-    def _rmdir(self, path: str) -> bool:
-        gone = launcher.cgroup_rmdir(path)
-        if gone:
-            self._cgroups.discard(path)
-        return gone
+    def _own_cgroups(self, mem_bytes: int) -> list[str]:
+        """New cgroups for one interpreter, in each controller the host has (none where not root):
+
+        * cpu: beside the host's own (not nested: so each weighs what a session of its own weighs with the kernel's
+          autogroup, ``cpu.shares`` 1024, also where autogroup is off), held to ``CPU_QUOTA_CORES``; named after the
+          claim, so that a host killed outright leaves them to ``claim.reclaim_stale``;
+        * pids: at most ``max_processes`` threads; memory: ``mem_bytes`` (its RLIMIT_AS) + its tmpfs +
+          ``launcher.MEMORY_CGROUP_SLACK``. Both under the claim, which caps nothing (so no interpreter's use counts
+          against another's) and goes, with them, at its release or ``claim.reclaim_stale``.
+
+        First the removal of those of closed interpreters that have exited since: here, on the caller's thread and
+        outside the I/O loop's lock, since draining a memory cgroup (``launcher.cgroup_rmdir``) reclaims what its
+        interpreter read, which takes time no cell may be charged."""
+        with _io_loop().lock:  # vs. ``forget``
+            dead, self._dead_cgroups = self._dead_cgroups, []
+            self._spawned += 1
+            n = self._spawned
+        busy = [d for d in dead if not launcher.cgroup_rmdir(d)]
+        made = []
+        if self.cpu_dir is not None:
+            made.append(launcher.cpu_cgroup(os.path.join(self.cpu_dir, f"{self.claim.cgroup_name}-i{n}"),
+                                            CPU_QUOTA_CORES))  # fmt: skip
+        if self.pids_dir is not None:
+            made.append(launcher.pids_cgroup(os.path.join(self.pids_dir, f"i{n}"), self.max_processes))
+        if self.memory_dir is not None:
+            limit = mem_bytes + SCRATCH_BYTES + launcher.MEMORY_CGROUP_SLACK
+            made.append(launcher.memory_cgroup(os.path.join(self.memory_dir, f"i{n}"), limit))
+        with _io_loop().lock:
+            self._dead_cgroups += busy
+            self._cgroups.difference_update(set(dead) - set(busy))
+            self._cgroups.update(made)
+        return made
 
     def _answers(self, now: float) -> None:
         """(The I/O loop, holding its lock.) Match the zygote's answers that have arrived to the waiting spawns, in
@@ -177,9 +209,9 @@ class InterpreterServer:
             if pidfd < 0:
                 self.started(False)
                 interp.fresh = False  # counted: its cell finds the pipes closed
-            elif interp.cgroup is not None and not launcher.cgroup_enter(interp.cgroup, pidfd):
-                # where its cgroup is the rule, an interpreter outside it never gets a cell: it is killed
-                log.warning("PythonEnvironment: could not move an interpreter into its cpu cgroup; it is not used")
+            elif not all(launcher.cgroup_enter(d, pidfd) for d in interp.cgroups):
+                # where its cgroups are the rule, an interpreter outside one never gets a cell: it is killed
+                log.warning("PythonEnvironment: could not move an interpreter into its cgroups; it is not used")
                 with contextlib.suppress(OSError):
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 os.close(pidfd)
@@ -197,10 +229,10 @@ class InterpreterServer:
             self._waiting.popleft()._resolved(-1, time.monotonic())
 
     def forget(self, interp: "Interpreter") -> None:
-        """A closed interpreter's cpu cgroup: removed now if it has exited, else at a later spawn or the close."""
-        if interp.cgroup is not None and not self._rmdir(interp.cgroup):
-            self._dead_cgroups.append(interp.cgroup)
-        interp.cgroup = None
+        """(Under the loop's lock.) A closed interpreter's cgroups: removed at a later spawn once it has exited, or at
+        the close."""
+        self._dead_cgroups += interp.cgroups
+        interp.cgroups = []
 
     def close(self) -> None:
         """Kill the server (and so every interpreter it started); spawns still waiting for their answer get none."""
@@ -213,9 +245,9 @@ class InterpreterServer:
         if server is not None:
             server.kill()  # in a process that did not start it (a fork): only its copies of the channel and log
         if os.getpid() == self.pid:
-            left = launcher.cgroup_remove(sorted(getattr(self, "_cgroups", ())))  # the interpreters' cpu cgroups
+            left = launcher.cgroup_remove(sorted(getattr(self, "_cgroups", ())))  # the interpreters' cgroups
             if left:
-                log.warning("PythonEnvironment: cpu cgroups %s still busy; the next pool's start reclaims them", left)
+                log.warning("PythonEnvironment: cgroups %s still busy; the next pool's start reclaims them", left)
             self.claim.release()
 
 
@@ -253,7 +285,7 @@ class Interpreter:
 
     def __init__(self, server: InterpreterServer | None, cell_fd: int, reply_fd: int, pidfd: int | None = None):
         self.server, self.cell_fd, self.reply_fd, self.pidfd = server, cell_fd, reply_fd, pidfd
-        self.cgroup: str | None = None  # its own cpu cgroup (a server's, as root)
+        self.cgroups: list[str] = []  # its own cgroups (a server's, as root: cpu, pids, memory)
         self.asked_at = 0.0  # when its spawn was requested
         self.buf, self.want, self.max_reply = bytearray(), -1, 0
         self.out: memoryview | None = None  # the rest of the cell frame still to write
@@ -294,7 +326,7 @@ class Interpreter:
         loop.wake()
 
     def _resolved(self, pidfd: int, now: float) -> None:
-        """(The loop.) The zygote's answer to this interpreter's spawn: its pidfd (in its cgroup by now), or -1."""
+        """(The loop.) The zygote's answer to this interpreter's spawn: its pidfd (in its cgroups by now), or -1."""
         self.pidfd = pidfd
         if self.in_flight:  # its first cell waited for this
             self._signal(signal.SIGCONT)
@@ -369,12 +401,15 @@ class Interpreter:
 
     def close(self) -> None:
         """Kill the interpreter and let go of it. One whose pidfd has not come yet never got a cell (nor was it
-        stopped): it reads EOF when its pipes close here and exits, and its pidfd is closed when it comes."""
+        stopped): it reads EOF when its pipes close here and exits, and its pidfd is closed when it comes. Where no
+        pids cgroup of its own holds its threads (not root), wait (outside the loop's lock, up to ``EXIT_WAIT_S``)
+        until it has exited: its threads count against the uid's RLIMIT_NPROC, which the next rollout shares."""
         loop = _io_loop()
         with loop.lock:
             self.closed = True
             pidfd, self.pidfd = self.pidfd, (-1 if self.pidfd is not None else None)
-            if pidfd is not None and pidfd >= 0:
+            pidfd = -1 if pidfd is None else pidfd
+            if pidfd >= 0:
                 try:
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                 except OSError:
@@ -382,15 +417,28 @@ class Interpreter:
             loop.cells.discard(self)
             self.in_flight, self.out = False, None
             self.done.set()
-            for fd in (self.cell_fd, self.reply_fd, pidfd if pidfd is not None else -1):
+            for fd in (self.cell_fd, self.reply_fd):
                 if fd >= 0:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.close(fd)
-                    except OSError:
-                        pass
             self.cell_fd = self.reply_fd = -1
             if self.server is not None:
                 self.server.forget(self)
+        if pidfd >= 0:
+            if self.server is not None and self.server.pids_dir is None:
+                _wait_exited(pidfd, EXIT_WAIT_S)
+            with contextlib.suppress(OSError):
+                os.close(pidfd)
+
+
+EXIT_WAIT_S = 1.0  # not root: how long ``Interpreter.close`` waits for a killed interpreter to be gone
+
+
+def _wait_exited(pidfd: int, seconds: float) -> bool:
+    """Wait until the process of ``pidfd`` has exited, all its threads (the kernel makes a pidfd readable then)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(max(0, math.ceil(1000 * seconds))))
 
 
 READY_FRAME = len(READY).to_bytes(4, "big") + READY

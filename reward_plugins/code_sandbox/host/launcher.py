@@ -281,14 +281,47 @@ def cpu_cgroup(path: str, quota_cores: float) -> str:
     """A cpu cgroup at ``path`` for one process: the default weight (``cpu.shares`` 1024, the same as its
     siblings', however many threads each runs) and a CFS quota of ``quota_cores`` cores. -> ``path``; where it
     could not be made, :func:`cgroup_enter` fails on it (so the process is never used outside it)."""
+    return _one_cgroup(path, (("cpu.shares", 1024), ("cpu.cfs_period_us", 100_000),
+                              ("cpu.cfs_quota_us", max(1000, int(quota_cores * 100_000)))))  # fmt: skip
+
+
+#: Per-interpreter memory cgroups: what one holds past its address space (RLIMIT_AS): its tmpfs's pages (the scratch
+#: size, added by the caller) and the kernel's own (page tables, thread stacks, pipe buffers).
+MEMORY_CGROUP_SLACK = 64 << 20
+
+
+def memory_cgroup(path: str, limit_bytes: int) -> str:
+    """A memory cgroup at ``path`` for one process, capped at ``limit_bytes`` (memory and, where swap is accounted,
+    memory + swap: the cap cannot be dodged by swapping). The kernel's OOM killer, at that cap, chooses among the
+    processes of this cgroup alone. -> ``path``; where it could not be made, :func:`cgroup_enter` fails on it."""
+    return _one_cgroup(path, (("memory.limit_in_bytes", limit_bytes),),
+                       optional=(("memory.memsw.limit_in_bytes", limit_bytes),))  # fmt: skip
+
+
+def pids_cgroup(path: str, pids_max: int) -> str:
+    """A pids cgroup at ``path`` for one process: at most ``pids_max`` processes and threads in it (its main thread
+    included), whatever its uid's other processes hold. -> ``path``; where it could not be made, :func:`cgroup_enter`
+    fails on it."""
+    return _one_cgroup(path, (("pids.max", pids_max),))
+
+
+def _one_cgroup(path: str, knobs, optional=()) -> str:
+    """``mkdir`` ``path`` and write its ``knobs`` (a failure removes it: a process is then never moved in), then its
+    ``optional`` knobs (best effort: absent on some kernels, e.g. ``memsw`` without swap accounting)."""
     try:
         os.mkdir(path)
-        for knob, value in (("cpu.shares", 1024), ("cpu.cfs_period_us", 100_000),
-                            ("cpu.cfs_quota_us", max(1000, int(quota_cores * 100_000)))):  # fmt: skip
+        for knob, value in knobs:
             with open(os.path.join(path, knob), "w") as f:
                 f.write(str(value))
     except OSError:
         cgroup_rmdir(path)
+        return path
+    for knob, value in optional:
+        try:
+            with open(os.path.join(path, knob), "w") as f:
+                f.write(str(value))
+        except OSError:
+            pass
     return path
 
 
@@ -320,7 +353,9 @@ def cgroup_enter(path: str, pidfd: int) -> bool:
 
 
 def cgroup_rmdir(path: str) -> bool:
-    """Remove an empty cgroup -> True when it is gone (False: a process is still in it)."""
+    """Remove an empty cgroup -> True when it is gone (False: a process is still in it). A memory cgroup's charges go
+    first (:func:`_drain_memory`)."""
+    _drain_memory(path)
     try:
         os.rmdir(path)
     except FileNotFoundError:
@@ -328,6 +363,27 @@ def cgroup_rmdir(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _drain_memory(path: str) -> None:
+    """Reclaim the pages still charged to a memory cgroup with no process left (``memory.force_empty``): the page
+    cache its processes read first stays charged to it after they exit, and would keep it alive once removed, out of
+    the kernel's 65535 memory cgroup ids, until those pages are reclaimed; a cgroup per rollout would run out over a
+    long run. Only where its ``memory.stat`` counts such pages (``cache``, ``rss``): what else it holds (kernel
+    objects) goes to its parent at its removal, and ``force_empty`` costs about a millisecond even with nothing to
+    reclaim. Nothing for a cgroup of another controller, or one with a process in it."""
+    try:
+        with open(os.path.join(path, "memory.stat")) as f:
+            pages = {k: int(v) for k, v in (line.split() for line in f) if k in ("cache", "rss")}
+        if not any(pages.values()):
+            return
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            if f.read().strip():
+                return
+        with open(os.path.join(path, "memory.force_empty"), "w") as f:
+            f.write("0")
+    except (OSError, ValueError):  # not a memory cgroup (no such knob), or gone
+        pass
 
 
 def cgroup_remove(dirs, wait_s: float = 2.0) -> list[str]:
@@ -352,6 +408,8 @@ def cgroup_remove(dirs, wait_s: float = 2.0) -> list[str]:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+            if not pids:
+                _drain_memory(d)
             try:
                 os.rmdir(d)
                 break

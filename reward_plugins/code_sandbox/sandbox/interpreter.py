@@ -191,7 +191,7 @@ def repl_loop(cell_fd: int, reply_fd: int, timeout: float, max_chars: int) -> No
 # Set once in ``main`` before any request, the same for every interpreter: nothing here is of a rollout.
 RO_PATHS: list = []
 MODE = ""
-NPROC = 256
+NPROC = 256  # RLIMIT_NPROC of each interpreter (shared by the uid); 0: not set (as root each has a pids cgroup)
 NOFILE = 64
 SCRATCH = "/tmp"  # under bwrap: each interpreter's own tmpfs, mounted here in its own mount namespace
 SCRATCH_BYTES = 64 << 20

@@ -43,13 +43,14 @@ def rlimit_plan(mem_bytes: int, cpu_s: int, nproc: int, nofile: int = 64) -> lis
     """Limits each sandboxed process sets on itself (they cannot sit on the worker: its own CPU
     time accumulates, it holds more fds, and where the code runs as the caller's uid, NPROC counts
     the caller's processes): address space, CPU seconds (SIGXCPU at the soft limit, SIGKILL a
-    second later), open files, processes/threads. Capped at the hard limits, computed once."""
-    return _capped([
+    second later), open files, processes/threads (``nproc`` 0: left as inherited, for a process whose threads a
+    pids cgroup of its own bounds: RLIMIT_NPROC counts all of its uid's). Capped at the hard limits."""
+    items = [
         (resource.RLIMIT_AS, mem_bytes, mem_bytes),
         (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
         (resource.RLIMIT_NOFILE, nofile, nofile),
-        (resource.RLIMIT_NPROC, nproc, nproc),
-    ])  # fmt: skip
+    ]
+    return _capped(items + ([(resource.RLIMIT_NPROC, nproc, nproc)] if nproc else []))
 
 
 def apply_rlimits(plan, pid: int = 0):

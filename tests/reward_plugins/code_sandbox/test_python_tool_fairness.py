@@ -1,4 +1,4 @@
-"""What one rollout of the Python tool can and cannot do to another: time, CPU, and the figures.
+"""What one rollout of the Python tool can and cannot do to another: time, CPU, every other limit, and the figures.
 
 * Time: the host's I/O loop reads every interpreter's reply as it arrives, so a rollout that forges a reply frame,
   keeps its main thread busy and then sends a cell larger than the pipe (which its interpreter never reads) costs
@@ -9,6 +9,12 @@
 * CPU (as root, with a cgroup v1 cpu controller): each interpreter runs in a cpu cgroup of its own from before its
   first cell, with the default weight and a one-core quota, so the threads of one rollout together get at most
   one core, however many it starts.
+* Every limit is per rollout (as root, with cgroup v1 pids and memory controllers): each interpreter has pids and
+  memory cgroups of its own, outside the server's; a rollout holding every thread it may, or (three of them, beside a
+  server whose own cgroup takes less than their sum) all their memory and files, leaves a sibling, a later rollout and
+  its own next rollout theirs; without cgroups, the documented fallback (threads shared by the uid; a reset waits
+  for the killed interpreter); and a ``hypothesis`` property: any sequence of cells that each take all of one limit
+  (threads, memory, disk, fds, CPU), then an honest probe using each limit at once, in the same round and after.
 * Figures: a refused call is counted once in ``stats``, through ``python`` alone and through the trainer's
   dispatch path.
 """
@@ -266,8 +272,18 @@ def test_each_cell_is_charged_its_own_time_whatever_its_size_and_its_siblings(cr
 
 
 # ------------------------------------------------------------------------------------------------ CPU
+def _cgroups_here(*controllers: str) -> bool:
+    return os.geteuid() == 0 and all(os.path.isdir(launcher.cgroup_base(c)) for c in controllers)
+
+
 def _cpu_cgroups_here() -> bool:
-    return os.geteuid() == 0 and os.path.isdir(launcher.cgroup_base("cpu"))
+    return _cgroups_here("cpu")
+
+
+def own_cgroup(env, parent: str) -> str:
+    """``env``'s interpreter's cgroup in the controller whose per-interpreter cgroups are made in ``parent``."""
+    (path,) = [d for d in env._interpreter.cgroups if os.path.dirname(d) == parent]
+    return path
 
 
 @pytest.mark.skipif(not _cpu_cgroups_here(), reason="needs root and a cgroup v1 cpu controller")
@@ -275,29 +291,28 @@ def test_each_interpreter_runs_in_a_cpu_cgroup_of_its_own_from_before_its_first_
     a, b = envs(), envs()
     for e in (a, b):
         assert e.python("1") == "1\n"
-    ia, ib = a._interpreter, b._interpreter
-    assert ia.cgroup and ib.cgroup and ia.cgroup != ib.cgroup
     server = interpreter_server._SERVERS["bwrap"]
-    for it in (ia, ib):
-        assert os.path.dirname(it.cgroup) == server.cpu_dir
-        pid = launcher.pidfd_pid(it.pidfd)
-        assert open(os.path.join(it.cgroup, "cgroup.procs")).read().split() == [str(pid)]
-        assert open(os.path.join(it.cgroup, "cpu.shares")).read().strip() == "1024"
-        quota = int(open(os.path.join(it.cgroup, "cpu.cfs_quota_us")).read())
-        period = int(open(os.path.join(it.cgroup, "cpu.cfs_period_us")).read())
+    ca, cb = (own_cgroup(e, server.cpu_dir) for e in (a, b))
+    assert ca and cb and ca != cb
+    for e, cg in ((a, ca), (b, cb)):
+        pid = launcher.pidfd_pid(e._interpreter.pidfd)
+        assert open(os.path.join(cg, "cgroup.procs")).read().split() == [str(pid)]
+        assert open(os.path.join(cg, "cpu.shares")).read().strip() == "1024"
+        quota = int(open(os.path.join(cg, "cpu.cfs_quota_us")).read())
+        period = int(open(os.path.join(cg, "cpu.cfs_period_us")).read())
         assert quota == interpreter_server.CPU_QUOTA_CORES * period
     # threads a cell starts are in it too (the whole thread group moved before any cell ran)
     a.python("import threading, time\nts = [threading.Thread(target=time.sleep, args=(2,)) for _ in range(4)]\n"
              "[t.start() for t in ts]")  # fmt: skip
-    tids = open(os.path.join(ia.cgroup, "tasks")).read().split()
+    tids = open(os.path.join(ca, "tasks")).read().split()
     assert len(tids) == 5
-    old = ia.cgroup
-    a.reset()  # the old interpreter is killed; its cgroup goes once it has exited (at a later spawn or close)
+    old = list(a._interpreter.cgroups)
+    a.reset()  # the old interpreter is killed; its cgroups go once it has exited (at a later spawn or close)
     deadline = time.monotonic() + 5
-    while os.path.isdir(old) and time.monotonic() < deadline:
+    while any(os.path.isdir(d) for d in old) and time.monotonic() < deadline:
         time.sleep(0.05)
         envs()._close()
-    assert not os.path.isdir(old)
+    assert not any(os.path.isdir(d) for d in old)
 
 
 TOOL_HOST = r'''
@@ -307,7 +322,7 @@ envs = [PythonEnvironment() for _ in range(2)]
 for e in envs:
     e.reset()
     assert e.python("1") == "1\n"
-print(json.dumps([e._interpreter.cgroup for e in envs]), flush=True)
+print(json.dumps([d for e in envs for d in e._interpreter.cgroups]), flush=True)
 sys.stdin.read()
 '''
 
@@ -330,7 +345,7 @@ def test_a_sigkilled_hosts_interpreter_cgroups_are_reclaimed_at_the_next_start()
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=30)
-    assert len(left) == 2 and all(os.path.isdir(d) for d in left)
+    assert len(left) >= 2 and all(os.path.isdir(d) for d in left)
     reclaim_stale(tempfile.gettempdir())  # what every pool's start runs first (``PoolClaim.acquire``)
     assert not any(os.path.isdir(d) for d in left)
 
@@ -345,6 +360,196 @@ def test_a_rollouts_threads_together_get_at_most_its_quota_of_the_cores(envs):
     e = envs(timeout=5.0)
     cores = float(e.python(C_THREADS.format(seconds=1.5, n=8)))
     assert 0.1 < cores <= interpreter_server.CPU_QUOTA_CORES * 1.1, f"{cores} cores used"
+
+
+# ------------------------------------------------------------------------------------------------ every limit
+# Cells that take all of one per-rollout limit and keep it (the interpreter is stopped between calls, holding it).
+THREADS_HOG = (  # as many threads as it may start, each parked on an event that never comes
+    "import threading\nthreading.stack_size(1 << 16)\nev = threading.Event()\nheld = []\ntry:\n"
+    "    while len(held) < 4096:\n        t = threading.Thread(target=ev.wait)\n        t.start()\n"
+    "        held.append(t)\nexcept RuntimeError:\n    pass\nlen(held)"
+)
+MEMORY_HOG = (  # its tmpfs nearly full (files are memory too), then its whole address space, touched
+    "chunk = b'\\x02' * (1 << 20)\nfor k in range(4):\n    with open(f'mem{k}', 'wb') as f:\n"
+    "        for _ in range(15):\n            f.write(chunk)\nblocks = []\ntry:\n    while True:\n"
+    "        blocks.append(b'\\x01' * (8 << 20))\nexcept MemoryError:\n    blocks.pop()\nlen(blocks)"
+)
+DISK_HOG = (  # every byte, then every inode, of its tmpfs
+    "k = 0\nchunk = b'\\x03' * (1 << 20)\ntry:\n    while True:\n        with open(f'big{k}', 'wb') as f:\n"
+    "            for _ in range(15):\n                f.write(chunk)\n        k += 1\nexcept OSError:\n    pass\ntry:\n    while True:\n        open(f'empty{k}', 'wb').close()\n"
+    "        k += 1\nexcept OSError:\n    pass\nk"
+)
+FDS_HOG = (  # every fd
+    "import os\nfds = []\ntry:\n    while True:\n        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+    "except OSError:\n    pass\nlen(fds)"
+)
+CPU_HOG = C_THREADS.format(seconds=0.5, n=8)  # every core it can get, in C without the GIL
+HOGS = {"threads": THREADS_HOG, "memory": MEMORY_HOG, "disk": DISK_HOG, "fds": FDS_HOG, "cpu": CPU_HOG}
+
+# A modest use of each limit at once: 128 MiB touched, 128 threads alive together, an 8 MiB file, 32 fds. (The memory
+# first: each thread's malloc arena reserves 64 MiB of address space, which glibc does without once none is left.)
+PROBE = (
+    "import os, threading\nblock = b'\\x04' * (128 << 20)\nthreading.stack_size(1 << 16)\nev = threading.Event()\n"
+    "ts = [threading.Thread(target=ev.wait) for _ in range(128)]\n[t.start() for t in ts]\nev.set()\n"
+    "[t.join() for t in ts]\nwith open('probe', 'wb') as f:\n"
+    "    f.write(b'\\x05' * (8 << 20))\nfds = [os.open('/dev/null', os.O_RDONLY) for _ in range(32)]\n"
+    "[os.close(fd) for fd in fds]\nprint(len(ts), len(block) >> 20, os.path.getsize('probe') >> 20, len(fds))\n"
+    "os.unlink('probe')"
+)
+PROBE_REPLY = "128 128 8 32\n"
+
+
+@pytest.mark.skipif(not _cgroups_here("pids", "memory"), reason="needs root and cgroup v1 pids and memory controllers")
+def test_each_interpreter_has_pids_and_memory_cgroups_of_its_own(envs):
+    """Outside the server's cgroup (which holds the zygote), each capped for itself: ``max_processes`` threads,
+    its address space + its tmpfs + the kernel's slack; and no uid-wide RLIMIT_NPROC of the tool's."""
+    a, b = envs(memory_mb=512), envs(memory_mb=256)
+    server = interpreter_server._SERVERS["bwrap"]
+    tool = {d for d in server.server.cgroups}
+    for e in (a, b):
+        assert e.python("1") == "1\n"
+        pid = launcher.pidfd_pid(e._interpreter.pidfd)
+        pids, mem = own_cgroup(e, server.pids_dir), own_cgroup(e, server.memory_dir)
+        for d in (pids, mem):
+            assert open(os.path.join(d, "cgroup.procs")).read().split() == [str(pid)]
+        assert not any(str(pid) in open(os.path.join(d, "cgroup.procs")).read().split() for d in tool)
+        assert int(open(os.path.join(pids, "pids.max")).read()) == server.max_processes
+        want = (e.limits.memory_mb << 20) + interpreter_server.SCRATCH_BYTES + launcher.MEMORY_CGROUP_SLACK
+        assert int(open(os.path.join(mem, "memory.limit_in_bytes")).read()) == want
+        nproc = next(line for line in open(f"/proc/{pid}/limits") if line.startswith("Max processes"))
+        assert int(nproc.split()[2]) > server.max_processes  # left at the host's, not the tool's 256
+    assert own_cgroup(a, server.pids_dir) != own_cgroup(b, server.pids_dir)
+
+
+@pytest.mark.skipif(not _cgroups_here("pids"), reason="needs root and a cgroup v1 pids controller")
+def test_a_rollout_holding_all_its_threads_leaves_a_sibling_and_a_later_rollout_theirs(envs):
+    """The attack: a cell starts every thread it may and returns, its interpreter holding them; a sibling, a
+    rollout started after it, and the hostile instance's own next rollout each start 128 threads."""
+    hostile, sibling = envs(), envs()
+    held = int(hostile.python(THREADS_HOG))
+    assert sibling.python(PROBE) == PROBE_REPLY
+    assert envs().python(PROBE) == PROBE_REPLY
+    assert interpreter_server._SERVERS["bwrap"].max_processes - 2 <= held < 4096  # its own cap, not unbounded
+    hostile.reset()
+    assert hostile.python(PROBE) == PROBE_REPLY
+
+
+@pytest.fixture()
+def small_server(monkeypatch):
+    """A server of this test's own with a small memory budget (``memory_mb=256``: 448 MiB for the server's cgroup),
+    the process's shared one for the test."""
+    server = interpreter_server.InterpreterServer("bwrap", memory_mb=256)
+    monkeypatch.setitem(interpreter_server._SERVERS, "bwrap", server)
+    yield server
+    server.close()
+
+
+@pytest.mark.skipif(not _cgroups_here("memory"), reason="needs root and a cgroup v1 memory controller")
+def test_rollouts_holding_all_their_memory_never_meet_a_cap_they_share(small_server, envs):
+    """Three rollouts each hold their whole address space (256 MiB) and 60 MiB of files, together twice what the
+    server's cgroup takes: each is held to its own cap, so none is OOM-killed, nor is the zygote."""
+    crowd = [envs(memory_mb=256) for _ in range(3)]
+    held = [int(e.python(MEMORY_HOG)) for e in crowd]
+    assert all(n >= 20 for n in held), held  # >= 160 MiB each, plus 60 MiB of tmpfs
+    assert [e.python("len(blocks)") for e in crowd] == [f"{n}\n" for n in held]
+    assert all(e.stats["restarts"] == 0 for e in crowd)
+    assert envs(memory_mb=256).python("6 * 7") == "42\n"  # the zygote still forks
+
+
+@pytest.mark.skipif(not _cgroups_here("memory"), reason="needs root and a cgroup v1 memory controller")
+def test_a_memory_cgroup_is_drained_before_it_is_removed(tmp_path):
+    """The page cache a process read first stays charged to its memory cgroup after it exits, and would keep the
+    cgroup alive after its removal (the kernel has 65535 memory cgroup ids; the tool makes one per rollout):
+    ``cgroup_rmdir`` reclaims it first."""
+    import subprocess
+
+    data = tmp_path / "data"  # on a disk, not a tmpfs: its pages can be dropped and read again
+    data.write_bytes(os.urandom(8 << 20))
+    fd = os.open(data, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    path = launcher.memory_cgroup(os.path.join(launcher.cgroup_base("memory"), f"code_sandbox-drain-{os.getpid()}"),
+                                  64 << 20)  # fmt: skip
+    usage = os.path.join(path, "memory.usage_in_bytes")
+    try:
+        subprocess.run(["/bin/sh", "-c", f'echo $$ > "{path}/cgroup.procs" && exec cat "{data}" > /dev/null'],
+                       check=True)  # fmt: skip
+        assert int(open(usage).read()) >= 8 << 20  # charged to it, with no process left in it
+        launcher._drain_memory(path)
+        assert int(open(usage).read()) < 1 << 20
+    finally:
+        assert launcher.cgroup_rmdir(path)
+
+
+@pytest.fixture()
+def server_without_cgroups(monkeypatch):
+    """A server started as where no cgroup can be made (not root, no cgroup v1 controller): the fallbacks."""
+    monkeypatch.setattr(launcher, "_make_cgroups", lambda *args, **kwargs: [])
+    server = interpreter_server.InterpreterServer("bwrap")
+    assert server.pids_dir is server.memory_dir is server.cpu_dir is None
+    monkeypatch.setitem(interpreter_server._SERVERS, "bwrap", server)
+    yield server
+    server.close()
+
+
+def threads_of(pid: int) -> int:
+    """The threads of process ``pid`` (0 once it is gone)."""
+    try:
+        return int(next(line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("Threads:")))
+    except (FileNotFoundError, ProcessLookupError):  # reaped before or while it is read
+        return 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to start a server as if it were not)")
+def test_without_cgroups_threads_are_the_uids_and_a_later_rollout_gets_them_back(server_without_cgroups, envs):
+    """The weaker guarantee, as documented: where no pids cgroup is made, RLIMIT_NPROC (``max_processes``) bounds the
+    threads of all the server's interpreters together, so a sibling running beside a rollout that holds them all
+    cannot start its own; a rollout that starts after the hostile one's ``reset`` can (``close`` waits for the killed
+    interpreter to be gone)."""
+    hostile, sibling = envs(), envs()
+    assert sibling.python("1") == "1\n"
+    held = int(hostile.python(THREADS_HOG))
+    assert held < server_without_cgroups.max_processes
+    assert "can't start new thread" in sibling.python(PROBE)
+    pid = launcher.pidfd_pid(hostile._interpreter.pidfd)
+    hostile.reset()
+    assert threads_of(pid) <= 1  # exited (its leader at most a zombie until the zygote reaps it): close waited
+    assert sibling.python(PROBE) == PROBE_REPLY
+    assert hostile.python(PROBE) == PROBE_REPLY
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """A hostile and an honest rollout, reused across examples (reset per example)."""
+    made = [PythonEnvironment(timeout=5.0, rollout_timeout=600.0, memory_mb=512) for _ in range(2)]
+    yield made
+    for e in made:
+        e._close()
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None)
+@given(hogs=st.lists(st.sampled_from(sorted(HOGS)), min_size=1, max_size=3),
+       last=st.sampled_from(sorted(HOGS)), first=st.booleans())  # fmt: skip
+def test_no_rollout_feels_another_take_all_of_any_limit(pair, hogs, last, first):
+    """A hostile rollout takes all of one limit after another (threads, memory, disk, fds: held between its calls;
+    CPU: while in a call), then runs one more hog in the same dispatched round as an honest rollout's probe, which
+    uses each limit at once: the probe's reply is the same as alone; then the hostile instance's next rollout runs
+    the probe too (nothing of its last rollout is left to it)."""
+    bad, good = pair
+    bad.reset()
+    good.reset()
+    for name in hogs:
+        bad.python(HOGS[name])  # its own reply is whatever its own limits make it
+    batch = [(bad, HOGS[last]), (good, PROBE)]
+    out = trl_round(batch if first else batch[::-1])
+    assert out[1 if first else 0][0] == PROBE_REPLY
+    assert good.stats["restarts"] == 0
+    bad.reset()
+    assert bad.python(PROBE) == PROBE_REPLY
 
 
 # ------------------------------------------------------------------------------------------------ figures
