@@ -177,11 +177,11 @@ class _KillingSender:
 
 @pytest.fixture(scope="module")
 def faulty():
-    """A boxed_math reward (a 0.2 CPU s deadline, 2 workers, a 0.3 s hello timeout) whose pool runs
+    """A boxed_math reward (a 0.2 CPU s deadline, 2 workers, a 1 s hello timeout) whose pool runs
     :func:`fake_check`, with :class:`Faults`; ``runs`` records each pool call of the reward (its tasks' final answers
     and results)."""
     pool = _pool.DeadlinePool(fake_check, 2)
-    pool.hello_timeout = 0.3
+    pool.hello_timeout = 1.0
     reward = boxed_math(num_workers=2, timeout=0.2, prestart=False)
     reward._pool = lambda: pool
     runs = []
@@ -201,9 +201,18 @@ def test_a_slow_start_after_a_timeout_costs_no_answer(faulty):
     """The attack, in small: a check that times out, and its worker's replacement slow to start (no hello in time,
     then a slow fork). The answers after it are still checked: nothing becomes None."""
     reward, faults, runs = faulty
+    pool = reward._pool()
+    pool.num_workers = 1  # no other worker to take the checks meanwhile
+    for w in pool._workers[1:]:
+        pool._drop(w)
     faults.reset(starts=["mute", "slow"])
-    out, metrics = _call(reward, [r"\boxed{slow}", r"\boxed{1}", r"\boxed{2}", r"\boxed{4}"], ["0", "1", "2", "3"])
+    runs.clear()
+    try:
+        out, metrics = _call(reward, [r"\boxed{slow}", r"\boxed{1}", r"\boxed{2}", r"\boxed{4}"], ["0", "1", "2", "3"])
+    finally:
+        pool.num_workers = 2
     assert out == [0.0, 1.0, 1.0, 0.0]
+    assert len(runs) == 1  # no check was lost: none needed a re-run
     assert metrics["boxed_math/timeouts"] == 1 and metrics["boxed_math/infra_errors"] == 0
     assert metrics["boxed_math/worker_start_failures"] == 1  # the mute one
 
@@ -219,7 +228,9 @@ def test_a_worker_killed_under_its_check(faulty, control_lost):
     out, metrics = _call(reward, [r"\boxed{11}", r"\boxed{12}", r"\boxed{13}"], ["11", "12", "13"])
     assert faults.killed >= {"11", "12"} and out[0] == 1.0 and out[2] == 1.0
     assert out[1] == (None if control_lost else 0.0)
-    assert [finals for finals, _ in runs] == [["11", "12", "13"], ["11", "12"], [control]]
+    # the run, the re-run of what it lost (on this loaded machine a late hello may lose "13" too), the control
+    assert len(runs) == 3 and runs[0][0] == ["11", "12", "13"] and {"11", "12"} <= set(runs[1][0])
+    assert runs[2][0] == [control]
     assert metrics["boxed_math/infra_errors"] == int(control_lost) and metrics["boxed_math/errors"] == int(not control_lost)
 
 
@@ -251,11 +262,12 @@ def test_none_only_when_the_machinery_is_proven_failing(faulty, kinds, starts, k
     out, metrics = _call(reward, [rf"\boxed{{{a}}}" for a in answers], golds)
 
     lost_twice = {f for f, r in zip(*runs[1]) if r[0] in BoxedMathReward.LOST} if len(runs) > 1 else set()
-    control_passed = len(runs) > 2 and runs[2][1] == [("ok", "correct")]
+    control = runs[2][1] if len(runs) > 2 else None  # the control check's result, when one ran
+    control_passed = control == [("ok", "correct")]
     for kind, answer, score in zip(kinds, answers, out):
         expected = 1.0 if kind in ("right", "late") else 0.0
         if score is None:
-            assert answer in lost_twice and not control_passed
+            assert answer in lost_twice and control is not None and not control_passed
         elif score != expected:
             assert expected == 1.0 and score == 0.0 and answer in lost_twice and control_passed
     assert metrics["boxed_math/infra_errors"] == out.count(None)
@@ -274,9 +286,11 @@ def test_many_answers_slow_to_check_then_right_ones_are_all_scored():
     well past a minute. Every wrong one scores 0 (its own deadline), every right one 1.0, none None (an earlier
     pool turned the checks left after 60 s without a ready worker into None)."""
     reward = boxed_math(num_workers=1, timeout=1.0)
-    golds = [rf"\sqrt{{{k}}}" for k in range(2, 72)] + ["7", "8", "9", "10"]
+    roots = [k for k in range(2, 90) if int(k**0.5) ** 2 != k][:70]  # \sqrt{4} = 2 is told apart at once
+    golds = [rf"\sqrt{{{k}}}" for k in roots] + ["7", "8", "9", "10"]
     completions = [r"\boxed{\sqrt{10^{10^{10}}}}"] * 70 + [rf"\boxed{{{g}}}" for g in golds[70:]]
     t = time.monotonic()
     out, metrics = _call(reward, completions, golds)
     assert out == [0.0] * 70 + [1.0] * 4, (out.count(None), time.monotonic() - t)
-    assert metrics["boxed_math/timeouts"] == 70 and metrics["boxed_math/infra_errors"] == 0
+    assert metrics["boxed_math/infra_errors"] == 0 and metrics["boxed_math/errors"] == 0
+    assert metrics["boxed_math/timeouts"] >= 60  # each on its own deadline (a few may be told apart in time)
