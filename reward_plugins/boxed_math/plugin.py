@@ -59,6 +59,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
+from reward_plugins._infra import reproduce
 from reward_plugins._text import answer_part, check_tag_name, column, completion_text, log_counts
 from reward_plugins.boxed_math.answer_form import answer_key
 from reward_plugins.boxed_math.boxes import answer_line, find_boxes, is_layout, unwrap_boxes
@@ -285,8 +286,6 @@ class BoxedMathReward:
         0; so does one that ``batch_timeout`` left unstarted (``skipped``): the batch's answers used the budget up,
         which of them go unchecked is chance, and ``None`` for them would let costly answers escape their penalty.
         A slow start of the workers only delays checks (a deadline starts when a warm worker takes its check)."""
-        from reward_plugins._infra import reproduce
-
         gold, cands = self.CONTROL
         control = (gold, (gold, cands, read_question(""), None))
         results, machinery_failed = reproduce(self._run, tasks, lambda r: r[0] in self.LOST, control,

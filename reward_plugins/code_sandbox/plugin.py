@@ -37,9 +37,10 @@ import re
 import threading
 import weakref
 
+from .._infra import reproduce
 from .._text import check_tag_name, completion_text
 from . import verdict
-from .host.launcher import find_bwrap, sandbox_python
+from .host.launcher import IsolationUnavailable, ServerDidNotStart, find_bwrap, sandbox_python
 from .host.pool import Limits, SandboxPool
 from .prelude import build_prelude, prompt_texts
 from .routing import check_value_tests, value_tests, verifies_something
@@ -243,10 +244,6 @@ class CodeSandboxReward:
         inside a working sandbox is always judged as the program it is. Only a server that started and showed
         the isolation missing (``IsolationUnavailable``, not ``ServerDidNotStart``) raises: a configuration the
         reward must not run under."""
-        from reward_plugins._infra import reproduce
-
-        from .host.launcher import IsolationUnavailable, ServerDidNotStart
-
         def run(batch):
             pool = None
             try:
