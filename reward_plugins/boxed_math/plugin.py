@@ -37,8 +37,10 @@ Answers equal up to ``\\text{}`` wrapping, spacing and case of text are equal (`
 ``4:30\\text{ p.m.}``, ``4:30 \\text{PM}``).
 
 A gold that math-verify cannot parse gives ``None`` (TRL then ignores this reward for that row), counted as
-``boxed_math/bad_gold``. So does an answer the checking machinery failed to check (no worker could start; its worker died twice
-while a control check shows the workers failing), counted as ``boxed_math/infra_errors``: it is not a wrong answer (``BoxedMathReward.attribute``).
+``boxed_math/bad_gold``. So does an answer the checking machinery failed to check, and only when that is proven each
+time: its check was lost (its worker died, or no worker could start), lost again on a fresh worker, and a control
+check failed too; counted as ``boxed_math/infra_errors``: it is not a wrong answer (``BoxedMathReward.attribute``).
+Workers that could not start are counted in ``boxed_math/worker_start_failures``; the reward never raises for them.
 
 Speed: identical (gold, answer) checks within a batch are done once; a group's answers go to the same
 worker, which parses their gold once; the batch runs across ``num_workers`` long-lived processes (default:
@@ -57,6 +59,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
+from reward_plugins._infra import reproduce
 from reward_plugins._text import answer_part, check_tag_name, column, completion_text, log_counts
 from reward_plugins.boxed_math.answer_form import answer_key
 from reward_plugins.boxed_math.boxes import answer_line, find_boxes, is_layout, unwrap_boxes
@@ -208,7 +211,11 @@ class BoxedMathReward:
 
         if jobs:
             tasks = [(gold, (gold, cands, question, self.relative_tolerance)) for gold, cands, question in jobs]
-            for (status, value), rows in zip(self.attribute(tasks), jobs.values()):
+            pool = self._pool()
+            failed_starts = pool.start_failures
+            results = self.attribute(tasks)
+            counts["worker_start_failures"] = pool.start_failures - failed_starts
+            for (status, value), rows in zip(results, jobs.values()):
                 key = {"ok": value, "timeout": "timeouts", "skipped": "timeouts", "oom": "oom",
                        "infra": "infra_errors"}.get(status, "errors")
                 counts[key] += len(rows)
@@ -223,7 +230,7 @@ class BoxedMathReward:
             self.__name__,
             {k: counts.get(k, 0)
              for k in ("timeouts", "oom", "errors", "rejected", "no_box", "hedged", "unparsed", "unevaluated",
-                       "bad_gold", "infra_errors")},
+                       "bad_gold", "infra_errors", "worker_start_failures")},
         )
         return rewards
 
@@ -264,37 +271,28 @@ class BoxedMathReward:
 
     #: The control check of :meth:`attribute`: an answer equal to its gold on any working worker.
     CONTROL = ("2", ("2",))
+    #: The pool's statuses of a check it lost (its worker died under it; no worker could start to take it).
+    LOST = ("died", "unstarted")
 
     def attribute(self, tasks):
-        """The pool's results for ``tasks``, with each failure of the checking machinery attributed to the
-        machinery (``("infra", reason)``: the answer was not checked, scored ``None``) or to the answer, by design
-        rather than by an error's text:
+        """The pool's results for ``tasks``, with each check the pool lost attributed to the checking machinery
+        (``("infra", status)``: not checked, scored ``None``) or to the answer, by reproduction
+        (:func:`reward_plugins._infra.reproduce`), never by an error's text: a lost check (:attr:`LOST`) runs again
+        on a fresh worker; lost again, a control check (:attr:`CONTROL`) runs: when it passes, the workers work
+        and this answer broke its worker twice (an error, scored 0, as a check that raises); when it fails too,
+        the machinery is failing.
 
-        * no worker could start (the pool's ``reward workers unavailable`` / ``failed to start``): never checked,
-          the machinery's;
-        * the worker died while checking (``worker died``): the check runs again on a fresh worker; if its worker
-          dies again, a control check (:attr:`CONTROL`) runs: when it passes, the workers work and this answer
-          killed its worker twice (an error, scored 0, as a check that raises); when it fails too, the
-          machinery is failing.
-
-        A check that times out, runs out of memory or raises is the answer's (scored 0), as before; so is a check
-        that ``batch_timeout`` left unstarted (``skipped``): the batch's answers used the budget up, which of them
-        go unchecked is chance, and ``None`` for them would let costly answers escape their penalty."""
-        results = list(self._run(tasks))
-        died = [k for k, r in enumerate(results) if r == ("error", "worker died")]
-        if died:
-            for k, r in zip(died, self._run([tasks[k] for k in died])):
-                results[k] = r
-        died = [k for k, r in enumerate(results) if r == ("error", "worker died")]
-        if died:
-            gold, cands = self.CONTROL
-            control = self._run([(gold, (gold, cands, read_question(""), None))])[0]
-            for k in died:
-                results[k] = ("error", "worker died twice") if control == ("ok", "correct") else ("infra", "worker lost")
-        for k, (status, value) in enumerate(results):
-            if status == "error" and isinstance(value, str) and value.startswith(
-                    ("reward workers unavailable", "reward workers failed to start")):
-                results[k] = ("infra", value)
+        Everything else is the answer's and scored: a check that times out, runs out of memory or raises scores
+        0; so does one that ``batch_timeout`` left unstarted (``skipped``): the batch's answers used the budget up,
+        which of them go unchecked is chance, and ``None`` for them would let costly answers escape their penalty.
+        A slow start of the workers only delays checks (a deadline starts when a warm worker takes its check)."""
+        gold, cands = self.CONTROL
+        control = (gold, (gold, cands, read_question(""), None))
+        results, machinery_failed = reproduce(self._run, tasks, lambda r: r[0] in self.LOST, control,
+                                              lambda r: r == ("ok", "correct"))
+        for k, failed in machinery_failed.items():
+            lost = results[k][0]
+            results[k] = ("infra", lost) if failed else ("error", f"{lost} twice while the control check passed")
         return results
 
     # pickling: only the options travel (the instance holds nothing else); the worker pool is per process and

@@ -20,7 +20,14 @@ replaced, and the task is reported as ``("timeout", None)``.
   ``__main__`` is never re-imported (a training script without an ``if __name__ == "__main__"`` guard
   keeps working). Workers get their socket from the zygote over a Unix socket (``SCM_RIGHTS``).
 * The deadline of a task starts when it is handed to a ready worker: start-up never counts as a timeout.
-  It is measured in the worker's CPU seconds (from /proc; wall seconds elsewhere), with a wall-clock cap
+* Only a task's own events end it: its reply, its own deadline, its own worker's death (``("died", None)``) or,
+  when the caller sets one, the batch's ``total_deadline``. No budget shared by a call (its length, how long other
+  workers take to start) turns a task into a failure of the machinery. A worker that cannot start (the zygote
+  cannot fork it, or it sends no hello within ``hello_timeout``) is counted in ``start_failures`` and replaced;
+  after ``start_attempts`` such failures in one call no more are started, and once no worker is left the tasks
+  never handed out are ``("unstarted", None)`` (none is in flight then). The caller decides what a lost task
+  (``died``, ``unstarted``) means: boxed_math runs it again, then a control check (``BoxedMathReward.attribute``).
+* A deadline is measured in the worker's CPU seconds (from /proc; wall seconds elsewhere), with a wall-clock cap
   of ``wall_factor`` (5) times the deadline: a loaded machine slows checks down without failing them.
 * Tasks carry an affinity key (boxed_math: the gold) so that the answers of one group go to the same
   worker, which parses their gold once.
@@ -302,6 +309,7 @@ class _DeadlineWorker:
         self.ready = False
         self.task: int | None = None  # index of the task in flight in the current call
         self.token: tuple[int, int] | None = None  # (call, index) of the task in flight: its reply must echo it
+        self.born = time.monotonic()  # its hello is due within the pool's hello_timeout of this
         self.started = 0.0
         self.cpu0: float | None = None
         self.key: Hashable = None
@@ -337,6 +345,47 @@ class _DeadlineWorker:
             pass
 
 
+class _Call:
+    """The state of one :meth:`DeadlinePool.map` call: its tasks grouped by affinity key, their results, and the
+    worker starts that failed during it (bounded: :attr:`DeadlinePool.start_attempts`)."""
+
+    def __init__(self, number: int, tasks: Sequence[tuple[Hashable, Any]]):
+        self.number = number
+        self.tasks = tasks
+        self.results: list[tuple[str, Any] | None] = [None] * len(tasks)
+        self.remaining = len(tasks)
+        self.failed_starts = 0
+        self.groups: dict[Hashable, deque[int]] = {}
+        for i, (key, _) in enumerate(tasks):
+            self.groups.setdefault(key, deque()).append(i)
+        self.unstarted = deque(self.groups)  # keys nobody has taken yet
+
+    def next_task(self, w: _DeadlineWorker) -> int | None:
+        """The next task for ``w``: of its group, else of a group nobody took yet, else stolen from the group with
+        most work left (its gold is parsed again: only at the tail)."""
+        q = self.groups.get(w.key)
+        if q:
+            return q.popleft()
+        while self.unstarted:
+            key = self.unstarted.popleft()
+            if self.groups[key]:
+                w.key = key
+                return self.groups[key].popleft()
+        key = max(self.groups, key=lambda k: len(self.groups[k]), default=None)
+        if key is not None and self.groups[key]:
+            w.key = key
+            return self.groups[key].popleft()
+        return None
+
+    def done(self, i: int, result: tuple[str, Any]) -> None:
+        self.results[i] = result
+        self.remaining -= 1
+
+    def finish(self, status: str) -> list[tuple[str, Any]]:
+        """The results, in task order; a task that has none gets ``(status, None)``."""
+        return [r if r is not None else (status, None) for r in self.results]
+
+
 class DeadlinePool:
     """``map(tasks, deadline)`` runs ``handler(payload)`` for each ``(key, payload)`` across the workers.
 
@@ -364,7 +413,10 @@ class DeadlinePool:
         self._unclean = False  # a call is running, or one ended without its clean-up
         self.respawns = 0
         self.stale_replies = 0  # replies whose token matched no task in flight (discarded)
-        self.start_timeout = 300.0
+        self.start_failures = 0  # workers that could not start (no fork, or no hello in time), over the pool's life
+        self.start_timeout = 300.0  # seconds for the zygote's warm-up (the first fork waits for it)
+        self.hello_timeout = 30.0  # wall seconds from a worker's fork to its hello (a fork: milliseconds when idle)
+        self.start_attempts = 3  # worker starts that may fail in one call before it stops starting more
         self.wall_factor = 5.0  # a task is killed at `deadline` CPU seconds or `wall_factor * deadline` wall seconds
 
     def start(self) -> None:
@@ -385,7 +437,7 @@ class DeadlinePool:
             self._zygote = _Zygote(self.handler_spec, self.warmup_spec)
         return _DeadlineWorker(*self._zygote.fork_worker(self.memory_limit, self.start_timeout))
 
-    def _ensure_workers(self) -> None:
+    def _drop_dead_workers(self) -> None:
         self._check_pid()
         alive = []
         for w in self._workers:
@@ -393,18 +445,19 @@ class DeadlinePool:
                 alive.append(w)
             else:
                 w.kill()
-        while len(alive) < self.num_workers:
-            alive.append(self._new_worker())
         self._workers = alive
 
     def map(
         self, tasks: Sequence[tuple[Hashable, Any]], deadline: float, total_deadline: float | None = None
     ) -> list[tuple[str, Any]]:
-        """Results in task order: ``("ok", value)``, ``("error", message)``, ``("timeout", None)`` (the task
-        used ``deadline`` CPU seconds, or ``wall_factor * deadline`` wall seconds), ``("oom", None)`` (the task
-        ran out of its worker's ``memory_limit``) or ``("skipped", None)`` (``total_deadline`` for the batch ran
-        out). An exception raised in the calling thread meanwhile propagates, and the workers that may still
-        hold one of this call's tasks are killed on the way out."""
+        """Results in task order: ``("ok", value)``, ``("error", message)`` (the handler raised), ``("timeout",
+        None)`` (the task used ``deadline`` CPU seconds, or ``wall_factor * deadline`` wall seconds), ``("oom",
+        None)`` (the task ran out of its worker's ``memory_limit``), ``("skipped", None)`` (``total_deadline`` for
+        the batch ran out before it started) or, when the machinery lost the task, ``("died", None)`` (its worker
+        died or stopped answering before its deadline) or ``("unstarted", None)`` (never handed to a worker: no
+        worker could start). Never raises for a worker that cannot start: those are counted in
+        ``start_failures``. An exception raised in the calling thread meanwhile propagates, and the workers that
+        may still hold one of this call's tasks are killed on the way out."""
         if not tasks:
             return []
         with self._lock:
@@ -413,12 +466,8 @@ class DeadlinePool:
             self._unclean = True
             completed = False
             try:
-                try:
-                    self._ensure_workers()
-                except (OSError, RuntimeError) as e:
-                    results = [("error", f"reward workers unavailable: {e}")] * len(tasks)
-                else:
-                    results = self._run(tasks, float(deadline), total_deadline)
+                self._drop_dead_workers()
+                results = self._run(tasks, float(deadline), total_deadline)
                 completed = True
                 return results
             finally:  # also on BaseException (KeyboardInterrupt, an exception raised by a signal handler, ...)
@@ -439,112 +488,117 @@ class DeadlinePool:
         self._workers = keep
 
     def _run(self, tasks, deadline, total_deadline):
-        call = next(self._calls)
-        results: list[tuple[str, Any] | None] = [None] * len(tasks)
-        groups: dict[Hashable, deque[int]] = {}
-        for i, (key, _) in enumerate(tasks):
-            groups.setdefault(key, deque()).append(i)
-        unstarted = deque(groups)  # keys nobody has taken yet
+        """The loop of one call. Nothing shared by the call (its length, the starts of other workers) ever decides
+        a task's result: a task ends by its own reply, its own deadline, its own worker's death or, only when the
+        caller set one, ``total_deadline``. Tasks end ``unstarted`` only when no worker is left and no more may be
+        started (``start_attempts`` failed in this call): none is in flight then."""
+        call = _Call(next(self._calls), tasks)
         t0 = time.monotonic()
-        start_budget = max(60.0, 10 * deadline)  # a worker that cannot even start is an error, not a hang
         wall_cap = self.wall_factor * deadline
-        remaining = len(tasks)
-
-        def next_task(w: _DeadlineWorker) -> int | None:
-            q = groups.get(w.key)
-            if q:
-                return q.popleft()
-            while unstarted:
-                key = unstarted.popleft()
-                if groups[key]:
-                    w.key = key
-                    return groups[key].popleft()
-            # steal from the group with most work left (its gold is parsed again: only at the tail)
-            key = max(groups, key=lambda k: len(groups[k]), default=None)
-            if key is not None and groups[key]:
-                w.key = key
-                return groups[key].popleft()
-            return None
-
-        def dispatch(w: _DeadlineWorker) -> None:
-            nonlocal remaining
-            if not w.ready or w.task is not None:
-                return
-            i = next_task(w)
-            if i is None:
-                return
-            w.task, w.token = i, (call, i)  # before sending: an interrupted send leaves the worker marked busy
-            try:
-                w.tx.send((w.token, tasks[i][1]))
-            except (OSError, ValueError, EOFError):
-                results[i] = ("error", "worker died")
-                remaining -= 1
-                self._replace(w)
-                return
-            w.started, w.cpu0 = time.monotonic(), _cpu_seconds(w.pid)
-
-        for w in self._workers:
-            dispatch(w)
+        self._top_up(call)
+        self._dispatch_idle(call)
+        remaining = call.remaining
         while remaining:
             now = time.monotonic()
             if total_deadline is not None and now - t0 > total_deadline:
                 for w in list(self._workers):
                     if w.task is not None:
-                        results[w.task] = ("timeout", None)
-                        self._replace(w)
-                break
-            if not self._workers or (now - t0 > start_budget and not any(w.ready for w in self._workers)):
-                for i, r in enumerate(results):
-                    if r is None:
-                        results[i] = ("error", "reward workers failed to start")
-                break
-            busy = [w for w in self._workers if w.task is not None]
-            # past its wall deadline, a task still short of its CPU deadline is polled every 0.1 s
-            wake = min([max(w.started + deadline - now, 0.1) for w in busy] + [0.5])
-            if total_deadline is not None:
-                wake = min(wake, t0 + total_deadline - now)
-            ready = wait([w.conn for w in self._workers], timeout=max(0.0, wake))
+                        call.done(w.task, ("timeout", None))
+                        self._drop(w)
+                return call.finish("skipped")
+            if not self._workers:
+                return call.finish("unstarted")
+            ready = wait([w.conn for w in self._workers], timeout=self._wake(deadline, now, t0, total_deadline))
             for w in list(self._workers):
                 if w.conn in ready:
-                    try:
-                        msg = w.conn.recv()
-                    except (EOFError, OSError):  # the worker died (e.g. out of memory or failed to start)
-                        if w.task is not None:
-                            results[w.task] = ("error", "worker died")
-                            remaining -= 1
-                        self._replace(w)
-                        continue
-                    if msg == _READY:
-                        w.ready = True
-                    elif not (isinstance(msg, tuple) and len(msg) == 2 and w.token is not None and msg[0] == w.token):
-                        self.stale_replies += 1  # not the answer to this worker's task in flight: never taken
-                        continue
-                    else:
-                        results[w.task] = msg[1]
-                        remaining -= 1
-                        w.task = w.token = None
-                        if msg[1][0] == "oom":  # the worker exits after an out-of-memory task
-                            self._replace(w)
-                            continue
-                    dispatch(w)
-                elif w.task is not None and w.overran(deadline, wall_cap):
-                    results[w.task] = ("timeout", None)
-                    remaining -= 1
-                    self._replace(w)
-        return [r if r is not None else ("skipped", None) for r in results]
+                    self._receive(call, w)
+                elif w.task is not None and w.overran(deadline, wall_cap) and not w.conn.poll(0):
+                    call.done(w.task, ("timeout", None))
+                    self._drop(w)
+                elif not w.ready and time.monotonic() - w.born > self.hello_timeout:
+                    self._start_failed(call, w)  # forked, but no hello in time
+            self._top_up(call)
+            self._dispatch_idle(call)
+            remaining = call.remaining
+        return call.finish("skipped")
 
-    def _replace(self, w: _DeadlineWorker) -> _DeadlineWorker | None:
+    def _wake(self, deadline: float, now: float, t0: float, total_deadline: float | None) -> float:
+        """Seconds to wait for a reply: until the first task in flight reaches its deadline; past its wall deadline,
+        a task still short of its CPU deadline is polled every 0.1 s; 0.5 s at most (hellos, start timeouts)."""
+        wake = min([max(w.started + deadline - now, 0.1) for w in self._workers if w.task is not None] + [0.5])
+        if total_deadline is not None:
+            wake = min(wake, t0 + total_deadline - now)
+        return max(0.0, wake)
+
+    def _dispatch_idle(self, call: _Call) -> None:
+        """Hand every ready, idle worker its next task (a copy of the list: a failed send drops its worker)."""
+        for w in list(self._workers):
+            self._dispatch(call, w)
+
+    def _dispatch(self, call: _Call, w: _DeadlineWorker) -> None:
+        """Hand ``w`` its next task, if it is ready and idle; its deadline starts now."""
+        if not w.ready or w.task is not None:
+            return
+        i = call.next_task(w)
+        if i is None:
+            return
+        tasks = call.tasks
+        w.task, w.token = i, (call.number, i)  # before sending: an interrupted send leaves the worker marked busy
+        try:
+            w.tx.send((w.token, tasks[i][1]))
+        except (OSError, ValueError, EOFError):
+            call.done(i, ("died", None))
+            self._drop(w)
+            return
+        w.started, w.cpu0 = time.monotonic(), _cpu_seconds(w.pid)
+
+    def _receive(self, call: _Call, w: _DeadlineWorker) -> None:
+        """Read what ``w`` sent: its hello, the reply to its task, or its end (a death)."""
+        try:
+            msg = w.conn.recv()
+        except (EOFError, OSError):  # the worker died (out of memory, killed from outside, or before its hello)
+            if w.task is not None:
+                call.done(w.task, ("died", None))
+            if w.ready:
+                self._drop(w)
+            else:
+                self._start_failed(call, w)
+            return
+        if msg == _READY:
+            w.ready = True
+        elif not (isinstance(msg, tuple) and len(msg) == 2 and w.token is not None and msg[0] == w.token):
+            self.stale_replies += 1  # not the answer to this worker's task in flight: never taken
+            return
+        else:
+            call.done(w.task, msg[1])
+            w.task = w.token = None
+            if msg[1][0] == "oom":  # the worker exits after an out-of-memory task
+                self._drop(w)
+                return
+        self._dispatch(call, w)
+
+    def _drop(self, w: _DeadlineWorker) -> None:
+        """Kill ``w`` and take it out of the pool; :meth:`_top_up` starts its replacement."""
         w.kill()
         self.respawns += 1
-        i = self._workers.index(w)
-        try:
-            new = self._new_worker()
-        except (OSError, RuntimeError):
-            self._workers.pop(i)  # no replacement now: the next map() tries again
-            return None
-        new.key = w.key
-        self._workers[i] = new
-        return new
+        self._workers.remove(w)
+
+    def _start_failed(self, call: _Call, w: _DeadlineWorker | None = None) -> None:
+        """A worker could not start (``w``: it was forked but sent no hello): counted, in the pool and the call."""
+        if w is not None:
+            w.kill()
+            self._workers.remove(w)
+        self.start_failures += 1
+        call.failed_starts += 1
+
+    def _top_up(self, call: _Call) -> None:
+        """Start workers up to ``num_workers``, unless ``start_attempts`` starts failed in this call already.
+        A new worker takes tasks once its hello is read."""
+        while len(self._workers) < self.num_workers and call.failed_starts < self.start_attempts:
+            try:
+                self._workers.append(self._new_worker())
+            except (OSError, RuntimeError):  # no fork: counted, never raised to the caller
+                self._start_failed(call)
 
     def close(self) -> None:
         for w in self._workers:

@@ -21,8 +21,10 @@ Score: 1.0 when every test ran to its end and passed, else 0.0; with ``partial_c
 fraction passed. A row without any test column gets ``None`` (not applicable: TRL turns it into
 NaN and ignores it). Broken programs and timeouts score 0 and are counted in the ``code_sandbox/timeouts`` and
 ``code_sandbox/errors`` metrics through TRL's ``log_metric``. A sample the sandbox's own machinery failed to judge
-(no worker could start; its worker failed twice while a control sample shows the sandbox itself failing) gets
-``None`` too, counted in ``code_sandbox/infra_errors``: it is not a wrong answer (``CodeSandboxReward.attribute``).
+gets ``None`` too, and only when that is proven each time: its job was lost (its worker failed under it, or no
+worker could start), lost again on a fresh worker, and a control sample failed too; counted in
+``code_sandbox/infra_errors``: it is not a wrong answer (``CodeSandboxReward.attribute``). Workers that could not
+start are counted in ``code_sandbox/worker_start_failures``; the reward never raises for them.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ import re
 import threading
 import weakref
 
+from .._infra import reproduce
 from .._text import check_tag_name, completion_text
 from . import verdict
-from .host.launcher import find_bwrap, sandbox_python
+from .host.launcher import IsolationUnavailable, ServerDidNotStart, find_bwrap, sandbox_python
 from .host.pool import Limits, SandboxPool
 from .prelude import build_prelude, prompt_texts
 from .routing import check_value_tests, value_tests, verifies_something
@@ -109,6 +112,7 @@ class CodeSandboxReward:
             float(timeout), int(memory_mb), int(max_output_bytes), int(max_processes), int(max_value_bytes), sample_timeout
         )
         self._pool: SandboxPool | None = None
+        self.worker_start_failures = 0  # sandbox workers (or pools) that could not start, over this reward's life
         if isolation == "bwrap":
             find_bwrap()  # refuse early, with the install hint, rather than at the first batch
             sandbox_python()
@@ -227,44 +231,41 @@ class CodeSandboxReward:
         return ValuesJob(code, tuple(calls), tuple(expects))
 
     def attribute(self, jobs: list[verdict.Job]) -> list[verdict.Outcome]:
-        """The outcomes of ``jobs``, with each failure of the host's machinery attributed to the machinery or to
-        the sample, by design rather than by the error's text (a program can print or raise anything):
-
-        * no worker could start (``unstarted``, or the pool itself could not be built): the sample never ran, the
-          machinery failed (``infra``);
-        * the worker failed while running the job (``internal``: it died, missed its deadline, broke the
-          protocol): the job runs again on a fresh worker. If it fails so again, a control sample (:attr:`CONTROL`)
-          runs on a fresh worker: when the control passes, the sandbox works and this sample broke its worker
-          twice, which makes it a wrong answer (``program``, scored 0); when the control fails too, the
-          machinery is failing (``infra``).
+        """The outcomes of ``jobs``, with each job the host's machinery lost (``verdict.LOST``: its worker failed
+        while running it, ``internal``, or no worker could start to take it, ``unstarted``; the pool itself could
+        not be built counts as the latter) attributed to the machinery or to the sample by reproduction
+        (:func:`reward_plugins._infra.reproduce`), never by the error's text (a program can print or raise
+        anything): the job runs again on a fresh worker; lost again, a control sample (:attr:`CONTROL`) runs on a
+        fresh worker: when it passes, the sandbox works and this sample broke its worker twice, a wrong answer
+        (``program``, scored 0); when the control is lost or fails too, the machinery is failing (``infra``, scored
+        ``None``).
 
         A sample that fails (crashes, times out, prints lies, raises what looks like an infrastructure error)
-        inside a working sandbox is always judged as the program it is."""
-        from .host.launcher import IsolationUnavailable
-
+        inside a working sandbox is always judged as the program it is. Only a server that started and showed
+        the isolation missing (``IsolationUnavailable``, not ``ServerDidNotStart``) raises: a configuration the
+        reward must not run under."""
         def run(batch):
+            pool = None
             try:
-                return self.pool.run(batch)
+                pool = self.pool
+                failed = pool.start_failures
+                try:
+                    return pool.run(batch)
+                finally:
+                    self.worker_start_failures += pool.start_failures - failed
+            except ServerDidNotStart as e:  # raised only by a pool that should count it: never the sample's
+                log.warning("code_sandbox: a sandbox worker did not start (%s)", e)
             except IsolationUnavailable:
                 raise
             except Exception as e:  # noqa: BLE001 - the pool could not be built or run: no sample was judged
                 log.warning("code_sandbox: the sandbox pool failed (%s)", e)
-                return [verdict.failed(j, error="unstarted") for j in batch]
+            self.worker_start_failures += pool is None
+            return [verdict.failed(j, error="unstarted") for j in batch]
 
-        outcomes = run(jobs)
-        again = [k for k, o in enumerate(outcomes) if o.error == "internal"]
-        if again:
-            for k, o in zip(again, run([jobs[k] for k in again])):
-                outcomes[k] = o
-        broke = [k for k, o in enumerate(outcomes) if o.error == "internal"]
-        if broke:
-            control = run([self.control_job()])[0]
-            works = control.error is None and all(control.passed)
-            for k in broke:
-                outcomes[k] = verdict.failed(jobs[k], error="program" if works else "infra")
-        for k, o in enumerate(outcomes):
-            if o.error == "unstarted":
-                outcomes[k] = verdict.failed(jobs[k], error="infra")
+        outcomes, machinery_failed = reproduce(run, jobs, lambda o: o.error in verdict.LOST, self.control_job(),
+                                               lambda o: o.error is None and all(o.passed))
+        for k, failed in machinery_failed.items():
+            outcomes[k] = verdict.failed(jobs[k], error="infra" if failed else "program")
         return outcomes
 
     def __call__(self, prompts=None, completions=None, **kwargs) -> list:
@@ -272,6 +273,7 @@ class CodeSandboxReward:
         prompts = list(prompts) if prompts is not None and len(prompts) == len(completions) else [None] * len(completions)
         jobs = [self.job(c, k, kwargs, prompts[k]) for k, c in enumerate(completions)]
         todo = [(k, j) for k, j in enumerate(jobs) if j is not None and j.n > 0]
+        failed_starts = self.worker_start_failures
         outcomes = dict(zip((k for k, _ in todo), self.attribute([j for _, j in todo]))) if todo else {}
         rewards, timeouts, errors, infra = [], 0, 0, 0
         for k, job in enumerate(jobs):
@@ -295,6 +297,7 @@ class CodeSandboxReward:
             log_metric("code_sandbox/timeouts", float(timeouts))
             log_metric("code_sandbox/errors", float(errors))
             log_metric("code_sandbox/infra_errors", float(infra))
+            log_metric("code_sandbox/worker_start_failures", float(self.worker_start_failures - failed_starts))
         return rewards
 
 

@@ -113,9 +113,9 @@ Job = ValuesJob | CallJob | IoJob
 class Outcome:
     passed: list
     timeout: bool = False
-    #: "program" (did not load / crashed), "void", "verifies nothing" (no test); the host's machinery:
-    #: "internal" (the worker failed while running the job), "unstarted" (no worker could start), "infra" (either,
-    #: attributed to the machinery by the plugin: see ``plugin.CodeSandboxReward.attribute``)
+    #: "program" (did not load / crashed), "void", "verifies nothing" (no test); the host's machinery (``LOST``):
+    #: "internal" (the worker failed while running the job), "unstarted" (no worker could start to take it);
+    #: "infra": lost twice while a control sample failed too (``plugin.CodeSandboxReward.attribute``)
     error: str | None = None
 
 
@@ -268,7 +268,9 @@ def merge(outcomes: list[Outcome]) -> Outcome:
 
 
 # ---------------------------------------------------------------- the reward
-#: Errors of the host's machinery, not of the sample: its reward is ``None`` (not a wrong answer).
+#: The pool's errors for a job its machinery lost, not yet judged: the plugin runs it again, then a control sample.
+LOST = ("internal", "unstarted")
+#: Errors of the host's machinery, proven by a failing control sample: the reward is ``None`` (not a wrong answer).
 INFRA_ERRORS = ("infra",)
 
 

@@ -67,7 +67,7 @@ def _kill_workers_as_tasks_are_handed_out(kills: int, zygote_too: bool = False):
             worker, task = frame.f_locals["w"], frame.f_locals["i"]
             victims = [worker.pid]
             if zygote_too and not killed:
-                pool = frame.f_back.f_locals.get("self") if frame.f_back else None
+                pool = frame.f_locals.get("self")
                 victims += [pool._zygote.proc.pid] if isinstance(pool, _pool.DeadlinePool) else []
             for pid in victims:
                 os.kill(pid, signal.SIGKILL)
@@ -77,7 +77,7 @@ def _kill_workers_as_tasks_are_handed_out(kills: int, zygote_too: bool = False):
         return local
 
     def install():
-        sys.settrace(lambda frame, event, arg: local if frame.f_code.co_name == "dispatch" else None)
+        sys.settrace(lambda frame, event, arg: local if frame.f_code is _pool.DeadlinePool._dispatch.__code__ else None)
 
     return install, killed
 
@@ -144,7 +144,8 @@ def test_code_sandbox_worker_killed_while_running_a_sample_costs_that_sample_onl
         # host this is a sample that breaks its worker, a wrong answer (code_sandbox.plugin's attribute)
         assert len(killed) == 2
         assert rewards == [1.0, 0.0, 1.0, 1.0]
-        assert metrics == {"code_sandbox/timeouts": 0.0, "code_sandbox/errors": 1.0, "code_sandbox/infra_errors": 0.0}
+        assert metrics == {"code_sandbox/timeouts": 0.0, "code_sandbox/errors": 1.0, "code_sandbox/infra_errors": 0.0,
+                           "code_sandbox/worker_start_failures": 0.0}
         assert reward.pool.restarts >= 1
         monkeypatch.setattr(sandbox_pool._Worker, "run", run)
         again = {}

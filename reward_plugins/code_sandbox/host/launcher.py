@@ -61,6 +61,11 @@ class IsolationUnavailable(RuntimeError):
     """The requested isolation cannot be provided on this machine."""
 
 
+class ServerDidNotStart(IsolationUnavailable):
+    """A sandbox server sent no hello: it exited first, or missed ``SandboxedServer.HELLO_TIMEOUT`` (a loaded
+    machine can cause either). The reward's pool counts it and tries again later (``pool.SandboxPool.run_one``)."""
+
+
 #: Where a distribution installs bwrap (also looked at when PATH lacks it, e.g. a cleared environment).
 SYSTEM_BWRAP = "/usr/bin/bwrap"
 _found_bwrap: str | None = None
@@ -516,7 +521,10 @@ class SandboxedServer:
     (``isolation``), has every capability of ``needs`` (Landlock and seccomp); else it is killed and
     :class:`IsolationUnavailable` raised, its message starting with ``what``. The reward's pool workers
     (``pool._Worker``) are such servers, and the Python tool's interpreter server can be one (a command of its own,
-    one more need)."""
+    one more need). No hello within :attr:`HELLO_TIMEOUT` raises :class:`ServerDidNotStart`."""
+
+    #: Wall seconds a server has, from its start, to send its hello.
+    HELLO_TIMEOUT = 30.0
 
     def __init__(self, what: str, isolation: str, command, uid: int | None, cgroup_name: str, mem_bytes: int,
                  pids_max: int, needs: tuple[str, ...] = ("landlock", "seccomp")):  # fmt: skip
@@ -529,7 +537,7 @@ class SandboxedServer:
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = command(child.fileno())
         self.proc, self.err, self.cgroups, argv = start_server(argv, child, uid, cgroup_name, mem_bytes, pids_max)
-        ready, _, _ = select.select([self.sock], [], [], 30)
+        ready, _, _ = select.select([self.sock], [], [], self.HELLO_TIMEOUT)
         hello = self.sock.recv(4096) if ready else b""
         caps = protocol.loads(hello) if hello else {}
         problem = None
@@ -550,7 +558,7 @@ class SandboxedServer:
             )
         if problem:
             self.kill()
-            raise IsolationUnavailable(f"{what} {problem}")
+            raise (ServerDidNotStart if not hello else IsolationUnavailable)(f"{what} {problem}")
         self.caps = caps
 
     def alive(self) -> bool:

@@ -8,7 +8,12 @@ limits are applied inside it. (Trusted checks of untrusted input, with a deadlin
 This module is transport only: a job (``verdict``) goes to a worker as a header with counts plus file descriptors
 (memfds with the program, the tests or stdin; the result pipe; stdout memfds), so the worker never holds sample
 data itself, and what comes back is read by ``verdict``. A worker that dies, hangs past its deadline or answers
-nonsense is killed and replaced; the sample it was running scores 0 and counts as an error.
+nonsense is killed and replaced; the job it was running fails as ``internal``. A worker that cannot start (no hello
+within ``launcher.SandboxedServer.HELLO_TIMEOUT``, or it exited first) is counted in ``start_failures``, never
+raised; the job that needed it fails as ``unstarted``, and after ``START_ATTEMPTS`` x ``num_workers`` failed starts
+in one ``run`` call the jobs that need a new worker fail so at once (a machine where nothing starts costs bounded
+time). The pool only reports those two; the plugin runs such a job again and decides by a control sample
+(``plugin.CodeSandboxReward.attribute``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ log = logging.getLogger(__package__)  # one logger for the whole package
 
 MAX_RESULT_BYTES = 1 << 20
 MAX_IO_CASES_PER_RUN = 100  # fds per message stay well under SCM_MAX_FD (253)
+#: Failed worker starts one ``run`` call may try, per worker of the pool, before it stops starting more.
+START_ATTEMPTS = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +174,21 @@ class _Worker(launcher.SandboxedServer):
         return reply
 
 
+class _Starts:
+    """The worker starts that failed during one ``run`` call (its threads share it), up to ``limit``."""
+
+    def __init__(self, limit: int):
+        self.limit, self.failed = limit, 0
+        self._lock = threading.Lock()
+
+    def exhausted(self) -> bool:
+        return self.failed >= self.limit
+
+    def fail(self) -> None:
+        with self._lock:
+            self.failed += 1
+
+
 class SandboxPool:
     """``num_workers`` sandboxed fork servers; ``run(jobs)`` spreads a batch over them."""
 
@@ -193,6 +215,7 @@ class SandboxPool:
         self._lock = threading.Lock()
         self.closed = False
         self.restarts = 0
+        self.start_failures = 0  # workers that could not start, over the pool's life
         self._starts = 0  # worker starts: each gets its own cgroups
         self._busy_cgroups: list[str] = []  # of killed workers, not empty yet: removed later
 
@@ -227,20 +250,23 @@ class SandboxPool:
         with self._lock:
             self._busy_cgroups += left
 
-    def run_one(self, job: verdict.Job) -> verdict.Outcome:
+    def run_one(self, job: verdict.Job, starts: _Starts | None = None) -> verdict.Outcome:
         """Run one job on the next idle worker. A worker that fails (dies, misses its deadline, breaks the
-        protocol) is replaced; the job fails with an ``internal`` error. A worker that cannot start: the job fails
-        with an ``unstarted`` error (the plugin tells the two apart from a wrong answer)."""
+        protocol) is replaced; the job fails with an ``internal`` error. A worker that cannot start, or one not
+        started because ``starts`` is exhausted: the job fails with an ``unstarted`` error, never raised (the
+        plugin tells both apart from a wrong answer)."""
         slot = self._idle.get()
         try:
+            if starts is not None and starts.exhausted() and (slot[1] is None or not slot[1].alive()):
+                return verdict.failed(job, error="unstarted")
             try:
                 worker = self._ensure(slot)
-            except launcher.IsolationUnavailable:
+            except launcher.ServerDidNotStart as e:  # no hello: a loaded machine, or a broken one; counted
+                return self._start_failed(slot, job, e, starts)
+            except launcher.IsolationUnavailable:  # a server that started and showed the isolation missing
                 raise
             except Exception as e:  # noqa: BLE001 - no sandbox could start: the machinery's failure, never the sample's
-                log.warning("code_sandbox worker %d could not start (%s)", slot[0], e)
-                slot[1] = None
-                return verdict.failed(job, error="unstarted")
+                return self._start_failed(slot, job, e, starts)
             try:
                 return worker.run(job, self.limits)
             except launcher.IsolationUnavailable:
@@ -254,9 +280,19 @@ class SandboxPool:
         finally:
             self._idle.put(slot)
 
+    def _start_failed(self, slot, job: verdict.Job, error: Exception, starts: _Starts | None) -> verdict.Outcome:
+        log.warning("code_sandbox worker %d could not start (%s)", slot[0], error)
+        slot[1] = None
+        with self._lock:
+            self.start_failures += 1
+        if starts is not None:
+            starts.fail()
+        return verdict.failed(job, error="unstarted")
+
     def run(self, jobs: list[verdict.Job]) -> list[verdict.Outcome]:
         """The outcomes of ``jobs``, in order, spread over the workers. An io job with more cases than one message
         may carry runs in parts that share its budget (``Limits.io_budget``): none starts after one timed out."""
+        starts = _Starts(START_ATTEMPTS * self.n)
         split = [job.parts(MAX_IO_CASES_PER_RUN) if isinstance(job, verdict.IoJob) else [job] for job in jobs]
         shared = {}  # id(part) -> what the parts of one split io sample share: a timeout, and when it began
         for parts in split:
@@ -267,14 +303,14 @@ class SandboxPool:
         def one(job: verdict.Job) -> verdict.Outcome:
             sample = shared.get(id(job))
             if sample is None:
-                return self.run_one(job)
+                return self.run_one(job, starts)
             with self._lock:
                 start = sample["start"] or [time.monotonic()]
                 sample["start"] = start
             left = self.limits.io_budget - (time.monotonic() - start[0])
             if sample["stop"].is_set() or left <= 0:
                 return verdict.failed(job, timeout=True)
-            outcome = self.run_one(dataclasses.replace(job, budget=left))
+            outcome = self.run_one(dataclasses.replace(job, budget=left), starts)
             if outcome.timeout:
                 sample["stop"].set()
             return outcome

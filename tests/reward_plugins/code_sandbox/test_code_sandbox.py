@@ -57,7 +57,8 @@ def test_asserts_formats_and_partial_credit(reward):
         slow = "def add(a, b):\n    while a == 10:\n        pass\n    return a + b\n"
         metrics = {}
         assert pc(prompts=[""], completions=[slow], tests=[TESTS], log_metric=metrics.__setitem__) == [pytest.approx(2 / 3)]
-        assert metrics == {"code_sandbox/timeouts": 1.0, "code_sandbox/errors": 0.0, "code_sandbox/infra_errors": 0.0}
+        assert metrics == {"code_sandbox/timeouts": 1.0, "code_sandbox/errors": 0.0, "code_sandbox/infra_errors": 0.0,
+                           "code_sandbox/worker_start_failures": 0.0}
     finally:
         pc.close()
 
