@@ -1,7 +1,7 @@
 """Audit corpora: JSONL files of labelled cases, read against a strict schema.
 
 A corpus file holds one JSON object per line. The first line may be a header,
-``{"corpus": "math_answer", "version": 3, "description": "..."}``; every other line is a case::
+``{"corpus": "math_answer", "version": 4, "description": "..."}``; every other line is a case::
 
     {"id": "hedge-two-boxes", "class": "hedging", "columns": {"solution": "3"},
      "completion": "\\boxed{3} \\boxed{4}", "expected": 0, "note": "two answers, one of them right"}
