@@ -211,3 +211,30 @@ def test_property_a_drawn_runs_state_follows_a_runs_rules(seed, group_size, grou
         assert state["max_steps"] > state["global_step"]
     assert epochs == sorted(epochs) and (epochs[0] == 0 if first == 0 else epochs[0] > 0)
     assert all(isinstance(c, Call) and all(isinstance(it, Item) for it in c.items) for c in calls)
+
+
+_DRAWN = {}
+
+
+def _drawn(seed):
+    if seed not in _DRAWN:
+        texts = [c.completion for c in builtin_corpus("format").cases]
+        _DRAWN[seed] = Tokenizer(None, texts, random.Random(seed))
+    return _DRAWN[seed]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from([0, 1, 2]), st.text(max_size=300))
+def test_property_the_drawn_tokenizers_ids_decode_to_the_text(seed, text):
+    """What TRL's trainer does with a completion's ids (``processing_class.decode``) gives the completion back, and
+    every id is a token of a vocabulary as large as its ids: a reward cannot tell the drawn tokenizer from a
+    released one by decoding or by its size."""
+    tok = _drawn(seed)
+    hf = tok._tok
+    if tok.eos_token in text:
+        return  # the end-of-sequence token's text is that token, in any tokenizer
+    ids = tok.ids(text)
+    assert hf.decode(list(ids), skip_special_tokens=True) == text
+    assert all(0 <= i < hf.get_vocab_size() for i in ids)
+    assert hf.get_vocab_size() == max(hf.get_vocab().values()) + 1
+    assert hf.decode([*ids, tok.eos_id], skip_special_tokens=True) == text
