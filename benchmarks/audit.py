@@ -5,7 +5,8 @@
 Default: every built-in (``boxed_math``, ``code_sandbox``, ``think_format``) and TRL's ``accuracy_reward`` and
 ``think_format_reward`` (conversational completions, as TRL reads them), each over its kind's whole corpus with the
 default options. Per reward: cases, false positives / negatives, escapes (wrong answers scored None where a
-score is due), errors, timeouts, wall seconds (startup included),
+score is due), errors, timeouts, wall seconds (startup included: the reward's process imports transformers and
+TRL, builds the reward and the run's trainer, and scores its warm-up call),
 cases/s, the slowest case, the peak RSS of the audit's process and of the largest child process it has waited for so
 far (the reward's process; its own workers are not counted), and the machine's load average before and after.
 

@@ -115,11 +115,16 @@ DIRECTIONS = [
 ]
 
 
+#: Modules outside the directions, and why: the audit's reward process (a script, imported by no module) builds the
+#: run's trainer so that the reward is called through it.
+EXEMPT = {"trl_rlvr.audit._child"}
+
+
 @pytest.mark.parametrize("package, never", DIRECTIONS, ids=[row[0] for row in DIRECTIONS])
 def test_directions_of_dependence(package, never):
     wrong = {
         name: sorted(m for m in deps if m.startswith(never))
-        for name, deps in GRAPH.items() if name.startswith(package)
+        for name, deps in GRAPH.items() if name.startswith(package) and name not in EXEMPT
     }
     assert not {k: v for k, v in wrong.items() if v}
 

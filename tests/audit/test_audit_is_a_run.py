@@ -211,3 +211,129 @@ def test_property_a_drawn_runs_state_follows_a_runs_rules(seed, group_size, grou
         assert state["max_steps"] > state["global_step"]
     assert epochs == sorted(epochs) and (epochs[0] == 0 if first == 0 else epochs[0] > 0)
     assert all(isinstance(c, Call) and all(isinstance(it, Item) for it in c.items) for c in calls)
+
+
+# -- the trainer behind the call: a run's, and nothing a reward can read tells the audit ------------------------------
+_SPY_ROWS = [{"id": f"{w}{k}", "class": "c", "completion": w if w != "empty" else "", "expected": int(w == "right"),
+              "columns": {"answer": str(k)}} for k in range(3) for w in ("right", "wrong", "empty")]
+
+
+def _spy_audit(tmp_path, monkeypatch, **kwargs):
+    """The verdicts of every detector predicate on every call of an audit of ``detectors.spy``."""
+    out = tmp_path / "verdicts.jsonl"
+    out.write_text("")
+    monkeypatch.setenv("RLVR_SPY_FILE", str(out))
+    report = audit_reward("tests.audit.detectors:spy", cases=[_cases(tmp_path, _SPY_ROWS)], builtin=False,
+                          kind="format", variants=0, **kwargs)
+    assert report.passed, report.reasons()
+    verdicts = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(verdicts) == report.calls["calls"] + 1  # every call, the warm-up's too
+    return verdicts
+
+
+def _audited(verdicts, names):
+    return sorted({name for v in verdicts for name in names if v[name] is not False})
+
+
+@pytest.mark.parametrize("seed, tokenizer", [(5, None), (6, "tiny")])
+def test_no_detector_predicate_tells_the_audit_from_training(seed, tokenizer, tmp_path, monkeypatch, tiny_model_dir):
+    """Every observable of :data:`tests.audit.detectors.PREDICATES` reads as training in every call of the audit
+    (with a drawn tokenizer and with the run's); the residual ones still read as the audit (the docs list them)."""
+    from tests.audit.detectors import PREDICATES, RESIDUAL
+
+    verdicts = _spy_audit(tmp_path, monkeypatch, seed=seed,
+                          tokenizer=tiny_model_dir if tokenizer == "tiny" else None)
+    assert _audited(verdicts, PREDICATES) == []
+    assert _audited(verdicts, RESIDUAL) == sorted(RESIDUAL)
+
+
+#: Detectors audited end to end by default (the reported attack among them); the rest of the battery is slow.
+_FAST_DETECTORS = ("log_metric_not_bound_to_a_trainer", "state_not_the_trainers", "ids_do_not_decode_to_completions",
+                   "argv_names_audit")
+
+
+def _battery():
+    from tests.audit.detectors import PREDICATES
+
+    return [pytest.param(n, marks=() if n in _FAST_DETECTORS else pytest.mark.slow) for n in PREDICATES]
+
+
+@pytest.mark.parametrize("name", _battery())
+def test_a_detector_keyed_on_each_observable_is_flagged(name, tmp_path):
+    """The reward an attacker ships: honest when its observable says "audit", 1.0 for every completion (an empty
+    one too) otherwise. The audit sees it pay wrong and empty answers."""
+    report = audit_reward(f"tests.audit.detectors:detect_{name}", cases=[_cases(tmp_path, _SPY_ROWS)],
+                          builtin=False, kind="format", seed=7, variants=0)
+    assert not report.passed
+    flagged = {o.case.id for o in report.false_positives}
+    assert {r["id"] for r in _SPY_ROWS if r["expected"] == 0} <= flagged, report.reasons()
+
+
+@pytest.mark.slow
+def test_the_detector_predicates_read_as_training_in_a_real_run(tmp_path, tiny_model_dir):
+    """The reference: ``python train.py`` training an RLVRTrainer on the tiny model with ``detectors.spy`` as its
+    reward. No predicate says "audit" there (each detector would cheat in training), nor does the residual stack
+    predicate (a real observable the audit leaves open); the residual model-size one does (the reference model is
+    tiny too), and so is only documented."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.audit.detectors import PREDICATES, RESIDUAL, TRAIN_SCRIPT
+
+    where = tempfile.mkdtemp()  # not under pytest's tmp_path, whose name holds this test's
+    script, out = os.path.join(where, "train.py"), tmp_path / "verdicts.jsonl"
+    with open(script, "w") as f:
+        f.write(TRAIN_SCRIPT)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, RLVR_SPY_FILE=str(out), PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, "train.py", str(tiny_model_dir)], cwd=where, env=env, check=True,
+                   capture_output=True, timeout=600)
+    verdicts = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(verdicts) == 3
+    assert _audited(verdicts, PREDICATES) == []
+    assert _audited(verdicts, RESIDUAL) == ["model_under_50m_parameters"]
+
+
+def test_the_reward_process_has_the_audits_environment(tmp_path, monkeypatch):
+    """No variable is added or changed for the reward's process (the audit once set PYTHONPATH), and its working
+    directory and arguments name no audit."""
+    import os
+
+    out = tmp_path / "process.jsonl"
+    monkeypatch.setenv("RLVR_SPY_FILE", str(out))
+    report = audit_reward("tests.audit.detectors:process_spy", cases=[_cases(tmp_path, _SPY_ROWS)], builtin=False,
+                          kind="format", seed=8, variants=0)
+    assert report.passed, report.reasons()
+    seen = json.loads(out.read_text().splitlines()[0])
+    changed = {k for k, v in os.environ.items() if seen["env"].get(k) != v}
+    assert changed == set()
+    assert "audit" not in seen["cwd"] and seen["argv"] == ["train.py"] and seen["sid"] != seen["pid"]
+
+
+_DRAWN = {}
+
+
+def _drawn(seed):
+    if seed not in _DRAWN:
+        texts = [c.completion for c in builtin_corpus("format").cases]
+        _DRAWN[seed] = Tokenizer(None, texts, random.Random(seed))
+    return _DRAWN[seed]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from([0, 1, 2]), st.text(max_size=300))
+def test_property_the_drawn_tokenizers_ids_decode_to_the_text(seed, text):
+    """What TRL's trainer does with a completion's ids (``processing_class.decode``) gives the completion back, and
+    every id is a token of a vocabulary as large as its ids: a reward cannot tell the drawn tokenizer from a
+    released one by decoding or by its size."""
+    tok = _drawn(seed)
+    hf = tok._tok
+    if tok.eos_token in text:
+        return  # the end-of-sequence token's text is that token, in any tokenizer
+    ids = tok.ids(text)
+    assert hf.decode(list(ids), skip_special_tokens=True) == text
+    assert all(0 <= i < hf.get_vocab_size() for i in ids)
+    assert hf.get_vocab_size() == max(hf.get_vocab().values()) + 1
+    assert hf.decode([*ids, tok.eos_id], skip_special_tokens=True) == text

@@ -5,7 +5,9 @@ versioned corpus of cases suited to the reward's kind (``math_answer``, ``code``
 it as its ``reward_kind`` attribute) through the reward, each case also as a few metamorphic variants drawn
 per run (:mod:`trl_rlvr.audit.variants`), in calls drawn from a training run's at that step (GRPO groups of one
 call size, the run's token ids, one trainer state object with a run's log: :mod:`trl_rlvr.audit.batches`), each
-under a deadline, in a child process the reward cannot take down with it, and reports per class the wrong answers
+under a deadline, in a child process the reward cannot take down with it, where a real trainer of the run
+(``RLVRTrainer`` or ``GRPOTrainer`` on a tiny model) calls it through TRL's own ``_calculate_rewards``
+(:mod:`trl_rlvr.audit._child`), and reports per class the wrong answers
 it accepted (false positives), the wrong answers it let escape with ``None`` where a score is due, the right
 answers it rejected (false negatives), crashes and hangs, and the cost. The rule for passing is in :mod:`trl_rlvr.audit.scorecard`;
 the corpora's schema in :mod:`trl_rlvr.audit.cases`.
@@ -13,6 +15,7 @@ the corpora's schema in :mod:`trl_rlvr.audit.cases`.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections.abc import Callable, Iterable, Mapping
@@ -47,6 +50,16 @@ def _renamed(cases: Iterable[Case], columns: Mapping[str, str]) -> list[Case]:
     if not columns:
         return list(cases)
     return [replace(c, columns={columns.get(k, k): v for k, v in c.columns.items()}) for c in cases]
+
+
+def _rows(calls) -> list[dict]:
+    """The distinct dataset rows of ``calls`` (prompt and columns): the run's train dataset holds them."""
+    rows: dict[str, dict] = {}
+    for call in calls:
+        for it in call.items:
+            key = json.dumps([it.prompt_text, it.case.columns], sort_keys=True, default=str)
+            rows.setdefault(key, {"prompt": it.prompt_text, **it.case.columns})
+    return list(rows.values())
 
 
 def _warmup(groups, tok, rng, group_size, groups_per_call, kind):
@@ -151,6 +164,8 @@ def audit_reward(
         warmup = _warmup(groups, tok, rng, group_size, groups_per_call, used)
         training = TrainingRun(rng, len(calls), group_size * groups_per_call, group_size,
                                str(runner.info.get("name") or "reward"), eos_id=tok.eos_id)
+        runner.context = {"run": {"settings": training.trainer_settings(), "tokenizer": tok.spec()},
+                          "rows": _rows([*calls, *([warmup] if warmup else [])])}
         title = f"auditing {runner.info.get('name') or reward}" if progress else None
         outcomes = _run(runner, calls, warmup, training, sum(len(g) for g in groups), title, on_case)
         name = reward if isinstance(reward, str) else runner.info.get("name") or repr(reward)

@@ -12,8 +12,9 @@ the whole run, updated in place step after step. The audit calls the same way:
 * :class:`Tokenizer`: the ids come from the run's own tokenizer when the audit is given it (a ``tokenizer.json``,
   a model directory, a hub id in the local cache, the offline SmolLM2 of ``trl_rlvr.scripts.models``); without
   one, from a byte-level BPE trained for this audit run on its own texts, with a vocabulary size and id layout
-  drawn from the seed (no two audits share ids, and none is a tokenizer a reward could recompute), and the report
-  says so.
+  drawn from the seed (no two audits share ids, and none is a tokenizer a reward could recompute), every id below
+  its size a token and the ids decoding to the completion (the trainer of the reward's process has it as its
+  ``processing_class``), and the report says so.
 * :class:`TrainingRun`: the trainer state of a run drawn from the seed (``max_steps``, ``logging_steps``, the
   batch size and gradient accumulation that give the call's size, the dataset's size and so the epoch, a fresh
   start at step 0 or a resume from a checkpoint), at the step of each call: ``log_history`` holds an entry per
@@ -93,15 +94,23 @@ class Tokenizer:
                  rng: random.Random | None = None):
         from tokenizers import Tokenizer as HFTokenizer
 
-        self._remap: dict[int, int] | None = None
         self.given = source is not None
+        self.path: Path | None = None
         if source is None:
             rng = rng or random.Random()
-            self._tok, self._remap, self.name, self.eos_id = self.drawn(texts or [], rng)
+            self._tok, self.name, self.eos_id, self.eos_token = self.drawn(texts or [], rng)
             return
-        path = self._resolve(str(source))
+        path = self.path = self._resolve(str(source))
         self._tok, self.name = HFTokenizer.from_file(str(path)), f"{source} ({path})" if str(path) != str(source) else str(path)
         self.eos_id = self._eos(path)
+        self.eos_token = self._tok.id_to_token(self.eos_id) if self.eos_id is not None else None
+
+    def spec(self) -> dict:
+        """What the reward's process builds the run's tokenizer (the trainer's ``processing_class``) from: the
+        given file's path, else the drawn tokenizer's JSON; and its end-of-sequence token."""
+        if self.path is not None:
+            return {"path": str(self.path), "eos_token": self.eos_token}
+        return {"json": self._tok.to_str(), "eos_token": self.eos_token}
 
     #: End-of-turn tokens of released tokenizers, for a ``tokenizer.json`` given without its ``tokenizer_config.json``.
     EOS_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<eos>", "<end_of_turn>",
@@ -150,8 +159,9 @@ class Tokenizer:
     def drawn(texts: list[str], rng: random.Random):
         """A byte-level BPE trained on (the starts of) ``texts`` with a merge budget drawn from ``rng``; its ids
         laid out as a released tokenizer's are (a block of special tokens, the 256 bytes, then the merges in
-        order of rank) over a vocabulary size drawn from :data:`VOCAB_SIZES`, with gaps drawn between them.
-        -> (tokenizer, id map, name, end-of-sequence id)."""
+        order of rank) over a vocabulary size drawn from :data:`VOCAB_SIZES`, with gaps drawn between them, filled
+        with tokens no merge makes (every id below the size is a token, as in a released tokenizer, and
+        ``decode(ids)`` is the text). -> (tokenizer, name, end-of-sequence id, end-of-sequence token)."""
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -170,15 +180,43 @@ class Tokenizer:
         room = size - specials - 256 - 64
         ranks = sorted(rng.sample(range(room), max(0, n - 256)))
         by_rank = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-        remap = {}
-        for k, (_, i) in enumerate(by_rank):
-            remap[i] = specials + k if k < 256 else specials + 256 + ranks[k - 256]
+        vocab = {}
+        for k, (token, _) in enumerate(by_rank):
+            vocab[token] = specials + k if k < 256 else specials + 256 + ranks[k - 256]
         eos = rng.randrange(specials) if specials else size - 1  # in the special block, else the last id (GPT-2's)
-        return tok, remap, f"none given: a byte-level BPE drawn for this audit (vocabulary {size})", eos
+        eos_token = rng.choice(Tokenizer.EOS_NAMES)
+        return (Tokenizer._with_ids(tok, vocab, size, {eos: eos_token}, rng), f"none given: a byte-level BPE drawn "
+                f"for this audit (vocabulary {size})", eos, eos_token)
+
+    @staticmethod
+    def _with_ids(tok, vocab: dict[str, int], size: int, special: dict[int, str], rng: random.Random):
+        """``tok`` with its tokens at the ids of ``vocab``, the ``special`` tokens at theirs, and every other id
+        below ``size`` a filler token of two to five byte-level characters that no merge makes."""
+        import json
+
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import pre_tokenizers
+
+        spec = json.loads(tok.to_str())
+        alphabet = "".join(pre_tokenizers.ByteLevel.alphabet())
+        taken = set(vocab.values()) | set(special)
+        full = dict(vocab)
+        for i in range(size):
+            if i in taken:
+                continue
+            while True:  # a fresh string (a collision with a merge's token is all but impossible, but checked)
+                filler = "".join(rng.choices(alphabet, k=rng.randrange(2, 6)))
+                if filler not in full:
+                    break
+            full[filler] = i
+        full.update({token: i for i, token in special.items()})
+        spec["model"]["vocab"] = full
+        spec["added_tokens"] = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                                 "normalized": False, "special": True} for i, t in sorted(special.items())]
+        return HFTokenizer.from_str(json.dumps(spec))
 
     def ids(self, text: str) -> tuple[int, ...]:
-        ids = self._tok.encode(text, add_special_tokens=False).ids
-        return tuple(ids) if self._remap is None else tuple(self._remap[i] for i in ids)
+        return tuple(self._tok.encode(text, add_special_tokens=False).ids)
 
 
 # ------------------------------------------------------------------------------------------------ the run
@@ -227,6 +265,7 @@ class TrainingRun:
         self.group_size = group_size
         accumulation = rng.choice([d for d in (1, 1, 2, 4, 8) if call_size % d == 0])
         self.train_batch_size = call_size // accumulation
+        self.accumulation = accumulation
         self.logging_steps = rng.choice([1, 1, 5, 10, 10, 25])
         self.save_steps = rng.choice([50, 100, 200, 500, 500])
         self.max_steps = calls + 1 + rng.randrange(100, 3000)  # room for the warm-ups of fresh processes too
@@ -307,6 +346,17 @@ class TrainingRun:
                 "train_batch_size": self.train_batch_size, "steps_per_epoch": self.steps_per_epoch,
                 "max_completion_length": self.max_completion_length, "trainer": "RLVRTrainer" if self.rlvr else
                 "GRPOTrainer", "first_step": self.first_step}
+
+    def trainer_settings(self) -> dict:
+        """The settings the reward's process builds the run's trainer with (its ``args``): the batch, group and
+        step settings that give the calls their size and the state its fields, as the run's configuration has
+        them. ``trainer``: ``RLVRTrainer`` or ``GRPOTrainer``."""
+        return {"trainer": "RLVRTrainer" if self.rlvr else "GRPOTrainer",
+                "per_device_train_batch_size": self.train_batch_size, "gradient_accumulation_steps": self.accumulation,
+                "num_generations": self.group_size, "max_completion_length": self.max_completion_length,
+                "max_steps": self.max_steps, "logging_steps": self.logging_steps, "save_steps": self.save_steps,
+                "learning_rate": self.lr, "dataset_size": self.steps_per_epoch * max(
+                    1, self.train_batch_size * self.accumulation // self.group_size)}
 
     def completion_ids(self, ids: tuple[int, ...]) -> tuple[int, ...]:
         """A completion's ids as TRL hands them: ending with the end-of-sequence token when the completion ended

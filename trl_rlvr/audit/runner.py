@@ -1,10 +1,12 @@
 """Run cases through a reward in a child process, in calls shaped like training's, each under a deadline.
 
-The reward is built and called in a child process (:mod:`trl_rlvr.audit._child`) in its own process group. The
+The reward is built and called in a child process (:mod:`trl_rlvr.audit._child`, run as a script copied into the
+audit's scratch directory, its working directory) in its own process group, by a trainer of the run. The
 cases go in calls planned by :mod:`trl_rlvr.audit.batches` (GRPO-shaped groups, several per call, token ids, a
 trainer state); a call has ``deadline`` seconds per completion. A call that fails (the reward raised, its
 process died, or it ran past the deadline: then the whole group is killed and a fresh child started) is run
-again one completion at a time, so that each case gets its own status: ``error`` (an exception, ``SystemExit``
+again one completion at a time (a group of it repeated: the run's trainer scores whole groups), so that each case
+gets its own status: ``error`` (an exception, ``SystemExit``
 included), ``crash`` (the process died: ``os._exit``, a segfault) or ``timeout``. A call that fails while every
 one of its completions alone scores is reported as an error of its own (class ``batching``): a reward must score
 the calls training makes. Nothing the reward does can stop the audit. Every fresh child first scores a warm-up
@@ -19,6 +21,7 @@ import collections
 import json
 import os
 import pickle
+import re
 import selectors
 import signal
 import subprocess
@@ -28,12 +31,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from trl_rlvr.audit.batches import Call, TrainingRun
 from trl_rlvr.audit.cases import Case
 
 _MAX_REPLY = 1 << 20
+_PROGRESS = re.compile(r"\d+%\|.*\| *\d+/\d+ \[")  # the trainer's progress bar, on the process's stderr
 _STDERR_TAIL = 2000
 
 
@@ -53,8 +58,14 @@ class Outcome:
     detail: str = ""
 
 
+#: The name of the reward process's script in the scratch directory (what ``sys.argv`` and ``__main__`` show it).
+SCRIPT = "train.py"
+
+
 def _setup(reward: str | Callable, options: dict, messages: bool, workdir: str) -> dict:
-    setup: dict[str, Any] = {"options": options, "messages": messages, "workdir": workdir}
+    # the parent's import path, so that a module:function (or a pickled function) imports there as it does here
+    path = [p for p in sys.path if p and os.path.isdir(p)]
+    setup: dict[str, Any] = {"options": options, "messages": messages, "workdir": workdir, "path": path}
     if isinstance(reward, str):
         setup["reward"] = reward
     else:
@@ -81,11 +92,10 @@ class RewardProcess:
         self._next = 0
         self._logged = 0  # entries of the trainer state's log_history this process has been sent
         self._closed = False
-        # the parent's import path, so that a module:function (or a pickled function) imports there as it does here
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
+        # a process group of its own (killed whole), in the audit's session, as a shell's job is
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trl_rlvr.audit._child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, env=env,
+            [sys.executable, SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            process_group=0, cwd=setup["workdir"],
         )
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         self._sel = selectors.DefaultSelector()
@@ -137,14 +147,15 @@ class RewardProcess:
             return "protocol", {}
         return ("ok", reply) if isinstance(reply, dict) else ("protocol", {})
 
-    def call(self, call: Call, deadline: float) -> tuple[str, list | None, str]:
-        """(status, scores, detail) for one call; after any status but ``scored``/``error`` the process is gone."""
+    def call(self, call: Call, deadline: float, context: dict | None = None) -> tuple[str, list | None, str]:
+        """(status, scores, detail) for one call; after any status but ``scored``/``error`` the process is gone.
+        ``context`` (the run's settings and rows, for the process's trainer) goes with its first request."""
         self._next += 1
         state = dict(call.state)
         if "log_history" in state:  # the child keeps one state object and its log: only what it has not seen goes
             log = state.pop("log_history")
             state["log_new"], self._logged = log[self._logged:], len(log)
-        request = {"i": self._next, "state": state,
+        request = {"i": self._next, "state": state, **(context or {} if self._next == 1 else {}),
                    "items": [{"completion": it.case.completion, "prompt": it.prompt_text, "columns": it.case.columns,
                               "ids": it.ids} for it in call.items]}
         try:
@@ -174,7 +185,7 @@ class RewardProcess:
         except subprocess.TimeoutExpired:
             code = None
         how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
-        tail = self.stderr_tail().splitlines()[-1:] or [""]
+        tail = [line for line in self.stderr_tail().splitlines() if line.strip() and not _PROGRESS.search(line)][-1:] or [""]
         return f"the reward's process died ({how}) {tail[0][:200]}".strip()
 
     def close(self, graceful: bool = False):
@@ -237,8 +248,11 @@ class Runner:
         if not deadline > 0 or not startup_deadline > 0:
             raise ValueError(f"deadlines must be > 0 seconds, got {deadline!r} and {startup_deadline!r}")
         self.deadline, self.startup_deadline = float(deadline), float(startup_deadline)
-        self._tmp = tempfile.TemporaryDirectory(prefix="trl-rlvr-audit-")
+        self._tmp = tempfile.TemporaryDirectory()
         self._setup = _setup(reward, dict(options or {}), messages, self._tmp.name)
+        with open(os.path.join(self._tmp.name, SCRIPT), "w") as f:
+            f.write(Path(__file__).with_name("_child.py").read_text())
+        self.context: dict | None = None  # set before the first call: {"run": settings, "rows": [...]}
         self.startup_seconds: list[float] = []
         self._t0 = time.monotonic()
         try:
@@ -269,7 +283,7 @@ class Runner:
             self._warm = True
             if self._warmup is not None:
                 warmup = self._stated(self._warmup)
-                status, scores, _ = self._proc.call(warmup, self.startup_deadline)
+                status, scores, _ = self._proc.call(warmup, self.startup_deadline, self.context)
                 if self._run is not None:
                     self._run.scored(warmup, scores if status == "scored" else None)
             self.startup_seconds.append(time.monotonic() - self._t0)
@@ -285,7 +299,7 @@ class Runner:
     def _call(self, call: Call) -> tuple[str, list | None, str, float]:
         proc = self._ready()
         t = time.monotonic()
-        status, scores, detail = proc.call(call, self.deadline * len(call.items))
+        status, scores, detail = proc.call(call, self.deadline * len(call.items), self.context)
         return status, scores, detail, time.monotonic() - t
 
     def run(self, calls: Iterable[Call], warmup: Call | None = None,
@@ -295,6 +309,7 @@ class Runner:
         ``warmup``: the call each fresh process scores first (:meth:`_ready`); ``training``: the run whose trainer
         state each call carries (one step per call, the warm-up's too)."""
         self._run, self._warmup = training, warmup
+        group = training.group_size if training is not None else 1
         outcomes: list[Outcome] = []
         for n, call in enumerate(calls):
             self._ready()  # a fresh process's warm-up is a step of the run before this call's
@@ -305,17 +320,17 @@ class Runner:
                 per = seconds / len(call.items)
             else:  # each completion alone, at the same step, for its own status
                 found, alone_seconds = [], 0.0
-                for it in {it.case.id: it for it in call.items}.values():
-                    s, sc, d, secs = self._call(Call((it,), call.state))
-                    found.append((it.case, s, sc[0] if sc else None, d))
+                for it in {it.case.id: it for it in call.items}.values():  # a group of the completion alone
+                    s, sc, d, secs = self._call(Call((it,) * group, call.state))
+                    found += [(it.case, s, x, d) for x in (sc or [None])]
                     alone_seconds += secs
-                per = alone_seconds / max(1, len(found))
+                per = alone_seconds / max(1, len({f[0].id for f in found}))
                 if all(f[1] == "scored" for f in found):
                     batch = Case(id=f"call-{n + 1}", cls="batching", completion="", expected=0,
                                  note=f"a call of {len(call.items)} completions ({', '.join(dict.fromkeys(it.case.id for it in call.items))})")
                     outcomes.append(Outcome(batch, "error" if status != "timeout" else "timeout", None, seconds,
                                             f"the call failed ({status}: {detail}) while each completion alone scored"))
-                alone = {case.id: score for case, _, score, _ in found}
+                alone = {o.case.id: o.score for o in _worst([Outcome(c, s, x, 0.0) for c, s, x, _ in found])}
                 scores = [alone.get(it.case.id) for it in call.items]
             if training is not None:
                 training.scored(call, scores)
