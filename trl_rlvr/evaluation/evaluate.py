@@ -357,36 +357,19 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     return result
 
 
-def _mean(values):
-    values = list(values)
-    return sum(values) / len(values) if values else None
-
-
 def summarize_sampled(per_question: list[dict], n: int, ks: list[int], **settings) -> dict:
-    """Overall metrics from :func:`score_question` records (means over questions, or over all samples); ``tools``:
-    the tool figures of tool rollouts (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`), else None."""
+    """Overall metrics from :func:`score_question` records, one per entry of
+    :data:`trl_rlvr.evaluation.metrics.EVAL_METRICS` (means over questions, or over all samples); ``tools``: the tool
+    figures of tool rollouts (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`), else None."""
+    from trl_rlvr.evaluation.metrics import EVAL_METRICS
     from trl_rlvr.evaluation.tool_rollouts import summarize_tool_rollouts
 
-    lengths = [x for q in per_question for x in q["lengths"]]
-    right = [x for q in per_question for x in q["right_flags"]]
-    has_maj = all(q["maj@k"] is not None for q in per_question)
-    has_format = all(q["formatted"] is not None for q in per_question)
-    total = len(lengths)
     return {
         "questions": len(per_question),
         "n": n,
         "ks": ks,
         **settings,
-        "mean@n": _mean(q["right"] / n for q in per_question),
-        "pass@k": {k: _mean(q["pass@k"][k] for q in per_question) for k in ks},
-        "maj@k": {k: _mean(q["maj@k"][k] for q in per_question) for k in ks} if has_maj else None,
-        "format_rate": sum(q["formatted"] for q in per_question) / total if has_format else None,
-        "no_answer_frac": sum(q["no_answer"] for q in per_question) / total if has_maj else None,
-        "unscored_frac": sum(q["unscored"] for q in per_question) / total,
-        "mean_length": _mean(lengths),
-        "length_right": _mean(x for x, r in zip(lengths, right) if r),
-        "length_wrong": _mean(x for x, r in zip(lengths, right) if not r),
-        "truncated_frac": sum(not f for q in per_question for f in q["finished"]) / total,
+        **{metric.name: metric.summarize(per_question, ks) for metric in EVAL_METRICS},
         "tools": summarize_tool_rollouts(per_question, settings.get("max_new_tokens")),
         "per_question": per_question,
     }
