@@ -1,11 +1,11 @@
-"""The evaluation's metric table (trl_rlvr.evaluation.metrics): each metric's summary against its definition computed
+"""The evaluation's metric table (trl_rlvr.evaluation.metric_table): each metric's summary against its definition computed
 directly, and every metric that has a log key or a row reaching the callback's logs and the printed table."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trl_rlvr.evaluation.evaluate import summarize_sampled
-from trl_rlvr.evaluation.metrics import EVAL_METRICS, TOOL_METRICS, log_keys, log_metrics
+from trl_rlvr.evaluation.metric_table import EVAL_METRICS, TOOL_METRICS, log_keys, log_metrics
 from trl_rlvr.evaluation.passk import pass_at_k
 from trl_rlvr.evaluation.report import format_table
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from transformers import Trainer, TrainerCallback
 
-from trl_rlvr.evaluation.metrics import TOOL_METRICS, log_keys, log_metrics
+from trl_rlvr.evaluation.metric_table import TOOL_METRICS, log_keys, log_metrics
 
-#: the tool figures logged as ``eval/tools/<key>`` (:data:`trl_rlvr.evaluation.metrics.TOOL_METRICS`)
+#: the tool figures logged as ``eval/tools/<key>`` (:data:`trl_rlvr.evaluation.metric_table.TOOL_METRICS`)
 TOOL_KEYS = tuple(metric.key for metric in TOOL_METRICS)
 
 
@@ -100,12 +100,12 @@ class SampledEvalCallback(TrainerCallback):
         self.best_model_metric = sampled_best_metric(args, self.eval_steps, self.keys())  # metric_for_best_model
 
     def keys(self) -> list[str]:
-        """Every key :meth:`metrics` may log (:data:`trl_rlvr.evaluation.metrics.EVAL_METRICS`' log keys)."""
+        """Every key :meth:`metrics` may log (:data:`trl_rlvr.evaluation.metric_table.EVAL_METRICS`' log keys)."""
         return log_keys(self.ks, tools=self.environment_factory is not None)
 
     def metrics(self, result: dict) -> dict:
         """The logged keys: eval/pass@k for each k (pass@1 = mean@n), eval/maj@k, format, lengths, truncation
-        (:func:`trl_rlvr.evaluation.metrics.log_metrics`)."""
+        (:func:`trl_rlvr.evaluation.metric_table.log_metrics`)."""
         return log_metrics(result, self.ks)
 
     def evaluate(self, state) -> dict:

@@ -359,9 +359,9 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
 
 def summarize_sampled(per_question: list[dict], n: int, ks: list[int], **settings) -> dict:
     """Overall metrics from :func:`score_question` records, one per entry of
-    :data:`trl_rlvr.evaluation.metrics.EVAL_METRICS` (means over questions, or over all samples); ``tools``: the tool
+    :data:`trl_rlvr.evaluation.metric_table.EVAL_METRICS` (means over questions, or over all samples); ``tools``: the tool
     figures of tool rollouts (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`), else None."""
-    from trl_rlvr.evaluation.metrics import EVAL_METRICS
+    from trl_rlvr.evaluation.metric_table import EVAL_METRICS
     from trl_rlvr.evaluation.tool_rollouts import summarize_tool_rollouts
 
     return {

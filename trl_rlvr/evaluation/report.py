@@ -7,8 +7,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from trl_rlvr.evaluation.metrics import num as _num
-from trl_rlvr.evaluation.metrics import pct as _pct
+from trl_rlvr.evaluation.metric_table import num as _num
+from trl_rlvr.evaluation.metric_table import pct as _pct
 
 
 def _get(d: Mapping | None, k: int):
@@ -20,9 +20,9 @@ def _get(d: Mapping | None, k: int):
 
 def format_table(results: Mapping[str, dict]) -> str:
     """One column per model (label -> result), one row per metric of
-    :data:`trl_rlvr.evaluation.metrics.EVAL_METRICS` that has a ``row`` (per k: a row per k; ``n/a`` where a model's
-    metric is not defined) and, when a model ran tool rollouts, per :data:`~trl_rlvr.evaluation.metrics.TOOL_METRICS`."""
-    from trl_rlvr.evaluation.metrics import EVAL_METRICS, TOOL_METRICS
+    :data:`trl_rlvr.evaluation.metric_table.EVAL_METRICS` that has a ``row`` (per k: a row per k; ``n/a`` where a model's
+    metric is not defined) and, when a model ran tool rollouts, per :data:`~trl_rlvr.evaluation.metric_table.TOOL_METRICS`."""
+    from trl_rlvr.evaluation.metric_table import EVAL_METRICS, TOOL_METRICS
 
     labels = list(results)
     first = next(iter(results.values()))
