@@ -1,34 +1,29 @@
-"""examples/tool_r1.py: its task (multi-digit word problems with held-out wordings), the cold-start traces, the
+"""examples/tool_r1.py (its pieces: trl_rlvr.tasks.tool_arithmetic): its task (multi-digit word problems with held-out wordings), the cold-start traces, the
 tool-rendering chat template, the format reward, and (slow) one short step of each stage on a tiny local model."""
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.harness.recipes import run_example
 from tests.harness.results_shape import FREE, fields, per_k
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "examples" / "tool_r1.py"
 TEMPLATE = ROOT / "examples" / "chat_templates" / "chatml_tools.jinja"
 
 
 def _load_script():
-    if "tool_r1_example" in sys.modules:
-        return sys.modules["tool_r1_example"]
-    spec = importlib.util.spec_from_file_location("tool_r1_example", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["tool_r1_example"] = module
-    spec.loader.exec_module(module)
-    return module
+    """The job's public pieces (the example composes them; nothing imports the example)."""
+    from trl_rlvr.tasks import tool_arithmetic
+
+    return tool_arithmetic
 
 
 # ------------------------------------------------------------------------------------------------ data
 def test_word_problems_are_right_deterministic_and_held_out():
-    from trl_rlvr.scripts.word_problems import WORDINGS, word_problem_rows, wordings
+    from trl_rlvr.tasks.word_problems import WORDINGS, word_problem_rows, wordings
 
     train = word_problem_rows("train", 300, seed=3)
     heldout = word_problem_rows("heldout", 100, seed=3)
@@ -63,7 +58,7 @@ def test_word_problems_are_right_deterministic_and_held_out():
 
 
 def test_cold_start_traces_call_the_tool_and_box_its_reply():
-    from trl_rlvr.scripts.word_problems import WORDINGS, cold_start_traces, word_problem_rows
+    from trl_rlvr.tasks.word_problems import WORDINGS, cold_start_traces, word_problem_rows
 
     traces = cold_start_traces(24, seed=0, system_prompt="S")
     sft_texts = [t for op in WORDINGS for s, t in WORDINGS[op] if s == "sft"]
@@ -90,7 +85,7 @@ def test_chat_template_renders_tools_keeps_prefixes_and_parses_calls():
     )
 
     from reward_plugins.code_sandbox import PythonEnvironment
-    from trl_rlvr.scripts.word_problems import cold_start_traces
+    from trl_rlvr.tasks.word_problems import cold_start_traces
     from trl_rlvr.testing import build_chatml_tokenizer
 
     tokenizer = build_chatml_tokenizer()
@@ -158,9 +153,11 @@ def test_a_step_that_trained_nothing_stays_in_the_history():
     run's last step was missing from its history); the train summary is not a step."""
     from types import SimpleNamespace
 
+    from trl_rlvr.evaluation.heldout import StepProgressCallback
+
     said = []
-    history = _load_script().history_callback(said.append)
-    state = SimpleNamespace(global_step=1, max_steps=2)
+    history = StepProgressCallback(_load_script().TOOL_STEP_FIELDS, bar=False, say=said.append)
+    state = SimpleNamespace(global_step=1, max_steps=2, is_world_process_zero=True)
     history.on_log(None, state, None, logs={"loss": 0.1, "reward": 1.5, "rlvr/accuracy": 0.75})
     state.global_step = 2
     history.on_log(None, state, None, logs={"loss": 0.0, "rlvr/sampling_rounds": 2.0})
@@ -222,13 +219,12 @@ def tiny_chatml_model(tmp_path_factory):
 @pytest.fixture(scope="module", params=["tool", "r1zero"])
 def one_step_run(request, tiny_chatml_model, tmp_path_factory):
     """``examples/tool_r1.py --smoke`` on the tiny model, one step of each stage of ``arm`` -> (arm, trainer, out)."""
-    arm, script = request.param, _load_script()
+    arm = request.param
     tmp = tmp_path_factory.mktemp(f"tool_r1_{request.param}")
     out = tmp / "out"
-    args = script.parse_args(["--smoke", "--arm", arm, "--model_name_or_path", str(tiny_chatml_model),
-                              "--output_dir", str(out), "--max_completion_length", "24", "--overlong_buffer_length",
-                              "8", "--r1zero_results", str(tmp / "none.json")])
-    trainer, _ = script.main(*args)
+    trainer = run_example("tool_r1", "--smoke", "--arm", arm, "--model_name_or_path", str(tiny_chatml_model),
+                          "--output_dir", str(out), "--max_completion_length", "24", "--overlong_buffer_length",
+                          "8", "--r1zero_results", str(tmp / "none.json"))["trainer"]
     return arm, trainer, out
 
 
@@ -257,13 +253,11 @@ def test_main_one_step_of_each_stage(one_step_run):
 
 @pytest.mark.slow
 def test_a_variant_from_a_checkpoint_can_skip_evaluating_its_start(tiny_chatml_model, tmp_path):
-    script = _load_script()
     out = tmp_path / "out"
-    args = script.parse_args(["--smoke", "--model_name_or_path", str(tiny_chatml_model), "--sft_traces", "0",
-                              "--eval_start", "false", "--output_dir", str(out), "--max_completion_length", "24",
-                              "--overlong_buffer_length", "8", "--plot", "false", "--save_model", "false",
-                              "--r1zero_results", str(tmp_path / "none.json")])
-    trainer, _ = script.main(*args)
+    trainer = run_example("tool_r1", "--smoke", "--model_name_or_path", str(tiny_chatml_model), "--sft_traces", "0",
+                          "--eval_start", "false", "--output_dir", str(out), "--max_completion_length", "24",
+                          "--overlong_buffer_length", "8", "--plot", "false", "--save_model", "false",
+                          "--r1zero_results", str(tmp_path / "none.json"))["trainer"]
     saved = json.loads((out / "tool_r1_metrics.json").read_text())
     assert trainer.state.global_step == 1 and list(saved["arms"]) == ["tool RL"]
     assert list(saved["timings_s"]) == ["RL", "eval after RL", "total"]
