@@ -7,8 +7,8 @@
 - the format reward :func:`tool_format`, the tokenizer :func:`tool_tokenizer` (a chat template that renders tools);
 - stages: :func:`cold_start` (SFT on tool-calling traces), :func:`build_rl_trainer` (``RLVRTrainer`` with
   ``environment_factory``), :func:`evaluate_arm` (sampled held-out evaluation, with the tool when the arm has it);
-- outputs: :func:`arm_summary`, :func:`summary_table`, :func:`save_curves`, and the comparison of arms
-  (:func:`shown_arms`, :func:`goals_sentence`).
+- outputs: :func:`arm_summary`, :func:`summary_table` (with :func:`shown_arms`' heading), :func:`save_curves`,
+  :func:`large_k_comparison`.
 """
 
 from __future__ import annotations
@@ -24,21 +24,15 @@ from trl_rlvr.presets import SMALL_MODEL_ON_CPU
 
 #: The chat template the job renders tools with (a source checkout's examples/chat_templates/chatml_tools.jinja).
 TEMPLATE = Path(__file__).resolve().parents[2] / "examples" / "chat_templates" / "chatml_tools.jinja"
-#: The committed no-tool arm's metrics, shown beside a run's own columns (``r1zero_results``).
-COMMITTED_R1ZERO = Path(__file__).resolve().parents[2] / "examples" / "results" / "tool_r1_r1zero_metrics.json"
 
 SYSTEM_PROMPT = "Use the python tool to compute, then give the final answer as \\boxed{number}."
-ARMS = ("tool", "r1zero")
-CONTROL = ", shuffled rewards"  # the random-reward control's column: its arm's label + this
 
 
 @dataclass
 class ToolR1Arguments:
-    """The script's own options (the RL settings are ``RLVRConfig``'s, below in DEFAULTS)."""
+    """The tool job's own options (the RL settings are ``RLVRConfig``'s, below in DEFAULTS); the lab's arms and
+    controls add theirs (benchmarks/tool_arms.py)."""
 
-    arm: str = field(default="tool", metadata={"help": "'tool': cold start + tool RL (the default run); 'r1zero': the "
-                     "no-tool arm, R1-Zero on the same questions and budget (writes tool_r1_r1zero_metrics.json).",
-                     "choices": list(ARMS)})
     chat_template: str = field(default=str(TEMPLATE), metadata={"help": "Jinja file of a chat template that renders "
                                "tools (the tool arm)."})
     system_prompt: str = field(default=SYSTEM_PROMPT, metadata={"help": "System turn of the tool arm."})
@@ -63,9 +57,6 @@ class ToolR1Arguments:
                                       "accumulation makes up sft_batch_size; the step's peak memory scales with it: "
                                       "8 at once peaked at 4.9 GB on a CPU, most of it the vocabulary-wide logits)."})
     tool_timeout: float = field(default=5.0, metadata={"help": "Seconds one tool cell may run (PythonEnvironment)."})
-    reward_control: str = field(default="none", metadata={"help": "'shuffled': the random-reward control, the same "
-                                "RL with each batch's rewards shuffled between its answers "
-                                "(trl_rlvr.rewards.controls); its column says so.", "choices": ["none", "shuffled"]})
     short_tool_errors: bool = field(default=False, metadata={"help": "A cell that raised replies with the last line "
                                     "of its traceback only (ToRL; trl_rlvr.algorithms.multi_turn.last_error_line), "
                                     "in training and in the evaluation."})
@@ -78,8 +69,6 @@ class ToolR1Arguments:
     passk_samples: int = field(default=0, metadata={"help": "Large-k evaluation: answers per question for pass@k up "
                                "to k = this, cold start vs cold start + RL (0: off)."})
     passk_questions: int = field(default=16, metadata={"help": "Held-out questions of the large-k evaluation."})
-    r1zero_results: str = field(default=str(COMMITTED_R1ZERO), metadata={
-        "help": "The no-tool arm's metrics (from --arm r1zero) shown beside this run's."})
     cpu_threads: int | None = field(default=None, metadata={"help": "Torch threads on a CPU (default: "
                                     "trl_rlvr.scripts.train.use_cpu_threads)."})
     smoke: bool = field(default=False, metadata={"help": "A few questions, traces and one RL step (tests, CI)."})
@@ -87,8 +76,6 @@ class ToolR1Arguments:
     plot: bool = field(default=True, metadata={"help": "Write the PNGs (needs matplotlib)."})
 
     def __post_init__(self):
-        if self.arm not in ARMS:
-            raise ValueError(f"arm={self.arm!r} is not valid; allowed values: {ARMS}")
         if self.task not in ("templates", "composed"):
             raise ValueError(f"task={self.task!r} is not valid; allowed values: 'templates', 'composed'")
         if self.num_eval_training_wordings is None:
@@ -96,15 +83,17 @@ class ToolR1Arguments:
         if self.num_eval_training_wordings and self.task != "composed":
             raise ValueError("num_eval_training_wordings is for task='composed' (the templates' held-out questions "
                              "are in unseen wordings only)")
-        if self.reward_control not in ("none", "shuffled"):
-            raise ValueError(f"reward_control={self.reward_control!r} is not valid; allowed values: 'none', 'shuffled'")
         if self.task == "composed" and self.extra_rl_wordings:
             raise ValueError("extra_rl_wordings=True is for task='templates' (the composed task has its own wordings)")
         if self.sft_micro_batch_size < 1 or self.sft_batch_size % self.sft_micro_batch_size:
             raise ValueError(f"sft_batch_size={self.sft_batch_size} must be a multiple of sft_micro_batch_size="
                              f"{self.sft_micro_batch_size} (>= 1)")
-        if self.arm == "tool" and not Path(self.chat_template).is_file():
+        if self.uses_tool() and not Path(self.chat_template).is_file():
             raise ValueError(f"chat_template={self.chat_template!r} is not a file")
+
+    def uses_tool(self) -> bool:
+        """Whether the run calls the tool (and so needs ``chat_template``); the lab's no-tool arm does not."""
+        return True
 
 
 #: Settings of the default run (both arms: the same steps, samples, learning rate and completion budget).
@@ -129,21 +118,18 @@ SMOKE = dict(max_steps=1, num_train_samples=8, num_eval_samples=3, num_eval_trai
              gradient_accumulation_steps=2, max_sampling_rounds=1, passk_questions=2)
 
 
-def make_parser():
-    import torch
-
+def make_parser(script_class: type = ToolR1Arguments):
+    """The recipe parser (preset, YAML, command line) over ``script_class``, with :data:`DEFAULTS` as defaults."""
+    from trl_rlvr.presets import on_this_machine
     from trl_rlvr.scripts.train import make_parser as make_recipe_parser
 
-    defaults = dict(DEFAULTS)
-    if not torch.cuda.is_available():
-        defaults.update(bf16=False, fp16=False, use_cpu=True)
-    return make_recipe_parser(ToolR1Arguments, defaults)
+    return make_recipe_parser(script_class, on_this_machine(DEFAULTS))
 
 
-def parse_args(argv=None):
+def parse_args(argv=None, script_class: type = ToolR1Arguments):
     """Parse; ``--smoke`` replaces the defaults of the sizes it names that the command line leaves alone."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
+    script_args, training_args, model_args = make_parser(script_class).parse_args_and_config(argv)
     if script_args.smoke:
         given = {a.lstrip("-").split("=", 1)[0] for a in argv if a.startswith("--")}
         for key, value in SMOKE.items():
@@ -330,7 +316,7 @@ def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_ro
     else:
         rewards = [load_reward("think_format", prefilled=True), load_reward("boxed_math", prefilled=True)]
         environment_factory = None
-    if script_args.reward_control == "shuffled":
+    if getattr(script_args, "reward_control", "none") == "shuffled":  # the lab's random-reward control
         from trl_rlvr.rewards.controls import shuffled_rewards
 
         rewards = shuffled_rewards(rewards, seed=training_args.seed)
@@ -452,13 +438,6 @@ def save_curves(history, sft_history, path):
     ], path)
 
 
-def peak_rss_mib() -> int:
-    """This process's peak resident memory so far, MiB (``ru_maxrss``, KiB on Linux)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-
-
 def jsonable(obj):
     """``obj`` as JSON reads it back (keys as strings, other values by ``str``)."""
     return json.loads(json.dumps(obj, default=str))
@@ -485,22 +464,21 @@ def shown_arms(arms: dict, committed: dict | None, smoke: bool, model: str) -> t
     return old | ran, "; ".join(parts) + "."
 
 
-def goals_sentence(arms: dict) -> str | None:
-    """The goals' differences in points: tool RL vs R1-Zero without the tool, tool RL vs the cold start."""
-    def find(prefix):
-        for label, arm in arms.items():
-            if label.startswith(prefix) and arm:
-                return arm["pass@1"]
+def large_k_comparison(evals: dict, passk_samples: int, passk_questions: int, plot_path: Path | None) -> dict | None:
+    """The large-k evaluation's figures (``evals``' labels with ``", n=<k>"``): pass@k per arm, the sentence on the
+    first vs the last arm (:func:`trl_rlvr.evaluation.report.compare_sentence`) and the pass@k plot (None: not
+    drawn); None without a large-k evaluation."""
+    large = {label.split(", n=")[0]: r for label, r in evals.items() if ", n=" in label}
+    if not large:
         return None
+    from trl_rlvr.evaluation.report import compare_sentence, plot_passk
 
-    rl, cold, r1 = find("cold start + tool RL"), find("cold start (tool)"), find("R1-Zero (no tool)")
-    control = next((arm["pass@1"] for label, arm in arms.items() if CONTROL in label and arm), None)
-    if control is not None:  # the control's own run: from the cold start, or from its checkpoint (sft_traces 0)
-        start = cold if cold is not None else find("base (tool)")
-        return None if start is None else f"random-reward control vs its start: {100 * (control - start):+.1f} points"
-    parts = []
-    if rl is not None and r1 is not None:
-        parts.append(f"cold start + tool RL vs R1-Zero without the tool: {100 * (rl - r1):+.1f} points")
-    if rl is not None and cold is not None:
-        parts.append(f"tool RL vs the cold start alone: {100 * (rl - cold):+.1f} points")
-    return "; ".join(parts) or None
+    labels = list(large)
+    return {
+        "n": passk_samples, "questions": passk_questions,
+        "pass@k": {label: r["pass@k"] for label, r in large.items()},
+        "sentence": compare_sentence(large[labels[0]], large[labels[-1]], labels[0], labels[-1]),
+        # as the committed runs record it: the string "None" when no plot was drawn
+        "plot": str(plot_passk(large, plot_path, title=f"held-out pass@k, {passk_questions} questions")
+                    if plot_path is not None else None),
+    }
