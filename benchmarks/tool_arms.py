@@ -287,8 +287,9 @@ def run(argv=None):
 
 
 def main(argv=None) -> int:
-    """The lab's command line: every job option, and ``--smoke`` (the job's smoke mode on a tiny random model with
-    ChatML tokens, ``benchmarks._jobs.tool_job_smoke_args``, in a temporary folder unless ``--output_dir``)."""
+    """The lab's command line: every job option, and ``--smoke``: the job's smoke sizes, on a tiny random model with
+    ChatML tokens (``benchmarks._jobs.tool_job_smoke_args``, in a temporary folder unless ``--output_dir``) unless
+    ``--model_name_or_path`` names one."""
     import argparse
     import shutil
     import tempfile
@@ -297,7 +298,9 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="one short step per stage on a tiny random model")
     args, job = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     temporary = None
-    if args.smoke:
+    if args.smoke and "--model_name_or_path" in job:
+        job.append("--smoke")  # the job's smoke sizes on the model given
+    elif args.smoke:
         from benchmarks._jobs import tool_job_smoke_args
 
         if "--output_dir" not in job:

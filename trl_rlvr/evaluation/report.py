@@ -142,7 +142,8 @@ def compare_sentence(base: dict, trained: dict, base_label: str = "base", traine
 
 class SampledComparison:
     """Sampled evaluations of one model at several points (base, trained) on the same questions and samples'
-    seeds, then one table, one pass@k plot and the base-vs-trained sentence. What ``examples/r1zero.py`` uses::
+    seeds, then one table, one pass@k plot and the base-vs-trained sentence (what
+    :class:`trl_rlvr.evaluation.heldout.HeldOutReport` runs)::
 
         cmp = SampledComparison(test_set, success_fn, format_fn, n=8, num_questions=8, accelerator=acc)
         cmp.run("base", model, tokenizer); trainer.train(); cmp.run("trained", model, tokenizer)
