@@ -19,10 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def launch_job(script: str, job_args: list[str], busy: int = 0) -> dict:
-    """Run ``examples/{script}.py`` once under ``accelerate launch`` with ``busy`` spinners alongside. -> the
-    command, wall seconds, peak RSS (KiB), loads, cores and the exit status."""
+    """Run ``examples/{script}.py`` (or, for a dotted name, the module ``script``: ``benchmarks.tool_arms``) once
+    under ``accelerate launch`` with ``busy`` spinners alongside. -> the command, wall seconds, peak RSS (KiB),
+    loads, cores and the exit status."""
+    target = ["-m", script] if "." in script else [str(ROOT / "examples" / f"{script}.py")]
     command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "examples" / f"{script}.py"), *job_args]
+               "--mixed_precision", "no", "--dynamo_backend", "no", *target, *job_args]
     print("$ " + " ".join(command), flush=True)
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     load_before = os.getloadavg()
@@ -45,7 +47,7 @@ def launch_job(script: str, job_args: list[str], busy: int = 0) -> dict:
 
 
 def tool_job_smoke_args(out: Path) -> list[str]:
-    """Arguments that make ``examples/tool_r1.py`` a smoke run: its ``--smoke`` mode on a tiny random model with
+    """Arguments that make the tool job (``examples/tool_r1.py``, ``benchmarks.tool_arms``) a smoke run: its ``--smoke`` mode on a tiny random model with
     ChatML tokens (``trl_rlvr.testing.build_tiny_chatml_model``, built under ``out`` once), seconds to minutes."""
     model = out / "tiny_model"
     if not model.is_dir():

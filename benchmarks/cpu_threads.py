@@ -83,11 +83,11 @@ def tool_eval_child(model_dir: str, questions: int = 16) -> dict:
     import torch  # first: OpenMP reads the case's environment now (the job's module would set its own default)
     from transformers import AutoModelForCausalLM
 
-    from benchmarks.tool_rl_throughput import heldout_tool_rollouts, load_example
+    from benchmarks.tool_rl_throughput import heldout_tool_rollouts, tool_job
     from trl_rlvr.scripts.models import resolve_model_path
 
     torch.set_num_threads(2)
-    example = load_example()
+    example = tool_job()
     script_args, training_args, model_args = example.parse_args(["--output_dir", "unused"])
     tokenizer = example.tool_tokenizer(resolve_model_path(model_args.model_name_or_path, quiet=True),
                                        script_args.chat_template)

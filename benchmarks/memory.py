@@ -269,27 +269,28 @@ def model_path(name: str) -> str:
     return tiny_model_dir() if name == "tiny" else name
 
 
-def load_r1zero():
-    import importlib.util
+def run_r1zero(argv: list[str]):
+    """``python examples/r1zero.py ARGV``, run in this process (so that its phases can be measured); returns the
+    trainer its ``main`` returned."""
+    import runpy
 
-    name = "r1zero_example"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / "r1zero.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses resolve their annotations through sys.modules
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    path = ROOT / "examples" / "r1zero.py"
+    saved = sys.argv
+    sys.argv = [str(path), *argv]
+    try:
+        return runpy.run_path(str(path), run_name="__main__")["trainer"]
+    finally:
+        sys.argv = saved
 
 
 def run_main_case(opts) -> dict:
-    """examples/r1zero.py's main, each phase measured; ``opts.script_args`` go to its parser."""
+    """examples/r1zero.py run as a program, each phase measured; ``opts.script_args`` go to its command line."""
     import trl_rlvr.evaluation as evaluation
     import trl_rlvr.trainer as trainer_module
     from trl_rlvr.evaluation import report as eval_report
     from trl_rlvr.scripts import train as recipe
 
     peaks = Peaks()
-    r1zero = load_r1zero()
     built = {}
     if opts.trl:
         trainer_module.RLVRTrainer = functools.partial(plain_grpo_trainer, rlvr_class=trainer_module.RLVRTrainer)
@@ -323,9 +324,8 @@ def run_main_case(opts) -> dict:
     if opts.model == "tiny":
         argv += ["--per_device_train_batch_size", "2", "--num_generations", "4", "--max_completion_length", "32",
                  "--overlong_buffer_length", "8", "--num_train_samples", "32"]
-    script_args, training_args, model_args = r1zero.make_parser().parse_args_and_config(argv)
     with peaks.phase("whole job"):
-        r1zero.main(script_args, training_args, model_args)
+        run_r1zero(argv)
     trainer = built["trainer"]
     return {"case": "main", "trainer": "GRPOTrainer" if opts.trl else "RLVRTrainer", "model": opts.model,
             "argv": argv, "phases": peaks.records, "static": _static_from(trainer), "saved_activation_mb": built["probe"]["saved_activation_mb"],

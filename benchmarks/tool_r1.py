@@ -1,8 +1,9 @@
-"""The second main job's wall time and peak memory: ``accelerate launch examples/tool_r1.py`` as a user runs it.
+"""The second main job's wall time and peak memory: its lab run (``benchmarks.tool_arms``: examples/tool_r1.py's stages,
+with the comparisons the committed runs hold) under ``accelerate launch``.
 
     python -m benchmarks.tool_r1 [--busy N] [--save FILE] [--smoke] [-- EXTRA JOB ARGUMENTS]
 
-Runs the job once (``accelerate launch --num_processes 1 ... examples/tool_r1.py``, ``benchmarks._jobs``), and reports
+Runs the job once (``accelerate launch --num_processes 1 ... -m benchmarks.tool_arms``, ``benchmarks._jobs``), and reports
 its wall time, the peak RSS of the largest process of the tree (``wait4``'s ``ru_maxrss``, as ``/usr/bin/time -v``),
 the load average before and after, and the job's own timings and held-out figures from its metrics file.
 ``--busy N``: N pure-Python spinning processes run alongside (one core taken by another process: how the job holds
@@ -32,7 +33,7 @@ def main(argv=None) -> int:
     parser.add_argument("--output_dir", default=None, help="the job's output_dir (default: a temporary dir)")
     parser.add_argument("--save", default=None, help="write the measurement as JSON to this file")
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("extra", nargs="*", help="more arguments of examples/tool_r1.py (after --)")
+    parser.add_argument("extra", nargs="*", help="more arguments of the job (benchmarks.tool_arms; after --)")
     args = parser.parse_args(argv)
     temporary = args.output_dir is None
     out = args.output_dir or tempfile.mkdtemp(prefix="tool_r1_")
@@ -52,7 +53,7 @@ def measure(args, out: Path) -> int:
 
         plain_library_bars()  # building the tiny model: no \r bars in a log
         job += tool_job_smoke_args(out)
-    result = launch_job("tool_r1", job, args.busy)
+    result = launch_job("benchmarks.tool_arms", job, args.busy)
     rc = result["exit_status"]
     failures = [] if rc == 0 else [f"the job exited with {rc}"]
     metrics_file = out / "tool_r1_metrics.json"

@@ -59,16 +59,11 @@ from benchmarks._status import finish  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_example():
-    import importlib.util
+def tool_job():
+    """The tool job's public pieces (:mod:`trl_rlvr.tasks.tool_arithmetic`, what examples/tool_r1.py composes)."""
+    from trl_rlvr.tasks import tool_arithmetic
 
-    if "tool_r1_example" in sys.modules:
-        return sys.modules["tool_r1_example"]
-    spec = importlib.util.spec_from_file_location("tool_r1_example", ROOT / "examples" / "tool_r1.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["tool_r1_example"] = module
-    spec.loader.exec_module(module)
-    return module
+    return tool_arithmetic
 
 
 # ------------------------------------------------------------------------------------------------ the machine
@@ -319,7 +314,7 @@ def first_turn_prompts(example, tokenizer, n: int, seed: int = 0) -> list[list[i
     from transformers.utils import get_json_schema
 
     from reward_plugins.code_sandbox import PythonEnvironment
-    from trl_rlvr.scripts.word_problems import word_problem_rows
+    from trl_rlvr.tasks.word_problems import word_problem_rows
 
     tools = [get_json_schema(PythonEnvironment.python)]
     rows = example.tool_rows(word_problem_rows("train", n, seed=seed), example.SYSTEM_PROMPT)
@@ -516,7 +511,7 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} on "
           f"{len(os.sched_getaffinity(0))} cores", flush=True)
-    example = load_example()
+    example = tool_job()
     out_dir = tempfile.mkdtemp(prefix="tool_rl_throughput_")
     job = ["--output_dir", out_dir, "--max_steps", str(args.steps), "--plot", "false", "--save_model", "false"]
     batches = [int(b) for b in args.batches.split(",")]

@@ -100,14 +100,7 @@ def test_the_tool_job_keeps_an_output_dir_it_was_given(monkeypatch, tmp_path):
 def test_the_tool_job_table_marks_smoke_and_committed_columns():
     """The table of a smoke run: this run's columns `[smoke]`, the committed real-model ones `[committed]`, and the
     line above it says which is which; a real run's columns are unmarked."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("tool_r1_example", ROOT / "examples" / "tool_r1.py")
-    module = sys.modules.get("tool_r1_example") or importlib.util.module_from_spec(spec)
-    if "tool_r1_example" not in sys.modules:
-        sys.modules["tool_r1_example"] = module
-        spec.loader.exec_module(module)
+    from trl_rlvr.tasks import tool_arithmetic as module
     committed = {"model": "/cache/SmolLM2-135M-Instruct", "arms": {"R1-Zero (no tool)": {"pass@1": 0.0}}}
     arms = {"cold start (tool)": {"pass@1": 0.5}}
     shown, heading = module.shown_arms(arms, committed, smoke=True, model="/tmp/tiny")

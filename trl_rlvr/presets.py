@@ -104,6 +104,31 @@ SMALL_MODEL_ON_CPU: dict[str, Any] = dict(
 )
 
 
+#: The first main job's settings (examples/r1zero.py's parser defaults): what made SmolLM2-135M learn the format on a
+#: 2-core CPU (the run: docs/benchmarks.md). A YAML file (--config) or the command line overrides any of them.
+R1ZERO_ON_CPU: dict[str, Any] = dict(
+    SMALL_MODEL_ON_CPU,
+    output_dir="outputs/r1zero",
+    max_steps=9,
+    max_completion_length=64,
+    learning_rate=3e-5,
+    overlong_buffer_length=16,  # penalty from 48 tokens, -1 at 64
+    activation_checkpointing=False,
+    num_train_samples=256,
+)
+
+
+def on_this_machine(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` as a job's defaults on this machine: without CUDA, float32 on the CPU (``bf16`` and ``fp16``
+    off: bf16 is slower than fp32 on a CPU, docs/benchmarks.md; ``use_cpu``)."""
+    import torch
+
+    settings = dict(settings)
+    if not torch.cuda.is_available():
+        settings.update(bf16=False, fp16=False, use_cpu=True)
+    return settings
+
+
 def preset_values(name: str, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The field values of preset ``name``; those that depend on other fields read them from ``settings``.
 

@@ -21,7 +21,7 @@ pytestmark = [
 def test_the_tool_job_generates_and_evaluates_on_the_engine(tmp_path, monkeypatch):
     from transformers.generation.utils import GenerationMixin
 
-    from tests.scripts.test_tool_r1 import _load_script
+    from tests.harness.recipes import run_example
     from trl_rlvr.testing import build_tiny_chatml_model
 
     def hf_generate(*args, **kwargs):
@@ -30,13 +30,11 @@ def test_the_tool_job_generates_and_evaluates_on_the_engine(tmp_path, monkeypatc
     monkeypatch.setattr(GenerationMixin, "generate", hf_generate)
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     model = build_tiny_chatml_model(tmp_path / "model", hidden_size=256)  # heads of 64: vLLM's CPU attention
-    script = _load_script()
     out = tmp_path / "out"
-    args = script.parse_args(["--smoke", "--model_name_or_path", str(model), "--output_dir", str(out),
-                              "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", "1024",
-                              "--max_completion_length", "24", "--overlong_buffer_length", "8", "--plot", "false",
-                              "--save_model", "false", "--r1zero_results", str(tmp_path / "none.json")])
-    trainer, _ = script.main(*args)
+    trainer = run_example("tool_r1", "--smoke", "--model_name_or_path", str(model), "--output_dir", str(out),
+                          "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", "1024",
+                          "--max_completion_length", "24", "--overlong_buffer_length", "8", "--plot", "false",
+                          "--save_model", "false")["trainer"]
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the job's bound on the engine's KV cache
     assert trainer.state.global_step == 1 and trainer.vllm_generation.llm is not None
     saved = json.loads((out / "tool_r1_metrics.json").read_text())

@@ -5,25 +5,25 @@ READMEs quote them as the job's summary prints them.
   arguments' names equal what a tiny run of the same code path writes (a tiny local model, 2 steps; the figures of
   a 135M model are the committed run's, its fields are the code's).
 - The quotes: each figure examples/README.md and README.md quote is the JSON's, rounded as the job prints it
-  (examples/r1zero.py: ``_fmt``; the sampled table: ``trl_rlvr.evaluation.report``).
+  (``trl_rlvr.evaluation.heldout.format_metric``; the sampled table: ``trl_rlvr.evaluation.report``).
 
 Regenerate the committed files (one line, ~10-25 min on 2 CPU cores; docs/benchmarks.md has the timings):
 ``accelerate launch examples/r1zero.py && cp outputs/r1zero/r1zero_{metrics.json,curves.png,passk.png} examples/results/``
 """
 
 import dataclasses
-import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.harness.recipes import R1ZeroArguments, r1zero_parser, run_example
 from tests.harness.results_shape import fields
+from trl_rlvr.evaluation.heldout import before_after_table, format_metric, history_mean
+from trl_rlvr.presets import R1ZERO_ON_CPU
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "examples" / "r1zero.py"
 COMMITTED = ROOT / "examples" / "results" / "r1zero_metrics.json"
 #: Metrics logged since the committed run, by rules that leave its figures as they are: rlvr/unscorable_frac (no
 #: reward returned None in it: boxed_math/bad_gold and boxed_math/infra_errors are 0 at every step, think_format never
@@ -31,16 +31,6 @@ COMMITTED = ROOT / "examples" / "results" / "r1zero_metrics.json"
 METRICS_ADDED_SINCE_THE_RUN = frozenset({"rlvr/unscorable_frac"})
 REGENERATE = ("accelerate launch examples/r1zero.py && cp outputs/r1zero/r1zero_{metrics.json,curves.png,passk.png} "
               "examples/results/")
-
-
-def _load_script():
-    if "r1zero_example" in sys.modules:
-        return sys.modules["r1zero_example"]
-    spec = importlib.util.spec_from_file_location("r1zero_example", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["r1zero_example"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -51,28 +41,24 @@ def committed():
 def test_committed_arguments_are_the_code_defaults_names(committed):
     """script_args and training_args hold exactly the fields the parser has today (a field added or renamed since
     the file was written shows here), and the job ran with its own defaults (the README's command)."""
-    r1 = _load_script()
-    script_args, training_args, _ = r1.make_parser().parse_args_and_config([])
-    assert set(committed["script_args"]) == {f.name for f in dataclasses.fields(r1.R1ZeroArguments)}
+    script_args, training_args, _ = r1zero_parser().parse_args_and_config([])
+    assert set(committed["script_args"]) == {f.name for f in dataclasses.fields(R1ZeroArguments)}
     assert committed["script_args"] == dataclasses.asdict(script_args)
     written = {k: v for k, v in training_args.to_dict().items() if isinstance(v, (int, float, str, bool, type(None), list, dict))}
     assert set(committed["training_args"]) == set(written)
-    for name in r1.DEFAULTS:  # the job's own settings, as the parser gives them with no arguments
+    for name in R1ZERO_ON_CPU:  # the job's own settings, as the parser gives them with no arguments
         if name in written:
             assert committed["training_args"][name] == written[name], name
 
 
 @pytest.mark.slow
 def test_committed_results_have_the_fields_a_run_of_the_code_writes_today(committed, tiny_model_dir, tmp_path):
-    r1 = _load_script()
     out = tmp_path / "out"
-    args = r1.make_parser().parse_args_and_config([
-        "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "2",
-        "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "16",
-        "--overlong_buffer_length", "4", "--num_train_samples", "16", "--num_eval_samples", "8",
-        "--eval_max_new_tokens", "8", "--eval_sampled_questions", "2", "--eval_num_samples", "2",
-        "--save_model", "false"])
-    r1.main(*args)
+    run_example("r1zero", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "2",
+                "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "16",
+                "--overlong_buffer_length", "4", "--num_train_samples", "16", "--num_eval_samples", "8",
+                "--eval_max_new_tokens", "8", "--eval_sampled_questions", "2", "--eval_num_samples", "2",
+                "--save_model", "false")
     fresh = json.loads((out / "r1zero_metrics.json").read_text())
     step_keys = {frozenset(h) - METRICS_ADDED_SINCE_THE_RUN for h in fresh["history"]}
     assert step_keys == {frozenset(h) for h in committed["history"]}, "the logged keys changed: regenerate with " + REGENERATE
@@ -84,8 +70,7 @@ def test_committed_results_have_the_fields_a_run_of_the_code_writes_today(commit
 
 def _quotes(m: dict) -> dict[str, list[str]]:
     """What each README quotes from the committed run, rounded as examples/r1zero.py's summary prints it."""
-    r1 = _load_script()
-    fmt = r1._fmt
+    fmt = format_metric
     b, a, h = m["before"], m["after"], m["history"]
     first, last = h[0], h[-1]
     base, trained = m["sampled"]["results"]["base"], m["sampled"]["results"]["trained"]
@@ -107,7 +92,7 @@ def _quotes(m: dict) -> dict[str, list[str]]:
         f"{pct(last['rewards/think_format/mean'])}",
         f"training accuracy {pct(first['rlvr/accuracy'])} -> {pct(last['rlvr/accuracy'])}",
         f"wasted-group (zero-signal) share {pct(m['wasted_group_share'])} on average",
-        f"predicted {pct(r1._mean(h, 'rlvr/zero_signal_expected'))}",
+        f"predicted {pct(history_mean(h, 'rlvr/zero_signal_expected'))}",
         *passk.values(), maj8,
     ]
     readme = [
@@ -133,17 +118,16 @@ def test_the_job_summary_prints_the_figures_the_readmes_quote(committed):
     percentages with 1)."""
     from rich.console import Console
 
-    r1 = _load_script()
     console = Console(width=200, record=True, file=io.StringIO())
-    console.print(r1.summary_table(committed["before"], committed["after"], committed["history"], {}))
+    console.print(before_after_table(committed["before"], committed["after"], committed["history"], {}))
     printed = console.export_text()
     h = committed["history"]
-    for cell in (r1._fmt(h[0]["reward"], digits=2), r1._fmt(h[-1]["reward"], digits=2),
-                 r1._fmt(h[-1]["rewards/think_format/mean"], True), r1._fmt(committed["after"]["format_rate"], True)):
+    for cell in (format_metric(h[0]["reward"], digits=2), format_metric(h[-1]["reward"], digits=2),
+                 format_metric(h[-1]["rewards/think_format/mean"], True), format_metric(committed["after"]["format_rate"], True)):
         assert cell in printed, cell
     sampled_table = committed["sampled"]["table"]
     trained = committed["sampled"]["results"]["trained"]
-    assert r1._fmt(trained["pass@k"]["8"], True) in sampled_table
+    assert format_metric(trained["pass@k"]["8"], True) in sampled_table
 
 
 def test_the_regenerating_command_is_documented():

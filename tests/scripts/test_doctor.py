@@ -4,9 +4,7 @@ It must flag a truncating budget, a reward that reads no answer and a batch with
 offline main job's settings (examples/r1zero.py's defaults; the tiny model and a reward it can earn), stop with exit 2
 when it cannot run, and fail the machine check of a GPU recipe on a CPU before any model loads."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,15 +24,10 @@ def always_zero(prompts=None, completions=None, **kwargs):
 
 
 def main_job_defaults() -> dict:
-    """examples/r1zero.py's DEFAULTS: the main job's settings."""
-    spec = importlib.util.spec_from_file_location("r1zero_example", ROOT / "examples" / "r1zero.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return dict(module.DEFAULTS)
+    """examples/r1zero.py's defaults: the main job's settings (trl_rlvr.presets.R1ZERO_ON_CPU)."""
+    from trl_rlvr.presets import R1ZERO_ON_CPU
+
+    return dict(R1ZERO_ON_CPU)
 
 
 def run_doctor(tmp_path, tiny_model_dir, capsys, **fields):

@@ -4,29 +4,19 @@ The entry point runs 2 training steps single-process and with QLoRA in this proc
 once), and with 2 processes through ``accelerate launch`` (CPU, gloo).
 """
 
-import importlib.util
+import dataclasses
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.harness.launch import launch_on_cpu
+from tests.harness.recipes import r1zero_parser, run_example
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "r1zero.py"
-
-
-def _load_script():
-    if "r1zero_example" in sys.modules:
-        return sys.modules["r1zero_example"]
-    spec = importlib.util.spec_from_file_location("r1zero_example", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["r1zero_example"] = module  # dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 def _tiny_args(model_dir, out_dir, *extra):
@@ -134,8 +124,7 @@ def test_score_with_registry_plugins():
 
 # ------------------------------------------------------------------------------------------------ parser
 def test_parser_defaults_yaml_and_cli(tmp_path):
-    r1 = _load_script()
-    parser = r1.make_parser()
+    parser = r1zero_parser()
     script_args, train_args, model_args = parser.parse_args_and_config([])
     assert model_args.model_name_or_path is None  # -> SmolLM2 converted from the GGUF
     assert script_args.reward_funcs == ["think_format", "boxed_math"] and script_args.dataset_name is None
@@ -148,7 +137,7 @@ def test_parser_defaults_yaml_and_cli(tmp_path):
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("learning_rate: 1.0e-6\nnum_generations: 4\nmax_operand: 9\nlora_r: 8\n")
-    script_args, train_args, model_args = r1.make_parser().parse_args_and_config(
+    script_args, train_args, model_args = r1zero_parser().parse_args_and_config(
         ["--config", str(cfg), "--num_generations", "2", "--epsilon_high", "0.3"]
     )
     assert train_args.learning_rate == 1e-6 and train_args.num_generations == 2  # CLI beats YAML
@@ -157,14 +146,13 @@ def test_parser_defaults_yaml_and_cli(tmp_path):
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "examples" / "recipes").glob("*.yaml")))
 def test_recipes_parse(recipe, tmp_path):
-    r1 = _load_script()
     path = ROOT / "examples" / "recipes" / recipe
     raw = yaml.safe_load(path.read_text())
     # Parse without the GPU-only switches so that the check runs on a CPU.
     raw = {k: v for k, v in raw.items() if k not in ("bf16", "fp16", "use_vllm", "vllm_mode")}
     cfg = tmp_path / recipe
     cfg.write_text(yaml.safe_dump(raw))
-    script_args, train_args, model_args = r1.make_parser().parse_args_and_config(["--config", str(cfg)])
+    script_args, train_args, model_args = r1zero_parser().parse_args_and_config(["--config", str(cfg)])
     assert train_args.num_generations >= 2
     if recipe.startswith("dapo"):
         assert train_args.num_generations == 16 and train_args.dynamic_sampling
@@ -189,12 +177,14 @@ def test_accelerate_configs_are_valid():
 # ------------------------------------------------------------------------------------------------ end to end
 @pytest.mark.slow
 def test_main_single_process(tiny_model_dir, tmp_path):
-    r1 = _load_script()
     out = tmp_path / "out"
-    args = r1.make_parser().parse_args_and_config(_tiny_args(tiny_model_dir, out))
-    trainer = r1.main(*args)
+    trainer = run_example("r1zero", *_tiny_args(tiny_model_dir, out))["trainer"]
     assert trainer.state.global_step == 2
-    _check_outputs(out)
+    metrics = _check_outputs(out)
+    # the example parses its command line as the tests' parser (tests.harness.recipes) does
+    script_args, training_args, _ = r1zero_parser().parse_args_and_config(_tiny_args(tiny_model_dir, out))
+    assert metrics["script_args"] == json.loads(json.dumps(dataclasses.asdict(script_args)))
+    assert metrics["training_args"]["learning_rate"] == training_args.learning_rate == 3e-5
     assert (out / "model.safetensors").exists()
 
 
@@ -204,13 +194,9 @@ def test_main_qlora(tiny_model_dir, tmp_path):
     import bitsandbytes as bnb
     from peft import PeftModel
 
-    r1 = _load_script()
     out = tmp_path / "out"
-    args = r1.make_parser().parse_args_and_config(
-        _tiny_args(tiny_model_dir, out, "--load_in_4bit", "--use_peft", "--lora_r", "4",
-                   "--lora_target_modules", "q_proj", "v_proj")
-    )
-    trainer = r1.main(*args)
+    trainer = run_example("r1zero", *_tiny_args(tiny_model_dir, out, "--load_in_4bit", "--use_peft", "--lora_r", "4",
+                                                "--lora_target_modules", "q_proj", "v_proj"))["trainer"]
     assert isinstance(trainer.model, PeftModel)
     assert any(isinstance(m, bnb.nn.Linear4bit) for m in trainer.model.modules())
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]

@@ -1,34 +1,29 @@
-"""examples/tool_r1.py: its task (multi-digit word problems with held-out wordings), the cold-start traces, the
+"""examples/tool_r1.py (its pieces: trl_rlvr.tasks.tool_arithmetic): its task (multi-digit word problems with held-out wordings), the cold-start traces, the
 tool-rendering chat template, the format reward, and (slow) one short step of each stage on a tiny local model."""
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.harness.recipes import run_example
 from tests.harness.results_shape import FREE, fields, per_k
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "examples" / "tool_r1.py"
 TEMPLATE = ROOT / "examples" / "chat_templates" / "chatml_tools.jinja"
 
 
 def _load_script():
-    if "tool_r1_example" in sys.modules:
-        return sys.modules["tool_r1_example"]
-    spec = importlib.util.spec_from_file_location("tool_r1_example", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["tool_r1_example"] = module
-    spec.loader.exec_module(module)
-    return module
+    """The job's public pieces (the example composes them; nothing imports the example)."""
+    from trl_rlvr.tasks import tool_arithmetic
+
+    return tool_arithmetic
 
 
 # ------------------------------------------------------------------------------------------------ data
 def test_word_problems_are_right_deterministic_and_held_out():
-    from trl_rlvr.scripts.word_problems import WORDINGS, word_problem_rows, wordings
+    from trl_rlvr.tasks.word_problems import WORDINGS, word_problem_rows, wordings
 
     train = word_problem_rows("train", 300, seed=3)
     heldout = word_problem_rows("heldout", 100, seed=3)
@@ -63,7 +58,7 @@ def test_word_problems_are_right_deterministic_and_held_out():
 
 
 def test_cold_start_traces_call_the_tool_and_box_its_reply():
-    from trl_rlvr.scripts.word_problems import WORDINGS, cold_start_traces, word_problem_rows
+    from trl_rlvr.tasks.word_problems import WORDINGS, cold_start_traces, word_problem_rows
 
     traces = cold_start_traces(24, seed=0, system_prompt="S")
     sft_texts = [t for op in WORDINGS for s, t in WORDINGS[op] if s == "sft"]
@@ -90,7 +85,7 @@ def test_chat_template_renders_tools_keeps_prefixes_and_parses_calls():
     )
 
     from reward_plugins.code_sandbox import PythonEnvironment
-    from trl_rlvr.scripts.word_problems import cold_start_traces
+    from trl_rlvr.tasks.word_problems import cold_start_traces
     from trl_rlvr.testing import build_chatml_tokenizer
 
     tokenizer = build_chatml_tokenizer()
@@ -158,9 +153,11 @@ def test_a_step_that_trained_nothing_stays_in_the_history():
     run's last step was missing from its history); the train summary is not a step."""
     from types import SimpleNamespace
 
+    from trl_rlvr.evaluation.heldout import StepProgressCallback
+
     said = []
-    history = _load_script().history_callback(said.append)
-    state = SimpleNamespace(global_step=1, max_steps=2)
+    history = StepProgressCallback(_load_script().TOOL_STEP_FIELDS, bar=False, say=said.append)
+    state = SimpleNamespace(global_step=1, max_steps=2, is_world_process_zero=True)
     history.on_log(None, state, None, logs={"loss": 0.1, "reward": 1.5, "rlvr/accuracy": 0.75})
     state.global_step = 2
     history.on_log(None, state, None, logs={"loss": 0.0, "rlvr/sampling_rounds": 2.0})
@@ -171,9 +168,12 @@ def test_a_step_that_trained_nothing_stays_in_the_history():
 
 
 def test_parser_defaults_and_smoke():
+    from benchmarks.tool_arms import ArmArguments
+
     script = _load_script()
     script_args, train_args, _ = script.parse_args([])
-    assert script_args.arm == "tool" and script_args.sft_traces == 24 and train_args.max_steps == 18
+    assert script_args.sft_traces == 24 and train_args.max_steps == 18
+    assert script.parse_args([], ArmArguments)[0].arm == "tool"  # the lab's default arm: the recipe's run
     assert script_args.task == "composed" and script_args.num_eval_training_wordings == 32
     # 8 groups of 4 per step (one sampling round) at a step size that fits them
     assert (train_args.per_device_train_batch_size * train_args.gradient_accumulation_steps, train_args.num_generations,
@@ -186,10 +186,14 @@ def test_parser_defaults_and_smoke():
     assert train_args.max_steps == 2 and script_args.sft_traces == 8  # the command line beats --smoke's sizes
     assert script.parse_args(["--smoke", "--task", "templates"])[0].num_eval_training_wordings == 0
     with pytest.raises(SystemExit):  # argparse names the choices
-        script.parse_args(["--arm", "nope"])
+        script.parse_args(["--arm", "nope"], ArmArguments)
+    with pytest.raises(ValueError, match="arm"):  # the recipe has no arms: an unknown option
+        script.parse_args(["--arm", "r1zero"])
 
 
 def test_the_table_splits_held_out_questions_by_wordings_and_names_the_control():
+    from benchmarks.tool_arms import ArmArguments, goals_sentence
+
     script = _load_script()
     rows = [{"op": "+", "wordings": "training"}, {"op": "*", "wordings": "unseen"}, {"op": "+", "wordings": "unseen"}]
     per_question = [{"index": 0, "right": 2, "right_flags": [1, 1]}, {"index": 1, "right": 0, "right_flags": [0, 0]},
@@ -200,13 +204,13 @@ def test_the_table_splits_held_out_questions_by_wordings_and_names_the_control()
     table = script.summary_table({"cold start (tool)": split, "cold start + tool RL, shuffled rewards": split})
     assert "new questions, training wordings" in table and "unseen wordings" in table
     assert "wordings" not in script.summary_table({"cold start (tool)": {"pass@1": 0.5, "n": 2}})  # templates task
-    sentence = script.goals_sentence({"cold start (tool)": {"pass@1": 0.5},
+    sentence = goals_sentence({"cold start (tool)": {"pass@1": 0.5},
                                       "cold start + tool RL, shuffled rewards": {"pass@1": 0.4}})
     assert sentence == "random-reward control vs its start: -10.0 points"
-    from_checkpoint = script.goals_sentence({"base (tool)": {"pass@1": 0.5}, "tool RL, shuffled rewards": {"pass@1": 0.6}})
+    from_checkpoint = goals_sentence({"base (tool)": {"pass@1": 0.5}, "tool RL, shuffled rewards": {"pass@1": 0.6}})
     assert from_checkpoint == "random-reward control vs its start: +10.0 points"
     with pytest.raises(SystemExit):  # argparse names the choices
-        script.parse_args(["--reward_control", "random"])
+        script.parse_args(["--reward_control", "random"], ArmArguments)
     with pytest.raises(ValueError, match="num_eval_training_wordings"):
         script.parse_args(["--task", "templates", "--num_eval_training_wordings", "8"])  # no such split there
 
@@ -221,14 +225,16 @@ def tiny_chatml_model(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=["tool", "r1zero"])
 def one_step_run(request, tiny_chatml_model, tmp_path_factory):
-    """``examples/tool_r1.py --smoke`` on the tiny model, one step of each stage of ``arm`` -> (arm, trainer, out)."""
-    arm, script = request.param, _load_script()
+    """The lab's ``--smoke`` run (``benchmarks.tool_arms``: what the committed runs are) on the tiny model, one step
+    of each stage of ``arm`` -> (arm, trainer, out)."""
+    from benchmarks.tool_arms import run
+
+    arm = request.param
     tmp = tmp_path_factory.mktemp(f"tool_r1_{request.param}")
     out = tmp / "out"
-    args = script.parse_args(["--smoke", "--arm", arm, "--model_name_or_path", str(tiny_chatml_model),
-                              "--output_dir", str(out), "--max_completion_length", "24", "--overlong_buffer_length",
-                              "8", "--r1zero_results", str(tmp / "none.json")])
-    trainer, _ = script.main(*args)
+    trainer, _ = run(["--smoke", "--arm", arm, "--model_name_or_path", str(tiny_chatml_model), "--output_dir", str(out),
+                      "--max_completion_length", "24", "--overlong_buffer_length", "8",
+                      "--r1zero_results", str(tmp / "none.json")])
     return arm, trainer, out
 
 
@@ -263,16 +269,37 @@ def test_main_one_step_of_each_stage(one_step_run):
 
 @pytest.mark.slow
 def test_a_variant_from_a_checkpoint_can_skip_evaluating_its_start(tiny_chatml_model, tmp_path):
-    script = _load_script()
     out = tmp_path / "out"
-    args = script.parse_args(["--smoke", "--model_name_or_path", str(tiny_chatml_model), "--sft_traces", "0",
-                              "--eval_start", "false", "--output_dir", str(out), "--max_completion_length", "24",
-                              "--overlong_buffer_length", "8", "--plot", "false", "--save_model", "false",
-                              "--r1zero_results", str(tmp_path / "none.json")])
-    trainer, _ = script.main(*args)
+    trainer = run_example("tool_r1", "--smoke", "--model_name_or_path", str(tiny_chatml_model), "--sft_traces", "0",
+                          "--eval_start", "false", "--output_dir", str(out), "--max_completion_length", "24",
+                          "--overlong_buffer_length", "8", "--plot", "false", "--save_model", "false")["trainer"]
     saved = json.loads((out / "tool_r1_metrics.json").read_text())
     assert trainer.state.global_step == 1 and list(saved["arms"]) == ["tool RL"]
     assert list(saved["timings_s"]) == ["RL", "eval after RL", "total"]
+
+
+@pytest.mark.slow
+def test_the_recipe_gives_the_labs_figures(one_step_run, tiny_chatml_model, tmp_path):
+    """examples/tool_r1.py (the recipe) and the lab's tool arm (benchmarks.tool_arms, what the committed run is) run
+    the same stages from the same pieces: the same arms, figures, table, steps and cold start; the lab adds only its
+    comparisons and measurements."""
+    arm, _, lab_out = one_step_run
+    if arm != "tool":
+        pytest.skip("the recipe runs the tool arm")
+    out = tmp_path / "out"
+    run_example("tool_r1", "--smoke", "--model_name_or_path", str(tiny_chatml_model), "--output_dir", str(out),
+                "--max_completion_length", "24", "--overlong_buffer_length", "8")
+    recipe, lab = (json.loads((d / "tool_r1_metrics.json").read_text()) for d in (out, lab_out))
+    assert recipe["arms"] == lab["arms"] and recipe["table"] == lab["table"]
+    for part in ("history", "cold_start_history"):
+        assert [{k: v for k, v in h.items() if "time" not in k and "runtime" not in k and "per_second" not in k}
+                for h in recipe[part]] == \
+            [{k: v for k, v in h.items() if "time" not in k and "runtime" not in k and "per_second" not in k}
+             for h in lab[part]]
+    lab_only = {"arm", "shown_with_committed_r1zero", "goals", "peak_rss_mib_after", "load_average_end",
+                "torch_threads", "omp_wait_policy", "gomp_spincount"}
+    assert set(recipe) == set(lab) - lab_only
+    assert set(lab["script_args"]) - set(recipe["script_args"]) == {"arm", "reward_control", "r1zero_results"}
 
 
 #: The job's options added after the committed runs whose default runs the job exactly as before (an experiment's

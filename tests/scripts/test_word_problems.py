@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from trl_rlvr.scripts.word_problems import (
+from trl_rlvr.tasks.word_problems import (
     FRAMES,
     NUMBER_FORMATS,
     OBJECTS,

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from transformers import Trainer, TrainerCallback
 
-#: the tool figures logged as ``eval/tools/<key>`` (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`)
-TOOL_KEYS = ("tool_call_rate", "calls_per_answer", "tool_call_parse_rate", "tool_error_rate", "tool_timeout_rate",
-             "tool_budget_frac", "reply_dropped_frac")
+from trl_rlvr.evaluation.metric_table import TOOL_METRICS, log_keys, log_metrics
+
+#: the tool figures logged as ``eval/tools/<key>`` (:data:`trl_rlvr.evaluation.metric_table.TOOL_METRICS`)
+TOOL_KEYS = tuple(metric.key for metric in TOOL_METRICS)
 
 
 class SampledEvalCallback(TrainerCallback):
@@ -99,26 +100,13 @@ class SampledEvalCallback(TrainerCallback):
         self.best_model_metric = sampled_best_metric(args, self.eval_steps, self.keys())  # metric_for_best_model
 
     def keys(self) -> list[str]:
-        """Every key :meth:`metrics` may log."""
-        per_k = [f"eval/{m}@{k}" for m in ("pass", "maj") for k in self.ks]
-        keys = per_k + [f"eval/{k}" for k in ("format_rate", "no_answer_frac", "truncated_frac", "length_right",
-                                                "length_wrong")]
-        if self.environment_factory is not None:
-            keys += [f"eval/tools/{k}" for k in TOOL_KEYS]
-        return keys
+        """Every key :meth:`metrics` may log (:data:`trl_rlvr.evaluation.metric_table.EVAL_METRICS`' log keys)."""
+        return log_keys(self.ks, tools=self.environment_factory is not None)
 
     def metrics(self, result: dict) -> dict:
-        """The logged keys: eval/pass@k for each k (pass@1 = mean@n), eval/maj@k, format, lengths, truncation."""
-        logs = {f"eval/pass@{k}": result["pass@k"][k] for k in self.ks}
-        if result["maj@k"] is not None:
-            logs.update({f"eval/maj@{k}": result["maj@k"][k] for k in self.ks})
-        for key in ("format_rate", "no_answer_frac", "truncated_frac", "length_right", "length_wrong"):
-            if result[key] is not None:
-                logs[f"eval/{key}"] = result[key]
-        for key in TOOL_KEYS if result.get("tools") else ():
-            if result["tools"][key] is not None:
-                logs[f"eval/tools/{key}"] = result["tools"][key]
-        return logs
+        """The logged keys: eval/pass@k for each k (pass@1 = mean@n), eval/maj@k, format, lengths, truncation
+        (:func:`trl_rlvr.evaluation.metric_table.log_metrics`)."""
+        return log_metrics(result, self.ks)
 
     def evaluate(self, state) -> dict:
         from trl_rlvr.evaluation.evaluate import evaluate_sampled

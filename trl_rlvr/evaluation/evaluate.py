@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager, nullcontext
 
 from trl_rlvr._compat.notices import silence_trl_generation_notice
-from trl_rlvr.evaluation.generation import generate_completions
+from trl_rlvr.evaluation.generation import SamplingSettings, generate_completions
 
 
 def release_memory() -> None:
@@ -66,9 +66,10 @@ def _generating(model, unwrap):
 
 
 def _generate(model, tokenizer, prompts, question_ids, n, *, llm, unwrap, batch_size, n_batches, synced, on_batch,
-              tool_rollouts=None, **generation):
+              sampling, tool_rollouts=None):
     """One process's completions: with HF ``generate`` on ``model`` (unwrapped, in eval mode), or with the vLLM
-    engine ``llm`` when one is given (:mod:`trl_rlvr.evaluation.vllm_generation`). ``tool_rollouts``: the keyword
+    engine ``llm`` when one is given (:mod:`trl_rlvr.evaluation.vllm_generation`), each with the same ``sampling``
+    (:class:`~trl_rlvr.evaluation.generation.SamplingSettings`). ``tool_rollouts``: the keyword
     arguments of :func:`trl_rlvr.evaluation.tool_rollouts.generate_tool_completions` (multi-turn tool rollouts, on
     either generator)."""
     if llm is not None:
@@ -77,23 +78,23 @@ def _generate(model, tokenizer, prompts, question_ids, n, *, llm, unwrap, batch_
 
             return generate_tool_completions(model, tokenizer, prompts, question_ids, n, batch_size=batch_size,
                                              n_batches=n_batches, on_batch=on_batch, llm=llm, **tool_rollouts,
-                                             **generation)
+                                             sampling=sampling)
         from trl_rlvr.evaluation.generation import end_of_sequence_ids
         from trl_rlvr.evaluation.vllm_generation import engine_end_of_sequence_ids, generate_completions_vllm
 
         eos_ids = end_of_sequence_ids(getattr(model, "generation_config", None), tokenizer)
         eos_ids |= engine_end_of_sequence_ids(llm)
         return generate_completions_vllm(llm, tokenizer, prompts, question_ids, n, eos_ids=eos_ids,
-                                         on_batch=on_batch, **generation)
+                                         on_batch=on_batch, sampling=sampling)
     with _generating(model, unwrap) as gen_model:
         if tool_rollouts is not None:
             from trl_rlvr.evaluation.tool_rollouts import generate_tool_completions
 
             return generate_tool_completions(gen_model, tokenizer, prompts, question_ids, n, batch_size=batch_size,
                                              n_batches=n_batches, synced_gpus=synced, on_batch=on_batch,
-                                             **tool_rollouts, **generation)
+                                             **tool_rollouts, sampling=sampling)
         return generate_completions(gen_model, tokenizer, prompts, question_ids, n, batch_size=batch_size,
-                                    n_batches=n_batches, synced_gpus=synced, on_batch=on_batch, **generation)
+                                    n_batches=n_batches, synced_gpus=synced, on_batch=on_batch, sampling=sampling)
 
 
 def _tool_rollout_options(tokenizer, environment_factory, chat_template, max_tool_calling_iterations, world, synced,
@@ -117,8 +118,8 @@ def _tool_rollout_options(tokenizer, environment_factory, chat_template, max_too
 
 
 def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, accelerator, batch_size, n,
-                        success_threshold, format_threshold, keep_samples, progress, llm=None,
-                        environment_factory=None, chat_template=None, max_tool_calling_iterations=None, **generation):
+                        success_threshold, format_threshold, keep_samples, progress, sampling, llm=None,
+                        environment_factory=None, chat_template=None, max_tool_calling_iterations=None):
     """Every process generates for its share of ``rows`` (every ``world``-th question, the same number of ``generate``
     calls on every rank) and scores it; the per-question records, gathered on every rank, in question order.
     With an ``environment_factory`` the samples are multi-turn tool rollouts (:mod:`.tool_rollouts`)."""
@@ -139,7 +140,7 @@ def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, ac
     groups = _generate(model, tokenizer, [rows[i]["prompt"] for i in mine], mine, n, llm=llm, unwrap=unwrap,
                        batch_size=batch_size, n_batches=n_batches, synced=synced,
                        on_batch=(lambda d: bar.update(d * world)) if bar else None, tool_rollouts=tool_rollouts,
-                       **generation)
+                       sampling=sampling)
     if bar is not None:
         bar.close()
     release_memory()  # the generation's KV caches and activations, before scoring, training or the next phase
@@ -173,7 +174,8 @@ def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerat
     per_question = _generate_and_score(
         model, tokenizer, rows, success_fn, format_fn, [1], accelerator=accelerator, batch_size=batch_size, n=1,
         success_threshold=success_threshold, format_threshold=format_threshold, keep_samples=5, progress=False,
-        llm=llm, greedy=True, max_new_tokens=max_new_tokens, environment_factory=environment_factory,
+        llm=llm, sampling=SamplingSettings(greedy=True, max_new_tokens=max_new_tokens),
+        environment_factory=environment_factory,
         chat_template=chat_template, max_tool_calling_iterations=max_tool_calling_iterations,
     )
     summary = summarize_sampled(per_question, 1, [1], max_new_tokens=max_new_tokens)
@@ -344,8 +346,9 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     per_question = _generate_and_score(
         model, tokenizer, rows, success_fn, format_fn, ks, accelerator=accelerator, batch_size=batch_size, n=n,
         success_threshold=success_threshold, format_threshold=format_threshold, keep_samples=keep_samples,
-        progress=progress, llm=llm, temperature=temperature, top_p=top_p, top_k=top_k,
-        max_new_tokens=max_new_tokens, seed=seed, environment_factory=environment_factory,
+        progress=progress, llm=llm, environment_factory=environment_factory,
+        sampling=SamplingSettings(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
+                                  seed=seed),
         chat_template=chat_template, max_tool_calling_iterations=max_tool_calling_iterations,
     )
     result = summarize_sampled(per_question, n, ks, temperature=temperature, top_p=top_p, top_k=top_k,
@@ -357,36 +360,19 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     return result
 
 
-def _mean(values):
-    values = list(values)
-    return sum(values) / len(values) if values else None
-
-
 def summarize_sampled(per_question: list[dict], n: int, ks: list[int], **settings) -> dict:
-    """Overall metrics from :func:`score_question` records (means over questions, or over all samples); ``tools``:
-    the tool figures of tool rollouts (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`), else None."""
+    """Overall metrics from :func:`score_question` records, one per entry of
+    :data:`trl_rlvr.evaluation.metric_table.EVAL_METRICS` (means over questions, or over all samples); ``tools``: the tool
+    figures of tool rollouts (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`), else None."""
+    from trl_rlvr.evaluation.metric_table import EVAL_METRICS
     from trl_rlvr.evaluation.tool_rollouts import summarize_tool_rollouts
 
-    lengths = [x for q in per_question for x in q["lengths"]]
-    right = [x for q in per_question for x in q["right_flags"]]
-    has_maj = all(q["maj@k"] is not None for q in per_question)
-    has_format = all(q["formatted"] is not None for q in per_question)
-    total = len(lengths)
     return {
         "questions": len(per_question),
         "n": n,
         "ks": ks,
         **settings,
-        "mean@n": _mean(q["right"] / n for q in per_question),
-        "pass@k": {k: _mean(q["pass@k"][k] for q in per_question) for k in ks},
-        "maj@k": {k: _mean(q["maj@k"][k] for q in per_question) for k in ks} if has_maj else None,
-        "format_rate": sum(q["formatted"] for q in per_question) / total if has_format else None,
-        "no_answer_frac": sum(q["no_answer"] for q in per_question) / total if has_maj else None,
-        "unscored_frac": sum(q["unscored"] for q in per_question) / total,
-        "mean_length": _mean(lengths),
-        "length_right": _mean(x for x, r in zip(lengths, right) if r),
-        "length_wrong": _mean(x for x, r in zip(lengths, right) if not r),
-        "truncated_frac": sum(not f for q in per_question for f in q["finished"]) / total,
+        **{metric.name: metric.summarize(per_question, ks) for metric in EVAL_METRICS},
         "tools": summarize_tool_rollouts(per_question, settings.get("max_new_tokens")),
         "per_question": per_question,
     }

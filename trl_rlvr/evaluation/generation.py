@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 
 def cut_at_eos(token_ids: Sequence[int], eos_ids) -> tuple[list[int], bool]:
@@ -55,6 +56,46 @@ def check_request(where: str, prompts, question_ids, n: int, greedy: bool, tempe
         raise ValueError(f"{where}: greedy decoding gives one completion per question, not n={n}")
     if not greedy:
         check_sampling(temperature, top_p, top_k)
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How the evaluation samples: one object for its three generation back-ends, HF ``generate``
+    (:func:`generate_completions`), tool rollouts (:func:`trl_rlvr.evaluation.tool_rollouts.generate_tool_completions`)
+    and vLLM (:func:`trl_rlvr.evaluation.vllm_generation.generate_completions_vllm`). Each back-end takes it as
+    ``sampling=``, or its fields as keywords (:meth:`resolve`).
+
+    ``greedy``: one completion per question, no sampling; else each sample draws from its own stream, named by
+    ``(seed, question id, sample index)`` (:meth:`stream`), after ``temperature``, top-k (``top_k``, 0: off) and
+    top-p (``top_p``), as HF applies them. ``max_new_tokens``: the completion's budget in tokens."""
+
+    greedy: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 256
+    seed: int = 0
+
+    @classmethod
+    def resolve(cls, sampling: SamplingSettings | None = None, **keywords) -> SamplingSettings:
+        """``sampling``, or the settings its field keywords give (an unknown keyword is a ``TypeError``); not both."""
+        if sampling is None:
+            return cls(**keywords)
+        if keywords:
+            raise TypeError(f"pass sampling= or its keywords {sorted(keywords)}, not both")
+        return sampling
+
+    def check(self, where: str, prompts, question_ids, n: int) -> None:
+        """:func:`check_request` for these settings."""
+        check_request(where, prompts, question_ids, n, self.greedy, self.temperature, self.top_p, self.top_k)
+
+    def stream(self, question_id: int, sample: int) -> str | None:
+        """One sample's random stream (:func:`row_seed`); None when greedy."""
+        return None if self.greedy else row_seed(self.seed, question_id, sample)
+
+    def sampler(self) -> dict:
+        """The draw's settings (:class:`SeededSampler`'s keywords)."""
+        return dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
 
 
 class SeededSampler:
@@ -141,20 +182,16 @@ def generate_completions(
     question_ids: Sequence[int],
     n: int = 1,
     *,
-    greedy: bool = False,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    max_new_tokens: int = 256,
-    seed: int = 0,
+    sampling: SamplingSettings | None = None,
     batch_size: int = 64,
     n_batches: int | None = None,
     synced_gpus: bool = False,
     on_batch: Callable[[int], None] | None = None,
+    **sampling_keywords,
 ) -> list[list[tuple[str, list[int], bool]]]:
     """``n`` completions ``(text, token ids, finished with EOS)`` for each prompt: greedy (``greedy=True``, ``n=1``)
     or sampled by :class:`SeededSampler` (temperature, top-p, top-k, each sample's stream from ``seed``, its
-    question id and its index).
+    question id and its index): ``sampling``, a :class:`SamplingSettings`, or its fields as keywords.
 
     A ``generate`` call takes ``max(1, batch_size // n)`` questions (all ``n`` samples of each). ``n_batches``
     forces that many calls (extra ones repeat the last question and are discarded), so that every process of
@@ -164,7 +201,8 @@ def generate_completions(
     import torch
     from transformers import LogitsProcessorList
 
-    check_request("generate_completions", prompts, question_ids, n, greedy, temperature, top_p, top_k)
+    settings = SamplingSettings.resolve(sampling, **sampling_keywords)
+    settings.check("generate_completions", prompts, question_ids, n)
     per_call = max(1, batch_size // n)
     texts = [render_prompt(p, tokenizer) for p in prompts]
     n_batches = n_batches if n_batches is not None else math.ceil(len(texts) / per_call)
@@ -180,12 +218,12 @@ def generate_completions(
             chunk = [texts[i] for i in idx for _ in range(n)]
             enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
             processors = []
-            if not greedy:
-                seeds = [row_seed(seed, question_ids[i], j) for i in idx for j in range(n)]
-                processors.append(SeededSampler(seeds, temperature, top_p, top_k))
+            if not settings.greedy:
+                seeds = [settings.stream(question_ids[i], j) for i in idx for j in range(n)]
+                processors.append(SeededSampler(seeds, **settings.sampler()))
             with torch.no_grad():
                 gen = model.generate(
-                    **enc, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
+                    **enc, max_new_tokens=settings.max_new_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
                     logits_processor=LogitsProcessorList(processors), pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=sorted(eos_ids), synced_gpus=synced_gpus,
                 )

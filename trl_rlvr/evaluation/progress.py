@@ -103,3 +103,19 @@ def plain_library_bars() -> bool:
     except ImportError:  # pragma: no cover - a transformers dependency
         pass
     return True
+
+
+#: What :class:`StepProgressCallback` shows of a step's logs by default: (logged key, label, format).
+STEP_FIELDS = (("rlvr/accuracy", "acc", "{:.0%}"), ("rewards/think_format/mean", "format", "{:.0%}"),
+               ("rlvr/zero_signal_frac", "zero-signal", "{:.0%}"), ("completions/mean_length", "len", "{:.0f}"))
+
+
+def step_line(logs: dict, fields=STEP_FIELDS) -> str:
+    """A training step's figures as one line: ``reward 0.51 | acc 50% | ...`` (a field the step did not log is
+    left out); a step that logged no reward trained nothing (no informative group, or too few rows for one
+    update: the trainer logs what it trained) and says so."""
+    if "reward" not in logs:
+        return "nothing trained, no update (no informative group, or too few rows for one update)"
+    parts = [f"reward {logs['reward']:.2f}"]
+    parts += [f"{label} {fmt.format(logs[key])}" for key, label, fmt in fields if isinstance(logs.get(key), (int, float))]
+    return " | ".join(parts)

@@ -7,6 +7,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from trl_rlvr.evaluation.metric_table import num as _num
+from trl_rlvr.evaluation.metric_table import pct as _pct
+
 
 def _get(d: Mapping | None, k: int):
     """``d[k]`` for a dict with int keys, or with str keys (read back from JSON)."""
@@ -15,43 +18,28 @@ def _get(d: Mapping | None, k: int):
     return d.get(k, d.get(str(k)))
 
 
-def _pct(v) -> str:
-    return "-" if v is None else f"{v:.1%}"
-
-
-def _num(v) -> str:
-    return "-" if v is None else f"{v:.1f}"
-
-
 def format_table(results: Mapping[str, dict]) -> str:
-    """One column per model (label -> result), one row per metric."""
+    """One column per model (label -> result), one row per metric of
+    :data:`trl_rlvr.evaluation.metric_table.EVAL_METRICS` that has a ``row`` (per k: a row per k; ``n/a`` where a model's
+    metric is not defined) and, when a model ran tool rollouts, per :data:`~trl_rlvr.evaluation.metric_table.TOOL_METRICS`."""
+    from trl_rlvr.evaluation.metric_table import EVAL_METRICS, TOOL_METRICS
+
     labels = list(results)
     first = next(iter(results.values()))
     ks = first["ks"]
     rows = [("questions x samples", [f"{r['questions']} x {r['n']}" for r in results.values()]),
             (f"mean@{first['n']} (= pass@1)", [_pct(r["mean@n"]) for r in results.values()])]
-    rows += [(f"pass@{k}", [_pct(_get(r["pass@k"], k)) for r in results.values()]) for k in ks]
-    rows += [(f"maj@{k}", [_pct(_get(r["maj@k"], k)) if r["maj@k"] else "n/a" for r in results.values()]) for k in ks]
-    rows += [
-        ("format rate", [_pct(r["format_rate"]) for r in results.values()]),
-        ("no extractable answer", [_pct(r["no_answer_frac"]) for r in results.values()]),
-        ("mean length, right (tokens)", [_num(r["length_right"]) for r in results.values()]),
-        ("mean length, wrong (tokens)", [_num(r["length_wrong"]) for r in results.values()]),
-        ("truncated", [_pct(r["truncated_frac"]) for r in results.values()]),
-    ]
+    for metric in EVAL_METRICS:
+        if metric.row is None:
+            continue
+        if metric.per_k:
+            rows += [(metric.row.format(k=k), [metric.fmt(_get(r[metric.name], k)) if r[metric.name] else "n/a"
+                                               for r in results.values()]) for k in ks]
+        else:
+            rows.append((metric.row, [metric.fmt(r[metric.name]) for r in results.values()]))
     if any(r.get("tools") for r in results.values()):  # tool rollouts (trl_rlvr.evaluation.tool_rollouts)
-        def tool(key, fmt):
-            return [fmt(r["tools"][key]) if r.get("tools") else "n/a" for r in results.values()]
-
-        rows += [
-            ("tool-call rate (samples)", tool("tool_call_rate", _pct)),
-            ("tool calls per answer", tool("calls_per_answer", lambda v: f"{v:.2f}")),
-            ("tool-call parse rate", tool("tool_call_parse_rate", _pct)),
-            ("tool errors (per call)", tool("tool_error_rate", _pct)),
-            ("tool timeouts (per call)", tool("tool_timeout_rate", _pct)),
-            ("tool replies: share of budget", tool("tool_budget_frac", _pct)),
-            ("tool reply dropped (budget)", tool("reply_dropped_frac", _pct)),
-        ]
+        rows += [(m.row, [m.fmt(r["tools"][m.key]) if r.get("tools") else "n/a" for r in results.values()])
+                 for m in TOOL_METRICS]
     rows.append(("sampling + scoring (s)", [_num(r.get("seconds")) for r in results.values()]))
     w0 = max(len(name) for name, _ in rows)
     widths = [max(len(label), *(len(vals[i]) for _, vals in rows)) for i, label in enumerate(labels)]
@@ -154,7 +142,8 @@ def compare_sentence(base: dict, trained: dict, base_label: str = "base", traine
 
 class SampledComparison:
     """Sampled evaluations of one model at several points (base, trained) on the same questions and samples'
-    seeds, then one table, one pass@k plot and the base-vs-trained sentence. What ``examples/r1zero.py`` uses::
+    seeds, then one table, one pass@k plot and the base-vs-trained sentence (what
+    :class:`trl_rlvr.evaluation.heldout.HeldOutReport` runs)::
 
         cmp = SampledComparison(test_set, success_fn, format_fn, n=8, num_questions=8, accelerator=acc)
         cmp.run("base", model, tokenizer); trainer.train(); cmp.run("trained", model, tokenizer)

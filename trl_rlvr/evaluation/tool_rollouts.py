@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from trl_rlvr.evaluation.cached_turns import CachedTurns
-from trl_rlvr.evaluation.generation import end_of_sequence_ids, generate_token_rows, row_seed
+from trl_rlvr.evaluation.generation import SamplingSettings, end_of_sequence_ids, generate_token_rows
 
 #: the figures of one rollout, summed over samples by the summary
 TOOL_COUNTS = ("calls", "call_turns", "parse_failures", "call_failures", "env_errors", "timeouts", "tool_tokens", "model_tokens",
@@ -337,12 +337,7 @@ def generate_tool_completions(
     *,
     rows: Sequence[dict],
     environment_factory: Callable[[], object],
-    greedy: bool = False,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    max_new_tokens: int = 256,
-    seed: int = 0,
+    sampling: SamplingSettings | None = None,
     batch_size: int = 64,
     n_batches: int | None = None,
     synced_gpus: bool = False,
@@ -353,11 +348,13 @@ def generate_tool_completions(
     keep_going: Callable[[bool], bool] | None = None,
     llm=None,
     reuse_cache: bool = True,
+    **sampling_keywords,
 ) -> list[list[tuple[str, list[int], bool, dict]]]:
     """:func:`trl_rlvr.evaluation.generation.generate_completions` for tool rollouts: ``n`` rollouts per prompt
     (conversational), each ``(transcript, completion ids, finished with EOS, info)`` where ``info`` holds the
     completion as TRL's rewards receive it (``messages``: assistant turns and tool replies), TRL's ``tool_mask``
-    (0 on tool-reply tokens) and the rollout's figures (:data:`TOOL_COUNTS`). ``rows[i]``: prompt ``i``'s dataset row, the environment's ``reset`` arguments.
+    (0 on tool-reply tokens) and the rollout's figures (:data:`TOOL_COUNTS`). ``sampling``: a
+    :class:`~trl_rlvr.evaluation.generation.SamplingSettings`, or its fields as keywords. ``rows[i]``: prompt ``i``'s dataset row, the environment's ``reset`` arguments.
 
     A batch takes ``max(1, batch_size // n)`` questions; its environments are constructed once (one per rollout of
     a batch, as TRL's pool) and reset before each rollout. ``chat_template``: the template text to render with
@@ -365,9 +362,8 @@ def generate_tool_completions(
     ``llm``: a ``vllm.LLM`` to generate the turns with (:func:`run_tool_rollouts`); ``batch_size`` then still sets
     how many rollouts (and environments) are in flight at once. ``reuse_cache``: :func:`run_tool_rollouts`'s.
     """
-    from trl_rlvr.evaluation.generation import check_request
-
-    check_request("generate_tool_completions", prompts, question_ids, n, greedy, temperature, top_p, top_k)
+    settings = SamplingSettings.resolve(sampling, **sampling_keywords)
+    settings.check("generate_tool_completions", prompts, question_ids, n)
     if len(rows) != len(prompts):
         raise ValueError("generate_tool_completions: rows and prompts differ in length")
     for p in prompts:
@@ -389,11 +385,11 @@ def generate_tool_completions(
                 for j in range(n):
                     env = pool[len(rollouts)]
                     rollouts.append(Rollout(environment=env, tools=environment_tools(env),
-                                            seed=None if greedy else row_seed(seed, question_ids[i], j),
+                                            seed=settings.stream(question_ids[i], j),
                                             prompt=copy.deepcopy(list(prompts[i]))))
                     batch_rows.append(rows[i])
-            run_tool_rollouts(model, tokenizer, batch_rows, rollouts, max_new_tokens=max_new_tokens,
-                              temperature=temperature, top_p=top_p, top_k=top_k, chat_template=chat_template,
+            run_tool_rollouts(model, tokenizer, batch_rows, rollouts, max_new_tokens=settings.max_new_tokens,
+                              **settings.sampler(), chat_template=chat_template,
                               chat_template_kwargs=chat_template_kwargs,
                               max_tool_calling_iterations=max_tool_calling_iterations, synced_gpus=synced_gpus,
                               keep_going=keep_going, llm=llm, reuse_cache=reuse_cache)
