@@ -1,6 +1,5 @@
 """The doctor's check of rollouts per optimizer step against the learning rate (no model)."""
 
-import ast
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,21 +12,21 @@ from trl_rlvr.checks.batch_size import (
     rollouts_per_step,
     rollouts_per_step_verdict,
 )
-from trl_rlvr.presets import SMALL_MODEL_ON_CPU
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def job_defaults(script: str) -> SimpleNamespace:
-    """The ``DEFAULTS = dict(SMALL_MODEL_ON_CPU, ...)`` of an example job, read without running it."""
-    tree = ast.parse((ROOT / "examples" / script).read_text())
-    call = next(n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "DEFAULTS")
-    assert [a.id for a in call.args] == ["SMALL_MODEL_ON_CPU"]
-    return SimpleNamespace(**{**SMALL_MODEL_ON_CPU, **{k.arg: ast.literal_eval(k.value) for k in call.keywords}})
+def job_defaults(job: str) -> SimpleNamespace:
+    """The settings an example job runs with by default (the recipe's defaults, from their public home)."""
+    if job == "tool_r1":
+        from trl_rlvr.tasks.tool_arithmetic import DEFAULTS
+    else:
+        from trl_rlvr.presets import R1ZERO_ON_CPU as DEFAULTS
+    return SimpleNamespace(**DEFAULTS)
 
 
 def test_the_tool_jobs_step_fits_and_its_earlier_steps_are_flagged_with_what_would_fit():
-    config = job_defaults("tool_r1.py")
+    config = job_defaults("tool_r1")
     assert rollouts_per_step(config) == 32
     check = rollouts_per_step_verdict(config)  # 32 rollouts at 8e-6 (1.4e-6): RL added 14 points (3 seeds)
     assert check.verdict == "ok" and check.numbers["rollouts_per_step"] == 32
@@ -42,7 +41,7 @@ def test_the_tool_jobs_step_fits_and_its_earlier_steps_are_flagged_with_what_wou
 
 
 def test_the_first_main_jobs_step_is_above_the_bound():
-    check = rollouts_per_step_verdict(job_defaults("r1zero.py"))
+    check = rollouts_per_step_verdict(job_defaults("r1zero"))
     assert check.verdict == "warn" and "= 7.5e-06, 5x the bound" in check.summary
 
 

@@ -3,6 +3,12 @@
 #: Fields whose contents are per-run lists of free size (the sample answers, per-question records) or paths.
 FREE = {"samples", "per_question"}
 
+#: Metrics logged since the committed runs, by rules that leave their figures as they are (no reward returned None
+#: in them and every reward worker started: boxed_math/bad_gold, infra_errors and errors are 0 at every step;
+#: think_format, tool_format and overlong never return None), so each would read 0 at every step:
+#: rlvr/unscorable_frac (rows a correctness check did not score) and boxed_math/worker_start_failures.
+METRICS_ADDED_SINCE_THE_RUN = frozenset({"rlvr/unscorable_frac", "boxed_math/worker_start_failures"})
+
 
 def shape(value, depth=0):
     """The field names of a metrics file (nested dicts; lists of dicts by their first element), not the values."""

@@ -19,16 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.harness.recipes import R1ZeroArguments, r1zero_parser, run_example
-from tests.harness.results_shape import fields
+from tests.harness.results_shape import METRICS_ADDED_SINCE_THE_RUN, fields
 from trl_rlvr.evaluation.heldout import before_after_table, format_metric, history_mean
 from trl_rlvr.presets import R1ZERO_ON_CPU
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "examples" / "results" / "r1zero_metrics.json"
-#: Metrics logged since the committed run, by rules that leave its figures as they are: rlvr/unscorable_frac (no
-#: reward returned None in it: boxed_math/bad_gold and boxed_math/infra_errors are 0 at every step, think_format never
-#: does), so it would read 0 at every step.
-METRICS_ADDED_SINCE_THE_RUN = frozenset({"rlvr/unscorable_frac"})
 REGENERATE = ("accelerate launch examples/r1zero.py && cp outputs/r1zero/r1zero_{metrics.json,curves.png,passk.png} "
               "examples/results/")
 

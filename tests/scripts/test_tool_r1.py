@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.recipes import run_example
-from tests.harness.results_shape import FREE, fields, per_k
+from tests.harness.results_shape import FREE, METRICS_ADDED_SINCE_THE_RUN, fields, per_k
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "examples" / "chat_templates" / "chatml_tools.jinja"
@@ -238,10 +238,6 @@ def one_step_run(request, tiny_chatml_model, tmp_path_factory):
     return arm, trainer, out
 
 
-#: Metrics logged since the committed runs, by rules that leave their figures as they are: rlvr/unscorable_frac (no
-#: reward returned None in them: boxed_math/bad_gold and infra_errors 0 at every step; tool_format, think_format and
-#: overlong never do), so it would read 0 at every step.
-METRICS_ADDED_SINCE_THE_RUN = {"rlvr/unscorable_frac"}
 
 
 def _metrics_file(arm: str) -> str:

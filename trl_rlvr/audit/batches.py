@@ -226,7 +226,7 @@ GRPO_LOG_KEYS = ("loss", "grad_norm", "learning_rate", "num_tokens", "completion
                  "completions/min_length", "completions/max_length", "completions/clipped_ratio",
                  "completions/mean_terminated_length", "completions/min_terminated_length",
                  "completions/max_terminated_length")
-RLVR_LOG_KEYS = ("rlvr/accuracy", "rlvr/length_right", "rlvr/length_wrong", "rlvr/zero_signal_frac",
+RLVR_LOG_KEYS = ("rlvr/unscorable_frac", "rlvr/accuracy", "rlvr/length_right", "rlvr/length_wrong", "rlvr/zero_signal_frac",
                  "rlvr/zero_signal_expected", "rlvr/truncated_frac")
 GRPO_TAIL_KEYS = ("reward", "reward_std", "frac_reward_zero_std", "entropy", "clip_ratio/low_mean",
                   "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min", "clip_ratio/high_max",
@@ -316,7 +316,8 @@ class TrainingRun:
         if self.rlvr:
             right = [n for s, n in zip(scores, lengths) if s is not None and s >= 1]
             wrong = [n for s, n in zip(scores, lengths) if s is not None and s < 1]
-            entry |= {"rlvr/accuracy": mean, "rlvr/length_right": _mean(right), "rlvr/length_wrong": _mean(wrong),
+            entry |= {"rlvr/unscorable_frac": sum(s is None for s in scores) / max(1, len(scores)),
+                      "rlvr/accuracy": mean, "rlvr/length_right": _mean(right), "rlvr/length_wrong": _mean(wrong),
                       "rlvr/zero_signal_frac": zero_std,
                       # a group with all rewards equal, were each right with the batch's rate
                       "rlvr/zero_signal_expected": mean ** self.group_size + (1 - mean) ** self.group_size
