@@ -108,6 +108,22 @@ def _dataset(rows: list[dict], size: int):
         return Dataset.from_dict({k: v if k == "prompt" else [json.dumps(x) for x in v] for k, v in table.items()})
 
 
+def _rows_a_run_accepts(reward, rows: list[dict]) -> list[dict]:
+    """The rows a run could train on: RLVRTrainer refuses a dataset with a row the reward's ``check_rows`` rejects
+    before the model loads, so such a row never reaches the reward in training; the audit still scores its case."""
+    check = getattr(reward, "check_rows", None)
+    if not callable(check):
+        return rows
+    kept = []
+    for row in rows:
+        try:
+            check(_dataset([row], 1))
+        except ValueError:
+            continue
+        kept.append(row)
+    return kept
+
+
 def _trainer(reward, run: dict, rows: list[dict], messages: bool):
     """The run's trainer, as ``train()`` leaves it before the first step."""
     import torch
@@ -127,7 +143,7 @@ def _trainer(reward, run: dict, rows: list[dict], messages: bool):
     if messages:  # a conversational dataset's prompts
         rows = [{**r, "prompt": [{"role": "user", "content": r.get("prompt") or ""}]} for r in rows]
     trainer = trainer_class(model=_model(tokenizer), reward_funcs=[reward], args=config_class(**settings),
-                            train_dataset=_dataset(rows, size), processing_class=tokenizer)
+                            train_dataset=_dataset(_rows_a_run_accepts(reward, rows), size), processing_class=tokenizer)
     # what Trainer._inner_training_loop sets up before its first step
     trainer.create_optimizer_and_scheduler(num_training_steps=trainer.args.max_steps)
     trainer.state = TrainerState(stateful_callbacks=[cb for cb in [*trainer.callback_handler.callbacks, trainer.control]
