@@ -11,29 +11,15 @@ import os
 import signal
 import sys
 import threading
-import time
 
 import pytest
 
 from reward_plugins.boxed_math import boxed_math
 from reward_plugins.boxed_math import pool as _pool
+from tests.harness.processes import wait_gone
 
 GOLDS = [str(n) for n in range(11, 19)]  # eight problems, each its own check task
 RIGHT = [f"</think> \\boxed{{{g}}}" for g in GOLDS]
-
-
-def _gone(pid: int, timeout: float = 10.0) -> None:
-    """Wait until ``pid`` is dead (a zombie or reaped)."""
-    give_up = time.monotonic() + timeout
-    while time.monotonic() < give_up:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    return
-        except FileNotFoundError:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} did not die")
 
 
 def _descendants(pid: int) -> list[int]:
@@ -72,7 +58,7 @@ def _kill_workers_as_tasks_are_handed_out(kills: int, zygote_too: bool = False):
             for pid in victims:
                 os.kill(pid, signal.SIGKILL)
             for pid in victims:
-                _gone(pid)
+                wait_gone(pid, poll=0.01)
             killed.append(task)
         return local
 

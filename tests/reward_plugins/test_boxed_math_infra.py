@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from reward_plugins.boxed_math import boxed_math
 from reward_plugins.boxed_math import pool as _pool
 from reward_plugins.boxed_math.plugin import BoxedMathReward
+from tests.harness.processes import wait_gone
 
 
 def _call(reward, completions, golds):
@@ -115,20 +116,6 @@ def fake_check(task):
     return "correct" if final == gold else "wrong"
 
 
-def _gone(pid: int) -> None:
-    """Wait until ``pid`` is dead (a zombie or reaped)."""
-    give_up = time.monotonic() + 10
-    while time.monotonic() < give_up:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    return
-        except FileNotFoundError:
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"process {pid} did not die")
-
-
 class Faults:
     """Faults injected into a :class:`DeadlinePool` from the trainer's side, per reward call: ``starts``, consumed one
     per worker start (``fail``: no fork; ``mute``: forked, its hello never reaches the pool; ``slow``: 0.2 s late;
@@ -171,7 +158,7 @@ class _KillingSender:
         if final is not None and (final in f.kill_always or (final in f.kill_once and final not in f.killed)):
             f.killed.add(final)
             os.kill(self.worker.pid, signal.SIGKILL)
-            _gone(self.worker.pid)
+            wait_gone(self.worker.pid)
         return self.worker.conn.send(msg)
 
 
