@@ -118,14 +118,14 @@ def test_void_rollouts_scored_as_wrong_are_pushed_down_as_wrong_guesses(tiny_mod
     trainer = scripted(tiny_model_dir, void_or_call, void_turn_action="score_as_wrong",
                        reward_funcs=(right, wrote_something), max_steps=1, **switches)
     scored = []
-    score = trainer._stabilisers.score
+    transform = trainer.transform_rewards
 
-    def recording(notes, rewards_per_func, completions, environments):
-        out = score(notes, rewards_per_func.clone(), completions, environments)
+    def recording(rewards_per_func, completions, notes=None):
+        out = transform(rewards_per_func.clone(), completions, notes)
         scored.append((void_turn_rollouts(completions, boxed), rewards_per_func.clone(), out.clone()))
         return out
 
-    trainer._stabilisers.score = recording
+    trainer.transform_rewards = recording  # the public hook between the rewards and the advantages
     batches, _, _ = run_recorded(trainer)
     void, before, after = scored[0]
     void = torch.tensor(void)
@@ -165,14 +165,14 @@ def test_rollouts_over_the_tool_call_cap_score_as_wrong(tiny_model_dir, overlong
     trainer = scripted(tiny_model_dir, lambda q, rng: tool_call_text("python", code=q), call_again_or_answer,
                        max_tool_calls_per_answer=1, max_steps=1, overlong_buffer_length=overlong)
     scored = []
-    score = trainer._stabilisers.score
+    transform = trainer.transform_rewards
 
-    def recording(notes, rewards_per_func, completions, environments):
-        out = score(notes, rewards_per_func.clone(), completions, environments)
+    def recording(rewards_per_func, completions, notes=None):
+        out = transform(rewards_per_func.clone(), completions, notes)
         scored.append((completions, rewards_per_func.clone(), out.clone()))
         return out
 
-    trainer._stabilisers.score = recording
+    trainer.transform_rewards = recording  # the public hook between the rewards and the advantages
     trainer.train()
     ((completions, before, rewards),) = scored
     counts = tool_call_counts(completions)

@@ -64,7 +64,7 @@ def test_trl_estimate_alone_is_not_exact_there(tiny_model_dir, monkeypatch):
     # Guards the test above against passing vacuously: without the exact count the gradients differ.
     from trl_rlvr.trainer import RLVRTrainer
 
-    monkeypatch.setattr(RLVRTrainer, "_set_exact_token_counts", lambda self, batches: None)
+    monkeypatch.setattr(RLVRTrainer, "optimizer_step_token_counts", lambda self, batches: None)
     with pytest.raises(AssertionError):
         check_every_step(tiny_model_dir, "per_batch_token", spg=4, ga=2, steps=2)
 

@@ -20,7 +20,7 @@ from trl_rlvr.algorithms.multi_turn import (
     void_turn_rollouts,
 )
 from trl_rlvr.algorithms.unscorable import mark_unscorable, total_rewards
-from trl_rlvr.rollouts.stabilisers import RoundStabilisers
+from trl_rlvr.sampling.row_rules import ScoredRows, row_rules_of, score_rows
 
 
 def boxed_once(text: str) -> bool:
@@ -234,7 +234,7 @@ class _OneProcess:
 @given(st.integers(1, 4), st.integers(1, 4), st.data())
 def test_no_switch_raises_a_rollouts_total(groups, funcs, data):
     """For random reward matrices (NaN: not scored), weights of any sign, correctness checks and switch settings
-    (cap, void turns, resample-on-correct), through RoundStabilisers.score and the unscorable rule as the trainer
+    (cap, void turns, resample-on-correct), through the row rules' score step and the unscorable rule as the trainer
     applies them: each row's total with the switches is at most its total without, every penalty survives, a row
     that no switch touched keeps its total, and a NaN (unscorable) total stays NaN."""
     group_size, k = 2, 2
@@ -247,11 +247,17 @@ def test_no_switch_raises_a_rollouts_total(groups, funcs, data):
     void = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
     args = SimpleNamespace(void_turn_action=data.draw(st.sampled_from(VOID_TURN_ACTIONS)),
                            max_tool_calls_per_answer=data.draw(st.sampled_from([None, 1, 2])),
-                           resample_on_correct=data.draw(st.booleans()))
-    stabilisers = RoundStabilisers(args, _OneProcess(), {"train": _Sink()}, boxed_once, weights)
-    notes = SimpleNamespace(void=None, tool_errors=None)
+                           resample_on_correct=data.draw(st.booleans()), resample_on_correct_oversample=k,
+                           success_threshold=1.0, seed=0)
+    sink = {"train": _Sink()}
+    trainer = SimpleNamespace(args=args, success_reward_index=0, reward_funcs=[SimpleNamespace(is_final_answer=boxed_once)],
+                              reward_func_names=["success"], num_generations=group_size,
+                              metrics_to_log=lambda mode: sink[mode])
     rollouts = [_rollout(c, v) for c, v in zip(calls, void, strict=True)]
-    switched = stabilisers.score(notes, raw.clone(), rollouts, [None] * n)
+    rows = ScoredRows(raw.clone(), rollouts, [None] * n, weights, gather=lambda values: torch.tensor(values),
+                      log_metric=lambda name, value: sink["train"][name].append(value))
+    switched = score_rows(row_rules_of(trainer), rows)  # the rules the trainer builds, applied as it applies them
+    notes = SimpleNamespace(void=rows.notes.get("void"), tool_errors=rows.notes.get("tool_errors"))
 
     base = total_rewards(mark_unscorable(raw, checks)[0], weights)
     after = total_rewards(mark_unscorable(switched, checks)[0], weights)

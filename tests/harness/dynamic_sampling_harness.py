@@ -54,14 +54,14 @@ def run(model_dir, reward=mixed_reward, record_prompts=None, callbacks=(), after
 
     trainer.compute_loss = recording
     if record_prompts is not None:
-        next_prompts = trainer._driver.next_prompts
+        next_prompts = trainer._round_driver.next_prompts
 
         def recording_prompts(*args):
             rows, groups = next_prompts(*args)
             record_prompts.append(rows)
             return rows, groups
 
-        trainer._driver.next_prompts = recording_prompts
+        trainer._round_driver.next_prompts = recording_prompts
     trainer.train()
     return trainer, seen
 

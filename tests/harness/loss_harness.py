@@ -174,7 +174,10 @@ def run_trainer(model_dir, normalization: str, steps_per_generation: int = 2, gr
         from trl import GRPOTrainer
 
         def fake_trl_generate(self, inputs):  # what TRL's step leaves behind: the gathered rewards, local rows
-            self._round.rewards = rewards.clone()
+            notes = self._round_notes
+            notes.rewards, notes.rewards_per_func = rewards.clone(), rewards.clone()[:, None]
+            notes.lengths = batch["completion_mask"].sum(dim=1).float()
+            notes.truncated = torch.zeros(len(rewards), dtype=torch.bool)
             out = fake_generate(inputs)
             out["advantages"] = torch.full_like(out["advantages"], float("nan"))  # must be recomputed
             return out

@@ -29,21 +29,21 @@ def make_selective_trainer(model_dir, reward=mixed_reward, **overrides):
     settings.update(overrides)
     trainer = make_trainer(model_dir, reward_funcs=[reward], **settings)
     trainer.train_dataset = Dataset.from_dict({"prompt": [f"q{i}" for i in range(DATASET_SIZE)]})
-    trainer._driver = trainer._make_driver()
+    trainer._round_driver = trainer._make_round_driver()
     return trainer
 
 
 def record_rounds(trainer) -> list[list[int]]:
     """Make the trainer append the global prompt indices of every round it generates for to the returned list."""
     rounds = []
-    next_prompts = trainer._driver.next_prompts
+    next_prompts = trainer._round_driver.next_prompts
 
     def recording(*args):
         batch, groups = next_prompts(*args)
         rounds.append(list(groups))
         return batch, groups
 
-    trainer._driver.next_prompts = recording
+    trainer._round_driver.next_prompts = recording
     return rounds
 
 
@@ -55,5 +55,5 @@ if __name__ == "__main__":
     trainer.train()
     rank = trainer.accelerator.process_index
     torch.save({"num_processes": trainer.accelerator.num_processes, "rounds": rounds,
-                "stream": trainer._driver.stream.state_dict(), "log_history": trainer.state.log_history},
+                "stream": trainer._round_driver.stream.state_dict(), "log_history": trainer.state.log_history},
                f"{out}.rank{rank}.pt")

@@ -40,7 +40,7 @@ def scripted_rounds(rewards_by_round, metrics, extra_figure=None):
     figure ``reward`` of every generated row, and, when given, a figure no list classifies."""
     rounds = iter(rewards_by_round)
 
-    def score_round(rows, prompt_indices):
+    def score_round(rows, prompt_indices, drops_rows=False):
         rewards = torch.tensor(next(rounds))
         n = len(rewards)
         metrics["train"]["reward"].append(rewards.mean().item())  # TRL's: of every generated row
@@ -62,19 +62,27 @@ def scripted_round(rewards: torch.Tensor, prompt_indices, first_id: int, tool_er
               "advantages": group_advantages(rewards, G), "num_items_in_batch": torch.tensor(3 * n)}
     table = {"images": [], "prompt": list(range(n)), "completion": list(range(n)), "rewards": {"r": rewards.tolist()},
              "advantages": [], "extra": {}}
+    notes = {} if tool_errors is None else {"tool_errors": tool_errors}
     record = RoundRecord(prompt_indices, None, rewards[:, None], rewards, torch.full((n,), 3.0),
-                         torch.zeros(n, dtype=torch.bool), group_advantages(rewards, G), table, tool_errors=tool_errors)
+                         torch.zeros(n, dtype=torch.bool), group_advantages(rewards, G, std="sample"), table,
+                         notes=notes)
     return output, record
 
 
-def make_driver(rewards_by_round, row_filters=(), extra_figure=None, **args):
+def driver_settings(args, score_round, metrics, rules=(), scale_rewards="group"):
+    """RoundDriver's keywords around a scripted ``score_round``: one process, one reward ``r``, the population-std
+    advantages of :func:`group_advantages`."""
+    return dict(group_sizes=(G, G), accelerator=OneProcess(), score_round=score_round,
+                compute_advantages=lambda rewards, size: group_advantages(rewards, size, scale_rewards),
+                metrics=metrics, success_index=0, reward_weights=torch.ones(1), reward_func_names=["r"],
+                scale_rewards=scale_rewards, mask_truncated_completions=False, pad_token_id=0, rules=rules)
+
+
+def make_driver(rewards_by_round, rules=(), extra_figure=None, scale_rewards="group", **args):
     metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-    driver = RoundDriver(
-        _args(**args), [{"prompt": f"q{i}"} for i in range(40)], group_size=G, accelerator=OneProcess(),
-        score_round=scripted_rounds(rewards_by_round, metrics, extra_figure), metrics=metrics, success_index=0,
-        reward_weights=torch.ones(1), reward_func_names=["r"], scale_rewards="group",
-        mask_truncated_completions=False, pad_token_id=0, row_filters=row_filters,
-    )
+    score_round = scripted_rounds(rewards_by_round, metrics, extra_figure)
+    driver = RoundDriver(_args(**args), [{"prompt": f"q{i}"} for i in range(40)],
+                         **driver_settings(_args(**args), score_round, metrics, rules, scale_rewards))
     return driver, metrics
 
 
@@ -125,22 +133,7 @@ def test_a_figure_no_list_classifies_is_logged_as_of_the_generated_rows(caplog):
         driver.informative_batch(8)
     assert "reward_median_new" not in metrics["train"]
     assert metrics["train"]["generated/reward_median_new"] == [0.75, 0.75]
-    assert any("reward_median_new" in r.getMessage() and "trl_contract" in r.getMessage() for r in caplog.records)
-
-
-def test_a_row_filter_drops_rows_before_the_hand_over():
-    """The seam for per-rollout filters: a filter's False rows never reach the batch (here: the first row of every
-    round), and the driver refills for them."""
-
-    def not_the_first_row(record):
-        keep = torch.ones(len(record.rewards), dtype=torch.bool)
-        keep[0] = False
-        return keep
-
-    driver, _ = make_driver([INFORMATIVE + INFORMATIVE, INFORMATIVE + INFORMATIVE], row_filters=[not_the_first_row])
-    batch, generation = driver.informative_batch(8)
-    assert generation.trained[0].tolist() == [1, 2, 3, 4, 5, 6, 7] and generation.trained[1].tolist() == [1]
-    assert 100 not in batch["completion_ids"][:, 0].tolist()  # round 1's first row
+    assert any("reward_median_new" in r.getMessage() and "sampling/metrics.py" in r.getMessage() for r in caplog.records)
 
 
 def test_a_partial_batch_trims_to_full_micro_batches_or_pads_with_fillers():
@@ -171,8 +164,7 @@ def test_padding_keeps_every_kept_row_and_fills_only_the_last_micro_batches():
     batch, generation = trim.informative_batch(16)
     assert len(batch["advantages"]) == 8 and sum(len(r) for r in generation.trained) == 8
     pad, metrics = make_driver(rounds, steps_per_generation=8, max_sampling_rounds=2,
-                               dynamic_sampling_partial_batch="pad")
-    pad.scale_rewards = "batch"
+                               dynamic_sampling_partial_batch="pad", scale_rewards="batch")
     batch, generation = pad.informative_batch(16)
     assert len(batch["advantages"]) == 16 and sum(len(r) for r in generation.trained) == 12
     assert metrics["train"]["rlvr/filler_rows"] == [4]

@@ -195,14 +195,14 @@ def test_checkpoint_saves_the_prompt_stream_position_and_resume_restores_it(tiny
     trainer = make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], **settings)
     trainer.train()
     saved = [json.loads((tmp_path / f"checkpoint-{s}" / "rlvr_prompt_stream.json").read_text()) for s in (1, 2)]
-    assert saved[1] == trainer._driver.stream.state_dict()
+    assert saved[1] == trainer._round_driver.stream.state_dict()
     assert saved[0] != {"epoch": 0, "position": 0}  # so a fresh, unrestored stream would fail the check below
     restored = []
     load = RLVRTrainer._load_optimizer_and_scheduler
 
     def recording_load(self, checkpoint):
         load(self, checkpoint)
-        restored.append(self._driver.stream.state_dict())
+        restored.append(self._round_driver.stream.state_dict())
 
     monkeypatch.setattr(RLVRTrainer, "_load_optimizer_and_scheduler", recording_load)
     resumed = make_trainer(tiny_model_dir, reward_funcs=[mixed_reward], **settings)
@@ -293,7 +293,7 @@ def test_prompt_stream_state_is_in_the_checkpoint_before_any_other_file(tiny_mod
         trainer.train()
     folder = tmp_path / "checkpoint-1"
     assert sorted(p.name for p in folder.iterdir()) == ["rlvr_prompt_stream.json"]  # no temporary file left
-    assert json.loads((folder / "rlvr_prompt_stream.json").read_text()) == trainer._driver.stream.state_dict()
+    assert json.loads((folder / "rlvr_prompt_stream.json").read_text()) == trainer._round_driver.stream.state_dict()
 
 
 def test_resume_from_a_checkpoint_without_the_prompt_stream_state_warns(tiny_model_dir, tmp_path, caplog):

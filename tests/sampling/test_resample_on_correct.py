@@ -7,9 +7,10 @@ from collections import defaultdict
 import pytest
 import torch
 
-from tests.sampling.test_driver import G, OneProcess, _args, scripted_round
+from tests.sampling.test_driver import G, _args, driver_settings, scripted_round
 from trl_rlvr.algorithms.advantages import group_advantages
 from trl_rlvr.sampling.driver import RoundDriver
+from trl_rlvr.sampling.row_rules import ResampleOnCorrect
 
 K = 2  # resample_on_correct_oversample: K x G rollouts sampled per prompt
 
@@ -20,7 +21,7 @@ def resampling_driver(rounds, **args):
     asked = []
     played = iter(rounds)
 
-    def score_round(rows, prompt_indices):
+    def score_round(rows, prompt_indices, drops_rows=False):
         rewards, errors = (torch.tensor(x, dtype=torch.float32) for x in next(played))
         asked.append(([r["prompt"] for r in rows], prompt_indices))
         n = len(rewards)
@@ -28,12 +29,11 @@ def resampling_driver(rounds, **args):
         return scripted_round(rewards, prompt_indices, 1000 * len(asked), tool_errors=errors)
 
     settings = dict(resample_on_correct=True, resample_on_correct_oversample=K, dynamic_sampling=False)
-    driver = RoundDriver(
-        _args(**{**settings, **args}), [{"prompt": f"q{i}"} for i in range(40)], group_size=G,
-        accelerator=OneProcess(), score_round=score_round, metrics=metrics, success_index=0,
-        reward_weights=torch.ones(1), reward_func_names=["r"], scale_rewards="group",
-        mask_truncated_completions=False, pad_token_id=0,
-    )
+    config = _args(**{**settings, **args})
+    rule = ResampleOnCorrect(K, G, success_index=0, threshold=1.0, seed=config.seed,
+                             log_metric=lambda name, value: metrics["train"][name].append(value))
+    driver = RoundDriver(config, [{"prompt": f"q{i}"} for i in range(40)],
+                         **driver_settings(config, score_round, metrics, rules=[rule]))
     return driver, metrics, asked
 
 

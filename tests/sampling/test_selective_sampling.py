@@ -181,7 +181,7 @@ def test_revisit_probability_one_is_bit_identical_to_dynamic_sampling_alone(tiny
         trainer, seen = run(tiny_model_dir, record_prompts=rounds, max_steps=3, **extra)
         params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
         prompts = [[p["prompt"] for p in r] for r in rounds]
-        outcomes.append((prompts, seen, params, trainer._driver.stream.state_dict()["position"]))
+        outcomes.append((prompts, seen, params, trainer._round_driver.stream.state_dict()["position"]))
     (prompts0, seen0, params0, pos0), (prompts1, seen1, params1, pos1) = outcomes
     assert prompts0 == prompts1 and pos0 == pos1
     assert len(seen0) == len(seen1)
@@ -206,7 +206,7 @@ def test_the_trainer_skips_zero_signal_prompts_and_logs_it(tiny_model_dir, dynam
     ratios = [h["rlvr/answers_per_informative_row"] for h in logs if "rlvr/answers_per_informative_row" in h]
     assert ratios and all(ratio >= 1 for ratio in ratios)  # absent where no row had signal
     assert any("rlvr/skipped_would_have_been_zero_signal" in h for h in trainer.state.log_history)
-    history = trainer._driver.stream.history
+    history = trainer._round_driver.stream.history
     assert all(history.outcomes[i][-1][1] == (i % 3 != 2) or i % 3 == 2 for i in history.outcomes)
     assert history.outcomes[0][-1] == (1.0, True) and history.outcomes[1][-1] == (0.0, True)
 
@@ -218,14 +218,14 @@ def test_history_survives_save_and_resume_exactly(tiny_model_dir, tmp_path, monk
     trainer = make_selective_trainer(tiny_model_dir, **settings)
     trainer.train()
     saved = {s: json.loads((tmp_path / f"checkpoint-{s}" / "rlvr_prompt_stream.json").read_text()) for s in (3, 5)}
-    assert saved[5] == json.loads(json.dumps(trainer._driver.stream.state_dict()))
+    assert saved[5] == json.loads(json.dumps(trainer._round_driver.stream.state_dict()))
     assert saved[3]["history"]["outcomes"] and saved[3] != saved[5]
     restored = []
     load = RLVRTrainer._load_optimizer_and_scheduler
 
     def recording_load(self, checkpoint):
         load(self, checkpoint)
-        restored.append(json.loads(json.dumps(self._driver.stream.state_dict())))
+        restored.append(json.loads(json.dumps(self._round_driver.stream.state_dict())))
 
     monkeypatch.setattr(RLVRTrainer, "_load_optimizer_and_scheduler", recording_load)
     resumed = make_selective_trainer(tiny_model_dir, **{**settings, "output_dir": str(tmp_path / "resumed")})

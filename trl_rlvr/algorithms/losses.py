@@ -41,3 +41,10 @@ def per_step_num_items(global_tokens_per_micro_batch: torch.Tensor, gradient_acc
     per_step = global_tokens_per_micro_batch.float().view(-1, gradient_accumulation_steps).sum(dim=1)
     per_micro = per_step.repeat_interleave(gradient_accumulation_steps)
     return per_micro * steps_per_generation / gradient_accumulation_steps
+
+
+def loss_mask(batch: dict) -> torch.Tensor:
+    """(B, T) the tokens a batch's loss counts: its completion mask, times its tool mask (1 = written by the model)
+    when it has one."""
+    mask = batch["completion_mask"]
+    return mask * batch["tool_mask"] if batch.get("tool_mask") is not None else mask

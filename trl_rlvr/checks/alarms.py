@@ -43,6 +43,7 @@ from collections.abc import Sequence
 
 from transformers import TrainerCallback
 
+from trl_rlvr._compat.grpo_adapter import metrics_to_log
 from trl_rlvr.algorithms.multi_turn import VOID_TURN_ADVANTAGE_ACTIONS
 from trl_rlvr.checks.verdicts import FAILURE_COUNTERS, INFRA_COUNTERS, UNREADABLE_COUNTERS
 
@@ -327,6 +328,5 @@ class RLVRAlarms(TrainerCallback):
             return
         self.fired[name] = message
         logger.warning("trl-rlvr alarm %s: %s", name, message)
-        metrics = getattr(self.trainer, "_metrics", None)
-        if metrics is not None:
-            metrics["train"][f"rlvr/alarm/{name}"].append(1.0)
+        if hasattr(self.trainer, "_metrics"):
+            metrics_to_log(self.trainer, "train")[f"rlvr/alarm/{name}"].append(1.0)

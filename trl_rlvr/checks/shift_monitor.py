@@ -38,7 +38,6 @@ logger = logging.getLogger(__name__)
 #: ``shift/`` figure of :mod:`trl_rlvr.algorithms.policy_shift` -> the name it is logged under.
 LOGGED_AS = {"shift/logp_pos": "rlvr/shift_pos_logp", "shift/logp_neg": "rlvr/shift_neg_logp",
              "shift/kl_old_new": "rlvr/shift_kl", "shift/token_logp_max_abs": "rlvr/shift_token_max_abs"}
-_TRL_SCORER = "_get_per_token_logps_and_entropies"
 
 
 class PolicyShiftMonitor(TrainerCallback):
@@ -56,19 +55,8 @@ class PolicyShiftMonitor(TrainerCallback):
         if not (self.enabled and trainer.model.training and torch.is_grad_enabled()):
             yield
             return
-        score = getattr(trainer, _TRL_SCORER)
-
-        def scoring(*args, **kwargs):
-            out = score(*args, **kwargs)
-            if torch.is_grad_enabled():  # the policy's forward of the loss (a reference model's runs without)
-                self.recorded.append((inputs, out[0].detach()))
-            return out
-
-        setattr(trainer, _TRL_SCORER, scoring)  # an instance attribute over the class's method, for this call
-        try:
+        with trainer.observing_loss_logprobs(lambda logps: self.recorded.append((inputs, logps))):
             yield
-        finally:
-            delattr(trainer, _TRL_SCORER)
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.recorded, self.fired = [], 0
@@ -92,7 +80,7 @@ class PolicyShiftMonitor(TrainerCallback):
         figures = shift_figures(torch.cat([total, biggest]).cpu())
         if not total[5] > 0:  # no trained token in the step (skipped or empty): nothing to say
             return
-        metrics = trainer._metrics["train"]
+        metrics = trainer.metrics_to_log("train")
         for name, value in figures.items():
             metrics[LOGGED_AS[name]].append(value)
         metrics["rlvr/shift_seconds"].append(elapsed)
@@ -107,10 +95,4 @@ class PolicyShiftMonitor(TrainerCallback):
 
     def score(self, batch: dict) -> torch.Tensor:
         """(B, T) log-probabilities of the micro-batch's completion tokens under the trainer's current policy."""
-        trainer = self.trainer
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        with torch.no_grad():
-            return getattr(trainer, _TRL_SCORER)(trainer.model, input_ids, attention_mask,
-                                                 batch["completion_ids"].size(1),
-                                                 batch_size=trainer.args.per_device_train_batch_size)[0]
+        return self.trainer.completion_logps(batch, self.trainer.model)

@@ -17,6 +17,8 @@ The settings it needs: ``eval_strategy="steps"`` with an ``eval_dataset`` (trans
 
 from __future__ import annotations
 
+from trl_rlvr._compat.grpo_adapter import is_new_best_metric
+
 
 def _save_strategy(args) -> str:
     """``args.save_strategy`` as its plain value ("steps", "best", ...), whether a string or transformers' enum."""
@@ -47,7 +49,7 @@ def offer_to_best_model_selection(trainer, control, logs: dict) -> bool:
     """Hand ``logs`` (``{"eval/pass@1": ..}``) to the Trainer's best-model selection as its evaluation would; returns
     whether the metric is a new best (and, with ``save_strategy="best"``, saves a checkpoint only then)."""
     metrics = {f"eval_{k}": v for k, v in logs.items() if k.startswith("eval/")}
-    is_new_best = trainer._determine_best_metric(metrics=metrics, trial=None)
+    is_new_best = is_new_best_metric(trainer, metrics)
     if _save_strategy(trainer.args) == "best":
         control.should_save = is_new_best
     return is_new_best

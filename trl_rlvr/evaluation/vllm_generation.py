@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 
+from trl_rlvr._compat.grpo_adapter import sync_vllm_weights_once_per_step
 from trl_rlvr.evaluation.generation import SamplingSettings, render_prompt, row_seed
 
 
@@ -208,7 +209,5 @@ def trainer_vllm_engine(trainer):
     generates (once per optimizer step; TRL then skips its own sync for this step)."""
     check_trainer_vllm(trainer)
     generation = trainer.vllm_generation
-    if trainer.state.global_step != trainer._last_loaded_step:
-        generation.sync_weights()
-        trainer._last_loaded_step = trainer.state.global_step
+    sync_vllm_weights_once_per_step(trainer)
     return generation.llm

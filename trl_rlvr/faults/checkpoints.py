@@ -179,3 +179,27 @@ def write_json_atomically(path: str, data) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+#: The prompt stream's position in a checkpoint folder (dynamic, selective sampling, resample-on-correct).
+PROMPT_STREAM_STATE_FILE = "rlvr_prompt_stream.json"
+
+
+def save_prompt_stream(stream, checkpoint_folder: str) -> None:
+    """The prompt stream's position into ``checkpoint_folder``, atomically (written before the checkpoint's other
+    files: a checkpoint that rotation may keep as the last one always has it)."""
+    write_json_atomically(os.path.join(checkpoint_folder, PROMPT_STREAM_STATE_FILE), stream.state_dict())
+
+
+def load_prompt_stream(stream, checkpoint: str) -> None:
+    """The prompt stream's position from ``checkpoint``; a warning, and the stream from the start, without one."""
+    path = os.path.join(checkpoint, PROMPT_STREAM_STATE_FILE)
+    if not os.path.exists(path):
+        logger.warning(
+            "dynamic sampling: the checkpoint %s has no %s (written without dynamic or selective sampling, or "
+            "not by RLVRTrainer): the prompt stream restarts from the beginning of the dataset, so prompts already "
+            "trained on are drawn again", checkpoint, PROMPT_STREAM_STATE_FILE,
+        )
+        return
+    with open(path) as f:
+        stream.load_state_dict(json.load(f))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from transformers import TrainerCallback
 
 
-class SkipEmptyUpdates(TrainerCallback):
+class SkipEmptyUpdatesCallback(TrainerCallback):
     """Between ``on_pre_optimizer_step`` and ``on_step_end``, a step no micro-batch with signal fed is a no-op;
     the trainer sets :attr:`step_has_signal` for each micro-batch that can carry a gradient."""
 

@@ -13,7 +13,7 @@ TRL's hooks cannot be given arguments, so what they see of a round is noted, whi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -43,12 +43,11 @@ class RoundNotes:
     lengths: torch.Tensor | None = None
     truncated: torch.Tensor | None = None
     reward_metrics: tuple[str, ...] = ()
-    void: torch.Tensor | None = None
-    tool_errors: torch.Tensor | None = None
+    notes: dict = field(default_factory=dict)
 
-    def finish(self, advantages: torch.Tensor, table: dict) -> RoundRecord:
+    def finish(self, trl_advantages: torch.Tensor, table: dict) -> RoundRecord:
         return RoundRecord(self.prompt_indices, self.tool_mask, self.rewards_per_func, self.rewards, self.lengths,
-                           self.truncated, advantages, table, self.reward_metrics, self.void, self.tool_errors)
+                           self.truncated, trl_advantages, table, self.reward_metrics, dict(self.notes))
 
 
 @dataclass(frozen=True)
@@ -58,14 +57,13 @@ class RoundRecord:
     prompt_indices: list[int] | None = None  # (N / G,) dataset row of each group (prompt stream); None: TRL's sampler
     tool_mask: list[list[int]] | None = None  # B lists, per completion token 1 = the model's, 0 = a tool's; or None
     rewards_per_func: torch.Tensor | None = None  # (N, F) global, float; NaN where a function did not score the answer
-    rewards: torch.Tensor | None = None  # (N,) global: weighted sum over functions; NaN where no function scored
+    rewards: torch.Tensor | None = None  # (N,) global: weighted sum over functions; NaN for an unscorable row
     lengths: torch.Tensor | None = None  # (N,) global, float: tokens the model wrote (tool results not counted)
     truncated: torch.Tensor | None = None  # (N,) global, bool: the answer ends without a stop token
-    advantages: torch.Tensor | None = None  # (N,) global: the advantages given to the rows (before batch re-scaling)
+    trl_advantages: torch.Tensor | None = None  # (N,) global: the advantages TRL computed for the round
     table: dict | None = None  # the completions-table entries TRL wrote for the round, N per column, held back
     reward_metrics: tuple[str, ...] = ()  # the names the reward functions logged through TRL's log_metric
-    void: torch.Tensor | None = None  # (N,) global, bool: a void turn (void_turn_action); None when off
-    tool_errors: torch.Tensor | None = None  # (N,) global: tool errors + timeouts (resample_on_correct); or None
+    notes: dict = field(default_factory=dict)  # (N,) per-row values the row rules noted at score time ("void", ...)
 
 
 @dataclass(frozen=True)
@@ -78,9 +76,9 @@ class GenerationRecord:
     has_signal: bool = True  # False: no informative group at all (the optimizer steps it alone feeds are skipped)
 
     @classmethod
-    def whole(cls, record: RoundRecord) -> GenerationRecord:
-        """A round trained on whole (no dynamic sampling)."""
-        return cls((record,), (torch.arange(len(record.rewards)),), record.advantages)
+    def whole(cls, record: RoundRecord, advantages: torch.Tensor) -> GenerationRecord:
+        """A round trained on whole (no row left out), with the (N,) advantages the loss uses."""
+        return cls((record,), (torch.arange(len(record.rewards)),), advantages)
 
     @classmethod
     def empty(cls) -> GenerationRecord:

@@ -98,7 +98,7 @@ def measure(trainer, prompts: int | None = None) -> dict:
     seconds = time.perf_counter() - start
     rewards_per_func = record.rewards_per_func.float().cpu()
     names = list(trainer.reward_func_names)
-    metrics = {k: v[-1] for k, v in trainer._metrics["train"].items() if v}
+    metrics = {k: v[-1] for k, v in trainer.metrics_to_log("train").items() if v}
     counters = {name: {k.split("/", 1)[1]: float(v) for k, v in metrics.items() if k.startswith(f"{name}/")}
                 for name in names}
     mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
@@ -107,8 +107,10 @@ def measure(trainer, prompts: int | None = None) -> dict:
     success_index = trainer.success_reward_index
     success = rewards_per_func[:, success_index] >= getattr(args, "success_threshold", 1.0)
     from trl_rlvr.algorithms.advantages import zero_signal_groups
+    from trl_rlvr.sampling.driver import filter_rewards
 
-    zero = zero_signal_groups(trainer._filter_rewards(record).float().cpu(), group_size,
+    signal_rewards = filter_rewards(record, getattr(args, "dynamic_sampling_metric", "reward"), success_index)
+    zero = zero_signal_groups(signal_rewards.float().cpu(), group_size,
                               getattr(args, "dynamic_sampling_tolerance", 0.0))
     success_zero = zero_signal_groups(success.float(), group_size)
     completions = list(record.table["completion"])[-len(rows):]
