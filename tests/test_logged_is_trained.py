@@ -1,5 +1,5 @@
 """What is logged is what was trained: the completions table (``log_completions``) and TRL's reward and length
-figures describe the rows that reached the loss, each with the advantage the loss used, under every switch."""
+metrics describe the rows that reached the loss, each with the advantage the loss used, under every switch."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.harness.dynamic_sampling_harness import mixed_reward
 
 def _record(trainer):
     """Train; -> per optimizer step (logging_steps=1): (rows that reached the loss, the table entries written and the
-    figures logged for that step)."""
+    metrics logged for that step)."""
     steps, current = [], []
     compute_loss, log = trainer.compute_loss, trainer.log
 
@@ -25,8 +25,8 @@ def _record(trainer):
         if "loss" in logs:  # a training step's log (not the end-of-training summary)
             table = {"advantages": list(trainer._logs["advantages"]), "completion": list(trainer._logs["completion"]),
                      "rewards": {name: list(v) for name, v in trainer._logs["rewards"].items()}}
-            figures = {k: sum(v) / len(v) for k, v in trainer._metrics["train"].items() if v}
-            steps.append((list(current), table, figures))
+            metrics = {k: sum(v) / len(v) for k, v in trainer._metrics["train"].items() if v}
+            steps.append((list(current), table, metrics))
             current.clear()
         out = log(logs, *args, **kwargs)
         for column in ("prompt", "completion", "advantages", "images"):  # TRL's table rolls over steps: one step each
@@ -43,7 +43,7 @@ def _record(trainer):
 
 def _check(trainer, steps, weights=None):
     assert steps
-    for rows, table, figures in steps:
+    for rows, table, metrics in steps:
         trained = torch.cat([r["advantages"] for r in rows])
         mask = torch.cat([(r["completion_mask"] * r.get("tool_mask", 1)).sum(dim=1) for r in rows]).float()
         logged = torch.tensor(table["advantages"])
@@ -52,9 +52,9 @@ def _check(trainer, steps, weights=None):
         names = list(table["rewards"])
         w = torch.tensor(weights or [1.0] * len(names))
         rewards = (torch.tensor([table["rewards"][n] for n in names]).T * w).nansum(dim=1)
-        assert figures["reward"] == pytest.approx(rewards.mean().item(), abs=1e-5)
-        assert figures["completions/mean_length"] == pytest.approx(mask.mean().item(), abs=1e-5)
-        assert figures["completions/max_length"] == pytest.approx(mask.max().item(), abs=1e-5)
+        assert metrics["reward"] == pytest.approx(rewards.mean().item(), abs=1e-5)
+        assert metrics["completions/mean_length"] == pytest.approx(mask.mean().item(), abs=1e-5)
+        assert metrics["completions/max_length"] == pytest.approx(mask.max().item(), abs=1e-5)
 
 
 SWITCHES = {
@@ -89,9 +89,9 @@ def test_table_and_figures_are_the_trained_rows_with_tools(tiny_model_dir):
 
 
 def test_a_figure_trl_adds_to_its_block_is_not_left_describing_untrained_rows(tiny_model_dir, monkeypatch):
-    """A TRL release that logs a new figure of every generated row (here faked in TRL's own ``_generate``): under
-    dynamic sampling it is not logged under its own name, where it would read as the trained rows' figure, but as
-    ``generated/<name>``; TRL's known figures stay those of the trained rows."""
+    """A TRL release that logs a new metric of every generated row (here faked in TRL's own ``_generate``): under
+    dynamic sampling it is not logged under its own name, where it would read as the trained rows' metric, but as
+    ``generated/<name>``; TRL's known metrics stay those of the trained rows."""
     from trl import GRPOTrainer
 
     from tests.harness.loss_harness import make_trainer

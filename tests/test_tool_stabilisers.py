@@ -1,4 +1,4 @@
-"""The multi-turn stabilisers of RLVRConfig through a tiny RLVRTrainer on real tool rollouts (TRL's tool loop, the
+"""The multi-turn stabilizers of RLVRConfig through a tiny RLVRTrainer on real tool rollouts (TRL's tool loop, the
 sandboxed PythonEnvironment), with scripted policies that make the case each switch is for: void turns
 (``void_turn_action``), looping on the tool (``max_tool_calls_per_answer``), cells that raise
 (``tool_error_reply``), right answers after broken code (``resample_on_correct``)."""

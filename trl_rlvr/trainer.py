@@ -7,7 +7,7 @@ What is TRL's and what is ours:
 - the group advantages are :meth:`RLVRTrainer.compute_advantages`: the population std of the GRPO paper
   (:func:`trl_rlvr.algorithms.advantages.group_advantages`; TRL 1.16 divides by the sample std, 0.87x at G=4),
   RLOO's leave-one-out baseline with ``advantage_baseline="leave_one_out"``; ``advantage_std="sample"`` keeps TRL's,
-  and a ``GRPOConfig`` is converted with TRL's behaviour (:meth:`trl_rlvr.RLVRConfig.from_grpo_config`);
+  and a ``GRPOConfig`` is converted with TRL's behavior (:meth:`trl_rlvr.RLVRConfig.from_grpo_config`);
 - ``loss_normalization`` selects TRL's ``loss_type``; for ``per_batch_token`` every micro-batch gets the exact
   token count of its optimizer step (:meth:`RLVRTrainer.optimizer_step_token_counts`); for ``constant``
   ``loss_constant`` replaces ``max_completion_length`` as Dr. GRPO's divisor;
@@ -212,7 +212,7 @@ class RLVRTrainer(GRPOAdapter, GRPOTrainer):
 
 
 def _rlvr_config(model, args) -> RLVRConfig:
-    """``args`` as an RLVRConfig: a default one named after the model, or a GRPOConfig converted with TRL's behaviour."""
+    """``args`` as an RLVRConfig: a default one named after the model, or a GRPOConfig converted with TRL's behavior."""
     if args is None:
         name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
         return RLVRConfig(f"{str(name).rstrip('/').split('/')[-1]}-RLVR")

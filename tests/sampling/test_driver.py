@@ -37,7 +37,7 @@ def _args(**overrides):
 
 def scripted_rounds(rewards_by_round, metrics, extra_figure=None):
     """A ``score_round`` that plays the given rounds (global rewards per round), logging what TRL would: its per-row
-    figure ``reward`` of every generated row, and, when given, a figure no list classifies."""
+    metric ``reward`` of every generated row, and, when given, a metric no list classifies."""
     rounds = iter(rewards_by_round)
 
     def score_round(rows, prompt_indices, drops_rows=False):
@@ -115,7 +115,7 @@ def test_no_informative_group_gives_an_empty_batch_and_record(caplog):
         batch, generation = driver.informative_batch(8)
     assert not generation.has_signal and generation.advantages is None
     assert batch["completion_mask"].sum() == 0 and batch["num_items_in_batch"] == 0
-    assert "reward" not in metrics["train"]  # no trained row: no figure of the rows trained on
+    assert "reward" not in metrics["train"]  # no trained row: no metric of the rows trained on
 
 
 def test_trls_per_row_figures_are_the_trained_rows_and_the_generations_pass_through():
@@ -126,7 +126,7 @@ def test_trls_per_row_figures_are_the_trained_rows_and_the_generations_pass_thro
 
 
 def test_a_figure_no_list_classifies_is_logged_as_of_the_generated_rows(caplog):
-    """A newer TRL's figure of every generated row is not left under its name, where it would read as the trained
+    """A newer TRL's metric of every generated row is not left under its name, where it would read as the trained
     rows' (here the generated rows' mean reward 0.75 against the trained rows' 0.5)."""
     driver, metrics = make_driver([FLAT + INFORMATIVE, INFORMATIVE + FLAT], extra_figure="reward_median_new")
     with caplog.at_level(logging.WARNING):
@@ -153,7 +153,7 @@ def test_a_partial_batch_trims_to_full_micro_batches_or_pads_with_fillers():
     assert batch["completion_mask"][:4].all() and not batch["completion_mask"][4:].any()
     assert (batch["advantages"][4:] == 0).all() and batch["prompt_mask"][4:].all()  # attended, out of the loss
     assert batch["num_items_in_batch"].item() == 4 * 3  # the kept rows' tokens only
-    assert metrics["train"]["reward"] == [0.5]  # TRL's figures: of the 4 trained rows, not the fillers
+    assert metrics["train"]["reward"] == [0.5]  # TRL's metrics: of the 4 trained rows, not the fillers
 
 
 def test_padding_keeps_every_kept_row_and_fills_only_the_last_micro_batches():

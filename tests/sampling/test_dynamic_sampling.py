@@ -37,7 +37,7 @@ def test_every_row_that_reaches_the_loss_has_signal(tiny_model_dir):
 def test_a_padded_partial_batch_trains_every_kept_row_and_logs_only_micro_batches_with_tokens(tiny_model_dir):
     """dynamic_sampling_partial_batch='pad', one round of 4 groups, 8 micro-batches of 2 rows per update: every
     kept row reaches the loss (non-zero advantage), the other slots are fillers (no loss token, advantage 0), and
-    TRL's loss figures (entropy, clip ratios) are logged only for micro-batches that have a loss token."""
+    TRL's loss metrics (entropy, clip ratios) are logged only for micro-batches that have a loss token."""
     entropy_logged = []
 
     def after_loss(trainer, inputs):
@@ -222,17 +222,17 @@ def test_batch_scaling_uses_the_kept_groups_only(tiny_model_dir):
     trainer.model.train()
     rewards = torch.tensor([1.0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0])  # groups 0 and 2 carry no signal
 
-    def fake_round(prompts, prompt_indices=None):
+    def fake_round(prompts, prompt_indices=None, drops_rows=False):
         rows = torch.arange(16)
         record = RoundRecord(prompt_indices, rewards_per_func=rewards[:, None], rewards=rewards,
                              lengths=torch.full((16,), 3.0), truncated=torch.zeros(16, dtype=torch.bool),
-                             advantages=group_advantages(rewards, 4, "batch"), table=_empty_table(16))
+                             trl_advantages=group_advantages(rewards, 4, "batch"), table=_empty_table(16))
         return {"prompt_ids": rows[:, None].repeat(1, 2), "prompt_mask": torch.ones(16, 2, dtype=torch.long),
                 "completion_ids": rows[:, None].repeat(1, 3), "completion_mask": torch.ones(16, 3, dtype=torch.long),
                 "advantages": group_advantages(rewards, 4, "batch"), "num_items_in_batch": torch.tensor(48)}, record
 
-    trainer._score_round = fake_round
-    batch, _ = trainer._generate_informative_batch([{}] * 8)
+    trainer._round_driver.score_round = fake_round
+    batch, _ = trainer._round_driver.generation_batch([{}] * 8)
     assert batch["completion_ids"][:, 0].tolist() == [4, 5, 6, 7, 12, 13, 14, 15]
     kept = torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0])
     torch.testing.assert_close(batch["advantages"], group_advantages(kept, 4, "batch"))

@@ -252,14 +252,14 @@ def test_dynamic_sampling_metric_decides_which_groups_are_kept(tiny_model_dir, m
                            per_device_train_batch_size=8, gradient_accumulation_steps=2, max_completion_length=8,
                            dynamic_sampling_metric=metric, max_sampling_rounds=6)
     kept_success = []
-    informative = trainer._generate_informative_batch
+    informative = trainer._round_driver.informative_batch
 
-    def recording(inputs):
-        batch = informative(inputs)
-        kept_success.append(trainer._metrics["train"]["rlvr/kept_groups_frac"][-1])
+    def recording(target):
+        batch = informative(target)
+        kept_success.append(trainer.metrics_to_log("train")["rlvr/kept_groups_frac"][-1])
         return batch
 
-    trainer._generate_informative_batch = recording
+    trainer._round_driver.informative_batch = recording
     trainer.train()
     if metric == "reward":
         assert all(frac > 0.9 for frac in kept_success)  # almost every group varies in length

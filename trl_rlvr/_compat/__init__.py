@@ -4,5 +4,5 @@ Nothing outside ``trl_rlvr`` imports from here. :mod:`.trl_contract` lists every
 relies on and checks it at start-up; :mod:`.quantized` keeps 4-bit weights trainable on AVX512-BF16 CPUs;
 :mod:`.vllm_cpu` syncs weights into vLLM's CPU engine; :mod:`.notices` silences TRL's per-call generation notices;
 :mod:`.logprob_tiles` sizes the token tiles of TRL's fused LM head for a CPU; :mod:`.gloo_exit` destroys a gloo
-process group before the interpreter's finalisation can abort a finished rank.
+process group before the interpreter's finalization can abort a finished rank.
 """

@@ -1,6 +1,6 @@
 """Destroy a gloo process group before the interpreter finalises: torch's gloo threads otherwise abort a finished rank.
 
-Left to the interpreter's finalisation, a gloo process group's worker threads can abort a rank that has finished its
+Left to the interpreter's finalization, a gloo process group's worker threads can abort a rank that has finished its
 work ("terminate called without an active exception", SIGABRT), and the launcher then reports the whole launch as
 failed. PyTorch asks every process to call ``destroy_process_group()`` at the end of its work (torch.distributed's
 "Shutdown" section). Every multi-process run passes through one of the two callers: the scripts' process state

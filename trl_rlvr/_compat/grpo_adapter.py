@@ -61,7 +61,7 @@ class GRPOAdapter:
     def _adapt_to_trl(self) -> None:
         """After ``GRPOTrainer.__init__``: the contract checked, the back-ends TRL runs on a CPU adapted."""
         warn_on_contract_violations(self)
-        if self.accelerator.num_processes > 1:  # a gloo group left to finalisation can abort a finished rank
+        if self.accelerator.num_processes > 1:  # a gloo group left to finalization can abort a finished rank
             destroy_gloo_process_group_at_exit()
         for trained_or_reference in (self.model, self.ref_model):
             keep_4bit_weights_trainable(trained_or_reference)  # QLoRA on AVX512-BF16 CPUs (see quantized.py)

@@ -10,7 +10,7 @@ calls that hook (docs/trainer.md, "Upstreaming"). After upgrading TRL, run the u
 
     pytest -m trl_contract
 
-It is behaviour first: the tests marked ``trl_contract`` train ``RLVRTrainer`` and ``GRPOTrainer`` on a tiny model
+It is behavior first: the tests marked ``trl_contract`` train ``RLVRTrainer`` and ``GRPOTrainer`` on a tiny model
 and compare gradients with independent references written from the papers' formulas. :func:`contract_violations`
 adds a readable list of what moved, each line starting with the adapter method to change ("change
 GRPOAdapter._tool_call_loop: ...").

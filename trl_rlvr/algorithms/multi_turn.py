@@ -1,4 +1,4 @@
-r"""Multi-turn (tool-integrated) stabilisers, as pure functions on plain lists and tensors.
+r"""Multi-turn (tool-integrated) stabilizers, as pure functions on plain lists and tensors.
 
 TRL's multi-turn loop has none of them; each is a published fix for a way tool RL collapses or narrows. The
 trainer calls them between scoring and the advantages (docs/tool_rl.md has the config fields, all off by default,

@@ -1,10 +1,8 @@
-"""What happens inside a rollout, between the model's turns (the tool round), and to a round's rollouts once
-scored (the multi-turn stabilisers).
+"""What happens inside a rollout, between the model's turns: a turn's tool calls sent to their environments
+together (:mod:`.tool_round`), so a turn costs its slowest call (TRL 1.16 runs one rollout's call after another).
 
-- :mod:`.tool_round`: a round's tool calls sent to their environments together, so a round costs its slowest call
-  (TRL 1.16 runs one rollout's call after another); error replies cut to their last line (``tool_error_reply``).
-- :mod:`.stabilisers`: the tool-call cap and void-turn rollouts applied to a round while TRL scores it
-  (``max_tool_calls_per_answer``, ``void_turn_action``), and each rollout's tool errors for resample-on-correct.
+The stabilizers that act on a round's scored rollouts (the tool-call cap, void turns, resample-on-correct) are row
+rules of the round pipeline: :mod:`trl_rlvr.sampling.row_rules`.
 """
 
 from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead

@@ -5,7 +5,7 @@ predicted to be zero-signal), and the checkpointed prompt stream both draw from.
 - :mod:`.selective`: the per-prompt history and its skip rule (pure);
 - :mod:`.rounds`: the typed records a round and a generation batch carry from generation to the loss and the logs;
 - :mod:`.redistribute`: dynamic sampling's hand-over of kept rows between processes (only kept rows move);
-- :mod:`.figures`: TRL's reward and length figures, of the rows trained on;
+- :mod:`.metrics`: TRL's reward and length metrics, of the rows trained on;
 - :mod:`.driver`: the round driver that runs them round after round for the trainer;
 - :mod:`.empty_updates`: the optimizer steps fed only by empty batches, skipped.
 """

@@ -51,7 +51,7 @@ def rows_per_process(kept_rows: int, num_processes: int, steps_per_generation: i
 def filler_rows(row: dict[str, torch.Tensor], count: int) -> dict[str, torch.Tensor]:
     """``count`` copies of a one-row batch that carry no loss token: completion mask and advantage 0. Real tokens
     (the prompt still attended to), so the forward pass of a filler is an ordinary one; only the mask keeps it out of
-    the loss, its normaliser and the figures."""
+    the loss, its normalizer and the metrics."""
     out = {key: value.expand(count, *value.shape[1:]).clone() for key, value in row.items()}
     out["completion_mask"].zero_()
     out["advantages"].zero_()
