@@ -49,10 +49,10 @@ from trl_rlvr.algorithms.losses import per_step_num_items
 from trl_rlvr.algorithms.metrics import rollout_metrics, tool_metrics, tool_rollout_rows
 from trl_rlvr.algorithms.shaping import overlong_penalty
 from trl_rlvr.algorithms.unscorable import mark_unscorable, total_rewards
-from trl_rlvr.checks.alarms import RLVRAlarms
+from trl_rlvr.checks.alarms import RLVRAlarmsCallback
 from trl_rlvr.checks.columns import check_dataset_columns
 from trl_rlvr.checks.settings import check_tool_settings
-from trl_rlvr.checks.shift_monitor import PolicyShiftMonitor
+from trl_rlvr.checks.shift_monitor import PolicyShiftCallback
 from trl_rlvr.config import RLVRConfig
 from trl_rlvr.faults import checkpoint_to_resume, sigterm_saves, write_json_atomically
 from trl_rlvr.rewards.registry import resolve_reward_funcs
@@ -139,9 +139,9 @@ class RLVRTrainer(GRPOTrainer):
         if self._skip_empty_updates is not None:
             self.add_callback(self._skip_empty_updates)
         if args.alarms:
-            self.add_callback(RLVRAlarms(self))  # warnings when a run goes quietly wrong (trl_rlvr.checks.alarms)
+            self.add_callback(RLVRAlarmsCallback(self))  # warnings when a run goes quietly wrong (trl_rlvr.checks.alarms)
         self._stabilisers = RoundStabilisers.of(self)  # the multi-turn switches (trl_rlvr.rollouts.stabilisers)
-        self._policy_shift = PolicyShiftMonitor(self, args.policy_shift_metrics)  # rlvr/shift_* after each step
+        self._policy_shift = PolicyShiftCallback(self, args.policy_shift_metrics)  # rlvr/shift_* after each step
         if args.policy_shift_metrics:
             self.add_callback(self._policy_shift)
 

@@ -3,7 +3,7 @@
 ``RLVRConfig.policy_shift_metrics`` turns it on. Per optimizer step:
 
 - *old*: the log-probabilities the loss computed for each of the step's micro-batches (the policy before the step,
-  the one whose ratio the PPO clip bounds), recorded as TRL computes them (:meth:`PolicyShiftMonitor.recording`,
+  the one whose ratio the PPO clip bounds), recorded as TRL computes them (:meth:`PolicyShiftCallback.recording`,
   around ``compute_loss``: the one call of TRL's ``_get_per_token_logps_and_entropies`` that runs with gradients);
 - *new*: after the optimizer step (``on_step_end``), the same micro-batches scored again under the updated policy
   with the same TRL function (its temperature, its chunking), without gradients: one forward pass over the step's
@@ -41,7 +41,7 @@ LOGGED_AS = {"shift/logp_pos": "rlvr/shift_pos_logp", "shift/logp_neg": "rlvr/sh
 _TRL_SCORER = "_get_per_token_logps_and_entropies"
 
 
-class PolicyShiftMonitor(TrainerCallback):
+class PolicyShiftCallback(TrainerCallback):
     """The figures of the module docstring for ``trainer`` (an RLVRTrainer); ``enabled`` False: records nothing."""
 
     def __init__(self, trainer, enabled: bool):
