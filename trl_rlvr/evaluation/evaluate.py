@@ -336,8 +336,6 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`): tool-call rate, calls per answer, parse
     rate and failures, errors, timeouts, the share of the budget the replies took.
     """
-    from trl_rlvr.rewards.voting import supports_voting
-
     rows = [dict(r) for r in dataset]
     if not rows:
         raise ValueError("evaluate_sampled: the dataset is empty")
@@ -353,11 +351,19 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     )
     result = summarize_sampled(per_question, n, ks, temperature=temperature, top_p=top_p, top_k=top_k,
                                max_new_tokens=max_new_tokens, seed=seed)
-    if not supports_voting(success_fn):
-        name = getattr(success_fn, "__name__", type(success_fn).__name__)
-        result["maj_note"] = f"maj@k not defined: reward {name!r} has no extract_answer (trl_rlvr.rewards.voting)"
+    result.update(_voting_note(success_fn))
     result["seconds"] = round(time.time() - t0, 1)
     return result
+
+
+def _voting_note(success_fn) -> dict:
+    """``{"maj_note": why}`` when ``success_fn`` cannot extract answers (maj@k then undefined), else ``{}``."""
+    from trl_rlvr.rewards.voting import supports_voting
+
+    if supports_voting(success_fn):
+        return {}
+    name = getattr(success_fn, "__name__", type(success_fn).__name__)
+    return {"maj_note": f"maj@k not defined: reward {name!r} has no extract_answer (trl_rlvr.rewards.voting)"}
 
 
 def summarize_sampled(per_question: list[dict], n: int, ks: list[int], **settings) -> dict:
