@@ -437,6 +437,13 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
         close = _close_enough(gold_parsed, gold_latex, parsed, written, question, relative_tolerance)
         return ("correct" if close else "wrong"), form
 
+    return _answer_verdict(candidates, verdict, gold_parsed, gold_is_relation)
+
+
+def _answer_verdict(candidates: tuple[str, ...], verdict, gold_parsed, gold_is_relation: bool) -> str:
+    """The whole answer's verdict from its boxes' (``verdict(box) -> (status, form)``): a right final box is
+    ``"hedged"`` when another box is not right; a wrong final box among several is ``"correct"`` only when the
+    boxes together, read as one list, equal the gold exactly."""
     status, final_form = verdict(candidates[-1])
     forms = [final_form]
     if status == "correct":
