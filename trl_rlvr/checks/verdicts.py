@@ -297,28 +297,28 @@ def machine_verdict(problems: Sequence[str]) -> Check:
 
 
 # ------------------------------------------------------------------------------------------------ tools
-def tool_use_verdict(figures: dict, *, parse_warn_below: float = 0.9, budget_warn_at: float = 0.5,
+def tool_use_verdict(metrics: dict, *, parse_warn_below: float = 0.9, budget_warn_at: float = 0.5,
                    error_warn_at: float = 0.5) -> Check:
-    """A tool run's batch (``figures``: ``answers``, ``call_turns`` (turns whose tool calls parsed),
+    """A tool run's batch (``metrics``: ``answers``, ``call_turns`` (turns whose tool calls parsed),
     ``parse_failures`` (turns that opened a call TRL could not parse: kept as text, nothing ran), ``calls_per_answer``,
     ``call_failure_rate`` (TRL's failures per call), ``errors_per_answer`` / ``timeouts_per_answer`` (the
     environment's ``stats``, None without), ``budget_frac`` (tool-reply tokens over answers x max_completion_length)).
 
     Warns when no answer calls a tool, when the parse rate is below ``parse_warn_below``, when the replies take
     ``budget_warn_at`` of the budget or more, and when ``error_warn_at`` of the calls or more fail."""
-    turns, failed = figures["call_turns"], figures["parse_failures"]
+    turns, failed = metrics["call_turns"], metrics["parse_failures"]
     parse_rate = turns / (turns + failed) if turns + failed else None
-    calls = figures["calls_per_answer"] * figures["answers"]
-    errors = (figures.get("errors_per_answer") or 0.0) * figures["answers"]
-    failure_rate = figures.get("call_failure_rate") or 0.0
+    calls = metrics["calls_per_answer"] * metrics["answers"]
+    errors = (metrics.get("errors_per_answer") or 0.0) * metrics["answers"]
+    failure_rate = metrics.get("call_failure_rate") or 0.0
     error_rate = (failure_rate * calls + errors) / calls if calls else None
-    numbers = {**figures, "parse_rate": parse_rate, "error_rate": error_rate}
-    summary = (f"{figures['calls_per_answer']:.2f} tool calls per answer; tool-call parse rate "
+    numbers = {**metrics, "parse_rate": parse_rate, "error_rate": error_rate}
+    summary = (f"{metrics['calls_per_answer']:.2f} tool calls per answer; tool-call parse rate "
                + ("n/a (no call written)" if parse_rate is None else f"{parse_rate:.0%} ({turns} of {turns + failed} turns)")
                + ("" if error_rate is None else f"; errors {error_rate:.0%} of calls")
-               + (f", {figures['timeouts_per_answer']:.2f} timeouts per answer" if figures.get("timeouts_per_answer")
+               + (f", {metrics['timeouts_per_answer']:.2f} timeouts per answer" if metrics.get("timeouts_per_answer")
                   is not None else "")
-               + f"; tool replies take {figures['budget_frac']:.0%} of the token budget")
+               + f"; tool replies take {metrics['budget_frac']:.0%} of the token budget")
     advice = []
     if turns + failed == 0:
         advice.append("no answer called a tool: a model that has never seen the tool-call format rarely writes "
@@ -326,7 +326,7 @@ def tool_use_verdict(figures: dict, *, parse_warn_below: float = 0.9, budget_war
     if parse_rate is not None and parse_rate < parse_warn_below:
         advice.append(f"{failed} turns opened a tool call TRL could not parse (kept as text, no tool ran): check "
                       "that the chat template and the tokenizer's response template agree with what the model writes")
-    if figures["budget_frac"] >= budget_warn_at:
+    if metrics["budget_frac"] >= budget_warn_at:
         advice.append("tool replies fill the budget: lower the tool's max_output_chars or raise "
                       "max_completion_length (a reply that does not fit is dropped and the rollout ends)")
     if error_rate is not None and error_rate >= error_warn_at:

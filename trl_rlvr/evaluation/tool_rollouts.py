@@ -22,7 +22,7 @@ row of a batch at every step, finished or not, so one stream carried across turn
 stream per turn does not. With a vLLM engine (``llm``) every turn is a request of its own, seeded from the same
 stream's name (:func:`trl_rlvr.evaluation.vllm_generation.stream_seed`), with what is left of its budget.
 
-Per sample the figures a tool run needs: tool calls, turns whose tool call did not parse (TRL falls back to plain
+Per sample the metrics a tool run needs: tool calls, turns whose tool call did not parse (TRL falls back to plain
 text for them: ``parse_response`` raised, or its calls failed TRL's validation), calls that failed in TRL's loop,
 errors and timeouts the environment counts in its ``stats`` (``PythonEnvironment``: cells that raised, cells that
 ran out of time), tool-reply tokens (the completion's ``tool_mask == 0`` tokens), model tokens, and whether a reply
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from trl_rlvr.evaluation.cached_turns import CachedTurns
 from trl_rlvr.evaluation.generation import SamplingSettings, end_of_sequence_ids, generate_token_rows
 
-#: the figures of one rollout, summed over samples by the summary
+#: the metrics of one rollout, summed over samples by the summary
 TOOL_COUNTS = ("calls", "call_turns", "parse_failures", "call_failures", "env_errors", "timeouts", "tool_tokens", "model_tokens",
                "reply_dropped", "capped")
 
@@ -378,7 +378,7 @@ def generate_tool_completions(
     """:func:`trl_rlvr.evaluation.generation.generate_completions` for tool rollouts: ``n`` rollouts per prompt
     (conversational), each ``(transcript, completion ids, finished with EOS, info)`` where ``info`` holds the
     completion as TRL's rewards receive it (``messages``: assistant turns and tool replies), TRL's ``tool_mask``
-    (0 on tool-reply tokens) and the rollout's figures (:data:`TOOL_COUNTS`). ``sampling``: a
+    (0 on tool-reply tokens) and the rollout's metrics (:data:`TOOL_COUNTS`). ``sampling``: a
     :class:`~trl_rlvr.evaluation.generation.SamplingSettings`, or its fields as keywords. ``rows[i]``: prompt ``i``'s dataset row, the environment's ``reset`` arguments.
 
     A batch takes ``max(1, batch_size // n)`` questions; its environments are constructed once (one per rollout of
@@ -456,7 +456,7 @@ def _ratio(a, b):
 
 
 def summarize_tool_rollouts(per_question: list[dict], max_new_tokens: int | None = None) -> dict | None:
-    """The tool figures of an evaluation from its per-question records (``rec["tool"]``); None without tools.
+    """The tool metrics of an evaluation from its per-question records (``rec["tool"]``); None without tools.
 
     - ``tool_call_rate``: share of samples that ran at least one tool call; ``calls_per_answer``: tool calls run per
       sample (TRL's ``tools/call_frequency``);

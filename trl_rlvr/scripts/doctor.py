@@ -112,7 +112,7 @@ def measure(trainer, prompts: int | None = None) -> dict:
                               getattr(args, "dynamic_sampling_tolerance", 0.0))
     success_zero = zero_signal_groups(success.float(), group_size)
     completions = list(record.table["completion"])[-len(rows):]
-    tools = tool_figures(trainer, output, metrics) if trainer.tools else None
+    tools = tool_use_metrics(trainer, output, metrics) if trainer.tools else None
     return {
         "tools": tools,
         "prompts": prompts, "answers": len(rows), "group_size": group_size, "seconds": seconds,
@@ -126,8 +126,8 @@ def measure(trainer, prompts: int | None = None) -> dict:
     }
 
 
-def tool_figures(trainer, output: dict, metrics: dict) -> dict:
-    """A tool run's figures for :func:`trl_rlvr.checks.verdicts.tool_use_verdict`: each model turn of each answer (the
+def tool_use_metrics(trainer, output: dict, metrics: dict) -> dict:
+    """A tool run's metrics for :func:`trl_rlvr.checks.verdicts.tool_use_verdict`: each model turn of each answer (the
     ``tool_mask == 1`` runs) re-read by TRL's parser to count the turns whose tool call did not parse (TRL kept
     them as text); TRL's and the environments' per-batch metrics; the tool replies' share of the budget."""
     from trl_rlvr.evaluation.tool_rollouts import parse_turn

@@ -1,6 +1,6 @@
 """``trl-rlvr eval``: sampled evaluation of one or more models with the training verifiers: n answers per question,
 scored by the training rewards; pass@k (Chen et al. 2021's unbiased estimator), maj@k, mean@n, format rate,
-truncation, and with ``--environment`` the tool figures of TRL's multi-turn tool loop.
+truncation, and with ``--environment`` the tool metrics of TRL's multi-turn tool loop.
 
     trl-rlvr eval BASE_DIR TRAINED_DIR --label base --label trained --dataset arithmetic --n 8 --k 1 2 4 8
 
@@ -101,7 +101,7 @@ def _add_tool_arguments(parser: argparse.ArgumentParser) -> None:
     t = parser.add_argument_group("tools (multi-turn tool rollouts, as TRL's trainer runs them; on HF generate or --vllm)")
     t.add_argument("--environment", default=None, metavar="MODULE:CLASS", help="an environment class (TRL's "
                    "environment_factory), e.g. reward_plugins.code_sandbox:PythonEnvironment: every sample is a tool "
-                   "rollout, and the tool figures are reported")
+                   "rollout, and the tool metrics are reported")
     t.add_argument("--environment_options", default=None, help="keyword arguments of the environment, as JSON, "
                    "e.g. '{\"timeout\": 5}'")
     t.add_argument("--chat_template", default=None, help="the chat template to render with: a .jinja file or a "
