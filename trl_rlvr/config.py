@@ -29,13 +29,13 @@ _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOC
 #: GRPOConfig's fields: an RLVRConfig field that is one of these objects is inherited, not declared here.
 _TRL_FIELDS = GRPOConfig.__dataclass_fields__
 
-#: `loss_normalization` -> the TRL `loss_type` whose aggregation is that normalisation (checked
+#: `loss_normalization` -> the TRL `loss_type` whose aggregation is that normalization (checked
 #: against an independent reference in tests/algorithms/test_loss_normalization.py).
 LOSS_TYPE_OF = {"per_answer": "grpo", "per_batch_token": "dapo", "constant": "dr_grpo"}
 NORMALIZATION_OF = {loss_type: name for name, loss_type in LOSS_TYPE_OF.items()}
 #: The RLVRConfig switches whose defaults differ from what GRPOTrainer computes, at GRPOTrainer's values
 #: (:meth:`RLVRConfig.from_grpo_config`).
-GRPO_TRAINER_BEHAVIOUR = {"advantage_std": "sample", "token_count_scope": "generation_batch"}
+GRPO_TRAINER_BEHAVIOR = {"advantage_std": "sample", "token_count_scope": "generation_batch"}
 #: What neither loss_normalization nor loss_type set means (DAPO's token-level loss), independent of TRL's default.
 _DEFAULT_NORMALIZATION = "per_batch_token"
 #: `token_count_scope` values (see its help).
@@ -52,7 +52,7 @@ def _choice_error(field_name: str, value: Any, allowed) -> ValueError:
 class RLVRConfig(GRPOConfig):
     r"""Configuration for :class:`trl_rlvr.RLVRTrainer`: everything in `trl.GRPOConfig`, plus the fields below.
 
-    Loss normalisation (how the summed token losses \(\ell_{i,t}\) of answers \(i\) with \(|o_i|\)
+    Loss normalization (how the summed token losses \(\ell_{i,t}\) of answers \(i\) with \(|o_i|\)
     tokens are turned into one loss per optimizer step):
 
     - ``per_answer`` (GRPO, Shao et al. 2024): \(\frac{1}{N}\sum_i \frac{1}{|o_i|}\sum_t \ell_{i,t}\)
@@ -429,7 +429,7 @@ class RLVRConfig(GRPOConfig):
         if self.loss_normalization is None:
             if chosen is None:
                 self.loss_normalization = _DEFAULT_NORMALIZATION
-            else:  # drop-in behaviour: follow TRL's loss_type when it names one of our normalisations
+            else:  # drop-in behavior: follow TRL's loss_type when it names one of our normalizations
                 self.loss_normalization = NORMALIZATION_OF.get(chosen)
         elif self.loss_normalization not in LOSS_TYPE_OF:
             raise _choice_error("loss_normalization", self.loss_normalization, LOSS_TYPE_OF)
@@ -506,7 +506,7 @@ class RLVRConfig(GRPOConfig):
         sample std) and DAPO's token count (the exact count of each optimizer step instead of TRL's estimate from
         the generation batch). A ``GRPOConfig`` carries no choice for either, so its user expects TRL's: every
         field of ``config`` is kept and these two switches are set to TRL's values
-        (:data:`GRPO_TRAINER_BEHAVIOUR`); every other RLVR switch stays off at its default.
+        (:data:`GRPO_TRAINER_BEHAVIOR`); every other RLVR switch stays off at its default.
 
         The values are read from the built config's attributes (not ``to_dict()``, which hides tokens), so what
         GRPOConfig derived in its ``__post_init__`` (``steps_per_generation``, ``scale_rewards`` as a string, ...)
@@ -518,7 +518,7 @@ class RLVRConfig(GRPOConfig):
             return config
         values = {f.name: getattr(config, f.name) for f in dataclasses.fields(GRPOConfig) if f.init}
         # only the switches that act under this config (the others would warn that they have no effect)
-        acting = {k: v for k, v in GRPO_TRAINER_BEHAVIOUR.items() if option_acts(config, k)}
+        acting = {k: v for k, v in GRPO_TRAINER_BEHAVIOR.items() if option_acts(config, k)}
         return cls(**values, **acting)
 
     @property

@@ -1,4 +1,4 @@
-"""The multi-turn stabilisers on plain data: void turns (SimpleTIR), the tool-call cap, ToRL's error line,
+"""The multi-turn stabilizers on plain data: void turns (SimpleTIR), the tool-call cap, ToRL's error line,
 rStar2's resample-on-correct; and the property that no switch raises a rollout's total reward."""
 
 from types import SimpleNamespace
@@ -248,10 +248,10 @@ def test_no_switch_raises_a_rollouts_total(groups, funcs, data):
     args = SimpleNamespace(void_turn_action=data.draw(st.sampled_from(VOID_TURN_ACTIONS)),
                            max_tool_calls_per_answer=data.draw(st.sampled_from([None, 1, 2])),
                            resample_on_correct=data.draw(st.booleans()))
-    stabilisers = RoundStabilisers(args, _OneProcess(), {"train": _Sink()}, boxed_once, weights)
+    stabilizers = RoundStabilisers(args, _OneProcess(), {"train": _Sink()}, boxed_once, weights)
     notes = SimpleNamespace(void=None, tool_errors=None)
     rollouts = [_rollout(c, v) for c, v in zip(calls, void, strict=True)]
-    switched = stabilisers.score(notes, raw.clone(), rollouts, [None] * n)
+    switched = stabilizers.score(notes, raw.clone(), rollouts, [None] * n)
 
     base = total_rewards(mark_unscorable(raw, checks)[0], weights)
     after = total_rewards(mark_unscorable(switched, checks)[0], weights)

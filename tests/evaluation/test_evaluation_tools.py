@@ -115,7 +115,7 @@ BUDGET = 240
 
 
 def _policy_text(context: str) -> str:
-    """A deterministic policy over a ``TOOL_CHAT_TEMPLATE`` context, one behaviour per question (``What is K*B?``,
+    """A deterministic policy over a ``TOOL_CHAT_TEMPLATE`` context, one behavior per question (``What is K*B?``,
     K picks it): each branch of TRL's tool loop is taken by some question."""
     import re
 

@@ -1,4 +1,4 @@
-r"""Loss normalisation helpers (pure functions).
+r"""Loss normalization helpers (pure functions).
 
 The per-token PPO-clip loss and its three aggregations are TRL's own code (``GRPOTrainer._compute_loss``,
 ``loss_type`` ``grpo`` / ``dapo`` / ``dr_grpo``), which tests/algorithms/test_loss_normalization.py holds to an

@@ -281,7 +281,7 @@ class RLVRAlarmsCallback(TrainerCallback):
         args = self.trainer.args
         what = {
             "truncation": (f"answers cut off at max_completion_length={args.max_completion_length}",
-                           "raise max_completion_length, or penalise length (overlong_buffer_length)"),
+                           "raise max_completion_length, or penalize length (overlong_buffer_length)"),
             "zero_signal": ("groups with no signal (all rewards equal: zero advantage)",
                             ("dynamic_sampling=True trains on informative groups only; an easier task or a larger "
                              "num_generations gives more groups signal")),

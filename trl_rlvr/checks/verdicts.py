@@ -13,7 +13,7 @@ documented defaults, so a caller (or a test) can hold them to its own.
 - zero-signal groups: groups whose rewards are all equal have zero advantage and teach nothing. Measured against
   \(p^G + (1-p)^G\), the share expected if every question were answered right with the measured success rate p;
   dynamic sampling (DAPO) replaces them by generating about \(1/(1-z)\) times the answers (z = the measured share);
-- the loss normalisation: what the summed token losses of one optimizer step are divided by, and how far TRL's
+- the loss normalization: what the summed token losses of one optimizer step are divided by, and how far TRL's
   estimate of DAPO's token count (the generation batch's tokens x gradient_accumulation_steps /
   steps_per_generation) is from each step's exact count on this batch;
 - the machine: settings it cannot run (bf16 without a GPU, vLLM not installed).
@@ -259,32 +259,32 @@ def loss_normalization_verdict(loss_normalization: str | None, loss_type: str, t
     per_step = f"{min(exact)}-{max(exact)}" if min(exact) != max(exact) else f"{exact[0]}"
     tokens = f"loss tokens per optimizer step on this process: {per_step}"
     if loss_normalization == "per_answer":
-        return Check("loss normalisation", "ok", f"per_answer (GRPO): each answer's loss / its own length; {tokens}",
+        return Check("loss normalization", "ok", f"per_answer (GRPO): each answer's loss / its own length; {tokens}",
                      numbers=numbers)
     if loss_normalization == "constant":
         c = loss_constant if loss_constant is not None else max_completion_length
         rows = per_device_batch_size * gradient_accumulation_steps * num_processes
-        return Check("loss normalisation", "ok", f"constant (Dr. GRPO): summed token losses / ({rows} answers x "
+        return Check("loss normalization", "ok", f"constant (Dr. GRPO): summed token losses / ({rows} answers x "
                      f"C={c}); {tokens}", numbers={**numbers, "loss_constant": c})
     if loss_normalization != "per_batch_token":
-        return Check("loss normalisation", "ok", f"TRL's loss_type={loss_type!r}; {tokens}", numbers=numbers)
+        return Check("loss normalization", "ok", f"TRL's loss_type={loss_type!r}; {tokens}", numbers=numbers)
     exact_used = token_count_scope == "optimizer_step" and steps_per_generation % gradient_accumulation_steps == 0
     errors = [abs(e / t - 1.0) if t else (0.0 if e == 0 else math.inf) for e, t in zip(estimate, exact, strict=True)]
     numbers.update(token_count_scope=token_count_scope, exact_count_used=exact_used,
                    trl_estimate=estimate[0], max_relative_error_of_estimate=max(errors))
     summary = f"per_batch_token (DAPO): summed token losses / the step's loss tokens; {tokens}"
     if exact_used:
-        return Check("loss normalisation", "ok", summary + " (the exact count of each step is used)", numbers=numbers)
+        return Check("loss normalization", "ok", summary + " (the exact count of each step is used)", numbers=numbers)
     summary += (f"; TRL's estimate {estimate[0]:.0f} (generation batch x gradient_accumulation_steps / "
                 f"steps_per_generation) is off by up to {max(errors):.0%}")
     if max(errors) < warn_at:
-        return Check("loss normalisation", "ok", summary, numbers=numbers)
+        return Check("loss normalization", "ok", summary, numbers=numbers)
     if token_count_scope != "optimizer_step":
         advice = "set --token_count_scope optimizer_step to divide by each step's exact token count"
     else:
         advice = (f"make steps_per_generation ({steps_per_generation}) a multiple of gradient_accumulation_steps "
                   f"({gradient_accumulation_steps}) so that each step's exact token count can be used")
-    return Check("loss normalisation", "warn", summary, advice, numbers)
+    return Check("loss normalization", "warn", summary, advice, numbers)
 
 
 # ------------------------------------------------------------------------------------------------ machine

@@ -11,7 +11,7 @@ One rollout, as TRL runs it with ``environment_factory``:
    knows);
 3. each tool call run (an unknown tool, bad arguments or an exception: the reply is ``{'error': ...}`` and the call
    counts as failed), its reply rendered by the chat template and appended by token concatenation (no
-   re-tokenisation); a reply that would push the completion past ``max_new_tokens`` (TRL's
+   re-tokenization); a reply that would push the completion past ``max_new_tokens`` (TRL's
    ``max_completion_length``) or the model's context is dropped and the rollout ends there;
 4. the next turn generated, truncated to what is left of the budget, and parsed; repeat while it calls a tool
    (at most ``max_tool_calling_iterations`` times).

@@ -4,7 +4,7 @@ The arguments are ``trl-rlvr train``'s (:mod:`trl_rlvr.scripts.train`: the same 
 line), plus ``--json`` and ``--doctor_prompts``. The doctor builds the run's trainer (:func:`build_trainer`: data,
 rewards, model), generates ONE generation batch with the trainer's own generation and scoring (the run's sampling
 settings, its rewards, its advantages), and prints one verdict per check of :mod:`trl_rlvr.checks.verdicts`
-(truncation, each reward, zero-signal groups, the loss normalisation, the machine) and of
+(truncation, each reward, zero-signal groups, the loss normalization, the machine) and of
 :mod:`trl_rlvr.checks.batch_size` (the learning rate for the rollouts per optimizer step) with what to change.
 
 Exit status: 0 when no check fails, 1 when one does, 2 when the doctor could not run (a bad recipe, a model
@@ -32,7 +32,7 @@ DESCRIPTION = (
     "same arguments as `trl-rlvr train`, generates and scores ONE generation batch with the run's own sampling "
     "settings and rewards, and prints a verdict (ok / warn / fail) with what to change for each check: truncation, "
     "answers each reward cannot read, reward errors and timeouts, zero-signal groups against p^G + (1-p)^G, the "
-    "loss normalisation's token counts, the learning rate for the rollouts per optimizer step, settings this machine "
+    "loss normalization's token counts, the learning rate for the rollouts per optimizer step, settings this machine "
     "cannot run, and on a tool run the tool-call parse rate, tool errors and the budget share of tool replies. Exit status: 0 when no check fails, 1 when one does, "
     "2 when the doctor could not run. Guide: docs/before_and_during_a_run.md."
 )
