@@ -42,7 +42,7 @@ def test_a_failing_case_fails_the_dynamic_sampling_benchmark():
 
 
 def test_the_shared_cores_benchmark_compares_what_was_learned_not_how_long_it_took():
-    """Two runs of a seeded job are 'the same' when every step's reward and every held-out figure agree; the
+    """Two runs of a seeded job are 'the same' when every step's reward and every held-out metric agree; the
     seconds each took may differ (they are what the benchmark measures)."""
     from benchmarks.shared_cores import job_figures
 
@@ -64,7 +64,7 @@ def test_the_shared_cores_benchmark_compares_what_was_learned_not_how_long_it_to
 
 
 def test_the_tool_job_smoke_says_it_is_a_smoke_and_removes_its_temporary_folder(monkeypatch, capsys):
-    """`python -m benchmarks.tool_r1 --smoke`: the summary says its figures are a tiny model's, and the temporary
+    """`python -m benchmarks.tool_r1 --smoke`: the summary says its numbers are a tiny model's, and the temporary
     output folder (the tiny model, the job's metrics) is gone afterwards; an --output_dir is kept."""
     import json
 

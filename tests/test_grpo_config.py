@@ -117,8 +117,8 @@ def test_sample_std_is_trls_nanstd():
 
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, float("nan"), 1.0, 0.0, 2.0, 2.0, 2.0, 2.0])
     grouped = rewards.view(-1, 4)
-    centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
-    trl = torch.nan_to_num((centred / (nanstd(grouped, dim=1).unsqueeze(1) + 1e-4)).reshape(-1), nan=0.0)
+    centered = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+    trl = torch.nan_to_num((centered / (nanstd(grouped, dim=1).unsqueeze(1) + 1e-4)).reshape(-1), nan=0.0)
     torch.testing.assert_close(group_advantages(rewards, 4, "group", std="sample"), trl)
     population = group_advantages(rewards, 4, "group")
     assert population[0].item() == pytest.approx(0.5 / (0.5 + 1e-4))

@@ -164,7 +164,7 @@ def test_training_steps_on_tool_rollouts_match_the_reference_with_tool_tokens_ma
     assert _logged(trainer, "rlvr/tool_errors_per_rollout") == [0.0, 0.0]
 
 
-def test_lengths_count_model_written_tokens_and_tool_figures(tiny_model_dir):
+def test_lengths_count_model_written_tokens_and_tool_metrics(tiny_model_dir):
     """rlvr/length_right and rlvr/length_wrong average the tokens the MODEL wrote: weighted by the accuracy they
     give back TRL's completions/mean_length, which leaves the tools' results out."""
     trainer = make_trainer(tiny_model_dir, max_steps=1)

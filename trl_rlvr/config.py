@@ -26,14 +26,16 @@ from trl_rlvr.checks.settings import check_settings, option_acts
 
 #: transformers >= 5.2x calls it activation_checkpointing (gradient_checkpointing is a deprecated alias).
 _TRANSFORMERS_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in GRPOConfig.__dataclass_fields__
+#: GRPOConfig's fields: an RLVRConfig field that is one of these objects is inherited, not declared here.
+_TRL_FIELDS = GRPOConfig.__dataclass_fields__
 
-#: `loss_normalization` -> the TRL `loss_type` whose aggregation is that normalisation (checked
+#: `loss_normalization` -> the TRL `loss_type` whose aggregation is that normalization (checked
 #: against an independent reference in tests/algorithms/test_loss_normalization.py).
 LOSS_TYPE_OF = {"per_answer": "grpo", "per_batch_token": "dapo", "constant": "dr_grpo"}
 NORMALIZATION_OF = {loss_type: name for name, loss_type in LOSS_TYPE_OF.items()}
 #: The RLVRConfig switches whose defaults differ from what GRPOTrainer computes, at GRPOTrainer's values
 #: (:meth:`RLVRConfig.from_grpo_config`).
-GRPO_TRAINER_BEHAVIOUR = {"advantage_std": "sample", "token_count_scope": "generation_batch"}
+GRPO_TRAINER_BEHAVIOR = {"advantage_std": "sample", "token_count_scope": "generation_batch"}
 #: What neither loss_normalization nor loss_type set means (DAPO's token-level loss), independent of TRL's default.
 _DEFAULT_NORMALIZATION = "per_batch_token"
 #: `token_count_scope` values (see its help).
@@ -50,7 +52,7 @@ def _choice_error(field_name: str, value: Any, allowed) -> ValueError:
 class RLVRConfig(GRPOConfig):
     r"""Configuration for :class:`trl_rlvr.RLVRTrainer`: everything in `trl.GRPOConfig`, plus the fields below.
 
-    Loss normalisation (how the summed token losses \(\ell_{i,t}\) of answers \(i\) with \(|o_i|\)
+    Loss normalization (how the summed token losses \(\ell_{i,t}\) of answers \(i\) with \(|o_i|\)
     tokens are turned into one loss per optimizer step):
 
     - ``per_answer`` (GRPO, Shao et al. 2024): \(\frac{1}{N}\sum_i \frac{1}{|o_i|}\sum_t \ell_{i,t}\)
@@ -294,7 +296,7 @@ class RLVRConfig(GRPOConfig):
             "stats['errors'] went up) replies with the last line of its error only, e.g. \"NameError: name 'x' is "
             "not defined\" (ToRL, Li et al. 2025, arXiv 2503.23383); 'full' (default): the environment's reply as "
             "it is.",
-            "choices": ["full", "last_line"],
+            "choices": list(TOOL_ERROR_REPLIES),
         },
     )
     resample_on_correct: bool = field(
@@ -427,7 +429,7 @@ class RLVRConfig(GRPOConfig):
         if self.loss_normalization is None:
             if chosen is None:
                 self.loss_normalization = _DEFAULT_NORMALIZATION
-            else:  # drop-in behaviour: follow TRL's loss_type when it names one of our normalisations
+            else:  # drop-in behavior: follow TRL's loss_type when it names one of our normalizations
                 self.loss_normalization = NORMALIZATION_OF.get(chosen)
         elif self.loss_normalization not in LOSS_TYPE_OF:
             raise _choice_error("loss_normalization", self.loss_normalization, LOSS_TYPE_OF)
@@ -440,79 +442,22 @@ class RLVRConfig(GRPOConfig):
         self.loss_type = chosen if chosen is not None else LOSS_TYPE_OF[self.loss_normalization]
 
     def _validate(self) -> None:
-        valid_loss_types = trl_loss_types()  # None: TRL's help no longer lists them; TRL checks at the first step
-        if valid_loss_types is not None and self.loss_type not in valid_loss_types:
-            raise _choice_error("loss_type", self.loss_type, valid_loss_types)
-        if self.scale_rewards not in ("group", "batch", "none"):
-            raise _choice_error("scale_rewards", self.scale_rewards, ("group", "batch", "none", True, False))
-        if not self.epsilon >= 0:
-            raise ValueError(f"epsilon must be >= 0, got {self.epsilon!r}")
-        if self.epsilon_high is not None and not self.epsilon_high >= 0:
-            raise ValueError(f"epsilon_high must be >= 0, got {self.epsilon_high!r}")
-        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
-            raise ValueError(
-                f"epsilon_high ({self.epsilon_high}) < epsilon ({self.epsilon}): clip-higher (DAPO) widens the upper "
-                "clip range, so epsilon_high must be >= epsilon (e.g. epsilon=0.2, epsilon_high=0.28)"
-            )
-        if self.loss_constant is not None:
-            if self.loss_normalization != "constant":
-                raise ValueError("loss_constant is only used with loss_normalization='constant'")
-            if not self.loss_constant > 0:
-                raise ValueError(f"loss_constant must be a positive number, got {self.loss_constant!r}")
+        """Every field checked when the config is built: the choices its metadata lists (:meth:`_check_choices`),
+        then the ranges and the rules between fields (one function each, below the class), then the settings that
+        would have no effect (:func:`trl_rlvr.checks.settings.check_settings`)."""
+        self._check_choices()
+        _check_scale_rewards(self)
+        _check_clip_range(self)
+        _check_loss_constant(self)
         if self.overlong_buffer_length is not None:
             validate_overlong(self.max_completion_length, self.overlong_buffer_length, self.overlong_penalty_factor)
-        if self.max_sampling_rounds < 0:
-            raise ValueError(
-                f"max_sampling_rounds must be >= 0 (0 = up to one pass over the data), got {self.max_sampling_rounds!r}"
-            )
-        if self.advantage_baseline not in BASELINES:
-            raise _choice_error("advantage_baseline", self.advantage_baseline, BASELINES)
-        if self.advantage_baseline != "group_mean" and self.multi_objective_aggregation != "sum_then_normalize":
-            raise ValueError(
-                f"advantage_baseline={self.advantage_baseline!r} needs multi_objective_aggregation='sum_then_normalize' "
-                f"(the baseline is taken of the summed reward), got {self.multi_objective_aggregation!r}"
-            )
-        if self.advantage_std not in STD_KINDS:
-            raise _choice_error("advantage_std", self.advantage_std, STD_KINDS)
-        if self.token_count_scope not in TOKEN_COUNT_SCOPES:
-            raise _choice_error("token_count_scope", self.token_count_scope, TOKEN_COUNT_SCOPES)
-        if not self.dynamic_sampling_tolerance >= 0:
-            raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance!r}")
-        if self.dynamic_sampling_partial_batch not in PARTIAL_BATCH_MODES:
-            raise _choice_error("dynamic_sampling_partial_batch", self.dynamic_sampling_partial_batch,
-                                PARTIAL_BATCH_MODES)
-        if self.dynamic_sampling_metric not in ("reward", "success"):
-            raise _choice_error("dynamic_sampling_metric", self.dynamic_sampling_metric, ("reward", "success"))
-        if self.dynamic_sampling_oversample is not None and not self.dynamic_sampling_oversample >= 1:
-            raise ValueError(
-                f"dynamic_sampling_oversample must be >= 1 (or None), got {self.dynamic_sampling_oversample!r}"
-            )
-        if self.selective_sampling_window < 1:
-            raise ValueError(f"selective_sampling_window must be >= 1, got {self.selective_sampling_window!r}")
-        if not 0 < self.revisit_probability <= 1:
-            raise ValueError(
-                f"revisit_probability must be in (0, 1] (0 would never revisit a skipped prompt), got "
-                f"{self.revisit_probability!r}"
-            )
-        names = self.correctness_rewards
-        if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
-            raise ValueError(f"correctness_rewards must be a list of reward function names (or None), got {names!r}")
-        if self.void_turn_action not in VOID_TURN_ACTIONS:
-            raise _choice_error("void_turn_action", self.void_turn_action, VOID_TURN_ACTIONS)
-        cap = self.max_tool_calls_per_answer
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ValueError(f"max_tool_calls_per_answer must be an integer >= 1 (or None), got {cap!r}")
-        if self.tool_error_reply not in TOOL_ERROR_REPLIES:
-            raise _choice_error("tool_error_reply", self.tool_error_reply, TOOL_ERROR_REPLIES)
-        tile = self.cpu_logprob_tile_tokens
-        if isinstance(tile, bool) or not isinstance(tile, int) or tile < 0:
-            raise ValueError(f"cpu_logprob_tile_tokens must be an integer >= 0 (0: TRL's tile), got {tile!r}")
-        k = self.resample_on_correct_oversample
-        if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-            raise ValueError(f"resample_on_correct_oversample must be an integer >= 2, got {k!r}")
-        for name in ("policy_shift_alarm_token_nats", "policy_shift_alarm_nats", "policy_shift_alarm_kl"):
-            if getattr(self, name) is not None and not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 (or None), got {getattr(self, name)!r}")
+        _check_sampling_ranges(self)
+        _check_advantage_baseline(self)
+        _check_reward_names(self)
+        _require_integer("max_tool_calls_per_answer", self.max_tool_calls_per_answer, 1, optional=True)
+        _require_integer("cpu_logprob_tile_tokens", self.cpu_logprob_tile_tokens, 0, note="0: TRL's tile")
+        _require_integer("resample_on_correct_oversample", self.resample_on_correct_oversample, 2)
+        _check_policy_shift_bounds(self)
         if self.alarm_thresholds is not None:
             self.alarm_thresholds = parse_thresholds(self.alarm_thresholds)  # every key, validated (trl_rlvr.checks.alarms)
         check_settings(self)  # options without effect, bf16 on a CPU, use_vllm without vLLM (trl_rlvr.checks.settings)
@@ -532,6 +477,18 @@ class RLVRConfig(GRPOConfig):
                 stacklevel=4,  # _validate <- __post_init__ <- __init__ <- the user's line
             )
 
+    def _check_choices(self) -> None:
+        """Each field this class declares with ``metadata["choices"]`` holds one of them (the fields it inherits are
+        TRL's and transformers' to check). None passes where it is the field's default: unset (``loss_type`` and
+        ``loss_normalization`` are resolved before this, :meth:`_resolve_loss_normalization`)."""
+        for f in dataclasses.fields(self):
+            allowed = f.metadata.get("choices")
+            if allowed is None or _TRL_FIELDS.get(f.name) is f:
+                continue
+            value = getattr(self, f.name)
+            if not (value is None and f.default is None) and value not in allowed:
+                raise _choice_error(f.name, value, allowed)
+
     @classmethod
     def from_preset(cls, name: str, **overrides) -> RLVRConfig:
         """The switches of one paper (``"dapo"``, ``"dr_grpo"``, ``"grpo"``, ``"r1zero"``; :mod:`trl_rlvr.presets`,
@@ -549,7 +506,7 @@ class RLVRConfig(GRPOConfig):
         sample std) and DAPO's token count (the exact count of each optimizer step instead of TRL's estimate from
         the generation batch). A ``GRPOConfig`` carries no choice for either, so its user expects TRL's: every
         field of ``config`` is kept and these two switches are set to TRL's values
-        (:data:`GRPO_TRAINER_BEHAVIOUR`); every other RLVR switch stays off at its default.
+        (:data:`GRPO_TRAINER_BEHAVIOR`); every other RLVR switch stays off at its default.
 
         The values are read from the built config's attributes (not ``to_dict()``, which hides tokens), so what
         GRPOConfig derived in its ``__post_init__`` (``steps_per_generation``, ``scale_rewards`` as a string, ...)
@@ -561,7 +518,7 @@ class RLVRConfig(GRPOConfig):
             return config
         values = {f.name: getattr(config, f.name) for f in dataclasses.fields(GRPOConfig) if f.init}
         # only the switches that act under this config (the others would warn that they have no effect)
-        acting = {k: v for k, v in GRPO_TRAINER_BEHAVIOUR.items() if option_acts(config, k)}
+        acting = {k: v for k, v in GRPO_TRAINER_BEHAVIOR.items() if option_acts(config, k)}
         return cls(**values, **acting)
 
     @property
@@ -607,6 +564,88 @@ PARAMETER_GROUPS = {
 # Each option is documented once, in its field's ``help``: the ``Parameters:`` section of RLVRConfig's docstring
 # (TRL's style) below and the options table of docs/trainer.md (``python -m trl_rlvr.scripts.options_doc``) are
 # rendered from those texts.
+# ------------------------------------------------------------------------------------------------ checks
+# The checks of RLVRConfig._validate that are not a field's choices: a range, a type, a rule between fields.
+def _check_scale_rewards(c: RLVRConfig) -> None:
+    """TRL's ``scale_rewards``, after TRL's ``__post_init__`` turned True / False into 'group' / 'none'."""
+    if c.scale_rewards not in ("group", "batch", "none"):
+        raise _choice_error("scale_rewards", c.scale_rewards, ("group", "batch", "none", True, False))
+
+
+def _check_clip_range(c: RLVRConfig) -> None:
+    """PPO's clip range [1 - epsilon, 1 + epsilon_high]: both >= 0, and clip-higher (DAPO) only widens it."""
+    if not c.epsilon >= 0:
+        raise ValueError(f"epsilon must be >= 0, got {c.epsilon!r}")
+    if c.epsilon_high is not None and not c.epsilon_high >= 0:
+        raise ValueError(f"epsilon_high must be >= 0, got {c.epsilon_high!r}")
+    if c.epsilon_high is not None and c.epsilon_high < c.epsilon:
+        raise ValueError(
+            f"epsilon_high ({c.epsilon_high}) < epsilon ({c.epsilon}): clip-higher (DAPO) widens the upper "
+            "clip range, so epsilon_high must be >= epsilon (e.g. epsilon=0.2, epsilon_high=0.28)"
+        )
+
+
+def _check_loss_constant(c: RLVRConfig) -> None:
+    """Dr. GRPO's constant C: only with ``loss_normalization='constant'``, and > 0."""
+    if c.loss_constant is None:
+        return
+    if c.loss_normalization != "constant":
+        raise ValueError("loss_constant is only used with loss_normalization='constant'")
+    if not c.loss_constant > 0:
+        raise ValueError(f"loss_constant must be a positive number, got {c.loss_constant!r}")
+
+
+def _check_sampling_ranges(c: RLVRConfig) -> None:
+    """The ranges of dynamic sampling's and selective sampling's numbers (docs/dynamic_sampling.md)."""
+    if c.max_sampling_rounds < 0:
+        raise ValueError(
+            f"max_sampling_rounds must be >= 0 (0 = up to one pass over the data), got {c.max_sampling_rounds!r}"
+        )
+    if not c.dynamic_sampling_tolerance >= 0:
+        raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {c.dynamic_sampling_tolerance!r}")
+    if c.dynamic_sampling_oversample is not None and not c.dynamic_sampling_oversample >= 1:
+        raise ValueError(f"dynamic_sampling_oversample must be >= 1 (or None), got {c.dynamic_sampling_oversample!r}")
+    if c.selective_sampling_window < 1:
+        raise ValueError(f"selective_sampling_window must be >= 1, got {c.selective_sampling_window!r}")
+    if not 0 < c.revisit_probability <= 1:
+        raise ValueError(
+            f"revisit_probability must be in (0, 1] (0 would never revisit a skipped prompt), got "
+            f"{c.revisit_probability!r}"
+        )
+
+
+def _check_advantage_baseline(c: RLVRConfig) -> None:
+    """A baseline other than the group mean is taken of the summed reward, so the rewards are summed first."""
+    if c.advantage_baseline != "group_mean" and c.multi_objective_aggregation != "sum_then_normalize":
+        raise ValueError(
+            f"advantage_baseline={c.advantage_baseline!r} needs multi_objective_aggregation='sum_then_normalize' "
+            f"(the baseline is taken of the summed reward), got {c.multi_objective_aggregation!r}"
+        )
+
+
+def _check_reward_names(c: RLVRConfig) -> None:
+    """``correctness_rewards``: None or a list of reward function names."""
+    names = c.correctness_rewards
+    if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
+        raise ValueError(f"correctness_rewards must be a list of reward function names (or None), got {names!r}")
+
+
+def _require_integer(name: str, value: Any, minimum: int, *, optional: bool = False, note: str = "") -> None:
+    """``value`` is an integer (a bool is not) >= ``minimum``; with ``optional``, None too."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        hint = ", ".join(filter(None, ["or None" if optional else "", note]))
+        raise ValueError(f"{name} must be an integer >= {minimum}{f' ({hint})' if hint else ''}, got {value!r}")
+
+
+def _check_policy_shift_bounds(c: RLVRConfig) -> None:
+    """The policy-shift alarm's bounds (trl_rlvr.algorithms.policy_shift): each None (not checked) or > 0."""
+    for name in ("policy_shift_alarm_token_nats", "policy_shift_alarm_nats", "policy_shift_alarm_kl"):
+        if getattr(c, name) is not None and not getattr(c, name) > 0:
+            raise ValueError(f"{name} must be > 0 (or None), got {getattr(c, name)!r}")
+
+
 def field_type_text(f: dataclasses.Field) -> str:
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     return " or ".join(f"`{part.strip()}`" for part in kind.split("|"))

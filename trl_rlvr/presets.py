@@ -138,5 +138,5 @@ def preset_values(name: str, settings: Mapping[str, Any] | None = None) -> dict[
     settings = settings or {}
     values = {k: v(settings) if callable(v) else v for k, v in PRESETS[name].values.items()}
     if settings.get("loss_type") is not None and settings.get("loss_normalization") is None:
-        del values["loss_normalization"]  # the user's loss_type is their choice of normalisation
+        del values["loss_normalization"]  # the user's loss_type is their choice of normalization
     return values

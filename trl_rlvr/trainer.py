@@ -43,10 +43,10 @@ from trl_rlvr.algorithms.losses import loss_mask, per_step_num_items
 from trl_rlvr.algorithms.metrics import tool_metrics, tool_rollout_rows
 from trl_rlvr.algorithms.shaping import overlong_penalty
 from trl_rlvr.algorithms.unscorable import mark_unscorable
-from trl_rlvr.checks.alarms import RLVRAlarms
+from trl_rlvr.checks.alarms import RLVRAlarmsCallback
 from trl_rlvr.checks.columns import check_dataset_columns
 from trl_rlvr.checks.settings import check_tool_settings
-from trl_rlvr.checks.shift_monitor import PolicyShiftMonitor
+from trl_rlvr.checks.shift_monitor import PolicyShiftCallback
 from trl_rlvr.config import RLVRConfig
 from trl_rlvr.faults import checkpoint_to_resume, sigterm_saves
 from trl_rlvr.faults.checkpoints import PROMPT_STREAM_STATE_FILE, load_prompt_stream, save_prompt_stream
@@ -111,8 +111,8 @@ class RLVRTrainer(GRPOAdapter, GRPOTrainer):
         self.row_rules = row_rules_of(self)  # the stabilizers (trl_rlvr.sampling.row_rules)
         self._round_driver = self._make_round_driver()
         self._skip_empty_updates = SkipEmptyUpdatesCallback(self) if args.dynamic_sampling else None
-        self._policy_shift = PolicyShiftMonitor(self, args.policy_shift_metrics)  # rlvr/shift_* after each step
-        for callback, wanted in ((self._skip_empty_updates, args.dynamic_sampling), (RLVRAlarms(self), args.alarms),
+        self._policy_shift = PolicyShiftCallback(self, args.policy_shift_metrics)  # rlvr/shift_* after each step
+        for callback, wanted in ((self._skip_empty_updates, args.dynamic_sampling), (RLVRAlarmsCallback(self), args.alarms),
                                  (self._policy_shift, args.policy_shift_metrics)):
             if wanted:
                 self.add_callback(callback)

@@ -23,7 +23,7 @@ box that asserts two answers score as one of them (``\\boxed{3 \\text{ (or 4)}}`
 * whether a box **restates the question** (``72468 * 55`` where the gold is 3985740) is not decided here, on
   text, but on the parse trees, by :mod:`reward_plugins.boxed_math.value_form` (in ``math_check``).
 
-Equal answers up to ``\\text{}`` wrapping, spacing and case of text are recognised by :func:`answer_key`
+Equal answers up to ``\\text{}`` wrapping, spacing and case of text are recognized by :func:`answer_key`
 without any parsing (``4:30\\text{ p.m.}``, ``\\text{4:30 P.M.}`` and ``4:30 \\text{pm}`` have one key).
 """
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 #: Commands that draw a box around their last argument. Every one of them is an answer box: a box hidden in
 #: another box, or drawn with a command other than ``\boxed``, is still a box the hedging rule reads.
 _BOX_RE = re.compile(r"\\(boxed|fbox|framebox|fcolorbox|colorbox)(?![A-Za-z])")
-#: Brace groups before the boxed content: the colours of ``\colorbox{c}{..}`` and ``\fcolorbox{f}{c}{..}``.
+#: Brace groups before the boxed content: the colors of ``\colorbox{c}{..}`` and ``\fcolorbox{f}{c}{..}``.
 _BOX_LEADING_GROUPS = {"colorbox": 1, "fcolorbox": 2}
 
 
@@ -57,7 +57,7 @@ def _skip_spaces(text: str, i: int) -> int:
 
 def _content_start(text: str, i: int, command: str, max_chars: int) -> int | None:
     """Index of the boxed argument of ``command`` (whose name ends at ``i``): past ``\\framebox``'s optional
-    ``[..]`` arguments and the colour groups of ``\\colorbox``/``\\fcolorbox``; ``None`` when malformed."""
+    ``[..]`` arguments and the color groups of ``\\colorbox``/``\\fcolorbox``; ``None`` when malformed."""
     i = _skip_spaces(text, i)
     if command == "framebox":
         while i < len(text) and text[i] == "[":

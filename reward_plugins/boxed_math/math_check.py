@@ -8,7 +8,7 @@ overruns its deadline, which works whatever thread the reward function is called
 
 The gold is parsed by math-verify as it is (a trusted text: a bare answer or a reference solution). An answer
 is read strictly: the rules of :mod:`reward_plugins.boxed_math.answer_form` first, then its whole content parsed as one
-expression by math-verify's own normalisation and LaTeX parser, without math-verify's fallbacks (which answer
+expression by math-verify's own normalization and LaTeX parser, without math-verify's fallbacks (which answer
 from a fragment when the whole does not parse); then every equation in it is checked to assert one value
 (:func:`_asserts_one_value`) and every approximation to approximate it (:func:`_approximates`); where the gold
 is a value, each component of the answer must be written as a value in final form, not as an operation or
@@ -57,7 +57,7 @@ def _math_verify():
         # the gold's config: math-verify's own for LaTeX (a bare NormalizationConfig(units=True), as TRL uses,
         # breaks "\\frac12")
         config = [LatexExtractionConfig(boxed_match_priority=0)]
-        # an answer's: the same normalisation, except that units are not dropped (answer_form has done it, by
+        # an answer's: the same normalization, except that units are not dropped (answer_form has done it, by
         # rule; math-verify's rule drops all from the first \\text{ on) and nested boxes are not looked for
         answer = dataclasses.replace(config[0].normalization_config, units=False, boxed="none")
 
@@ -116,7 +116,7 @@ _HALF_RE = re.compile(r"\s*0?\.50*\s*")
 
 
 def _as_written(latex: str, normalized: str) -> str:
-    """The normalised text whose tree is read for its value forms: math-verify's normalisation turns the whole
+    """The normalized text whose tree is read for its value forms: math-verify's normalization turns the whole
     text ``0.5`` into ``\\frac{1}{2}`` (its only rewrite of one notation into another), which would make a
     decimal read as a fraction."""
     return "0.5" if normalized == "\\frac{1}{2}" and _HALF_RE.fullmatch(latex) else normalized
@@ -244,7 +244,7 @@ def _significant(value) -> str:
 
 
 def _parse_whole(latex: str) -> list:
-    """An answer's LaTeX parsed as ONE expression (``[expr, normalised text]``); ``[]`` when it does not parse.
+    """An answer's LaTeX parsed as ONE expression (``[expr, normalized text]``); ``[]`` when it does not parse.
     Unlike ``math_verify.parse``, nothing is extracted from it: no fragment can stand for the whole. Cached per
     worker: a group's answers often repeat (as math-verify caches its own parses)."""
     return list(_parse_whole_cached(latex))
@@ -437,6 +437,13 @@ def check(task: tuple[str, tuple[str, ...]]) -> str:
         close = _close_enough(gold_parsed, gold_latex, parsed, written, question, relative_tolerance)
         return ("correct" if close else "wrong"), form
 
+    return _answer_verdict(candidates, verdict, gold_parsed, gold_is_relation)
+
+
+def _answer_verdict(candidates: tuple[str, ...], verdict, gold_parsed, gold_is_relation: bool) -> str:
+    """The whole answer's verdict from its boxes' (``verdict(box) -> (status, form)``): a right final box is
+    ``"hedged"`` when another box is not right; a wrong final box among several is ``"correct"`` only when the
+    boxes together, read as one list, equal the gold exactly."""
     status, final_form = verdict(candidates[-1])
     forms = [final_form]
     if status == "correct":

@@ -46,7 +46,7 @@ Speed: identical (gold, answer) checks within a batch are done once; a group's a
 worker, which parses their gold once; the batch runs across ``num_workers`` long-lived processes (default:
 the usable cores, at most 8), forked from a zygote process that imports and warms up math-verify once, in
 the background from the moment the reward function is built (``prestart``); a check's deadline starts only
-when a warm worker takes it. A wrong symbolic answer (``x - 2`` for ``x^2+33x-33``) is recognised by
+when a warm worker takes it. A wrong symbolic answer (``x - 2`` for ``x^2+33x-33``) is recognized by
 evaluating both at probe points, skipping sympy's ``simplify``; math-verify decides every other case.
 
 Combining with ``think_format``: ``reward_funcs=["think_format", "boxed_math"]`` rewards the format and the

@@ -475,7 +475,7 @@ def gold_forms(normalized: str) -> frozenset:
 
 def states_values(normalized: str, gold_kind: str, gold_written: frozenset = frozenset(),
                   question_forms: frozenset = frozenset()) -> bool:
-    """Every component of the answer (its LaTeX as math-verify normalises it) is written as a value in final
+    """Every component of the answer (its LaTeX as math-verify normalizes it) is written as a value in final
     form (:func:`is_final`), where the gold's components are all of kind ``gold_kind`` (``"integer"``, or
     ``"number"``/``"rounded"``, :func:`gold_values`), and none restates the question: is written, in another
     notation than the gold's (``gold_written``, :func:`gold_forms`), as a value of the question's own value forms

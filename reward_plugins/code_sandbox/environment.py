@@ -69,7 +69,7 @@ class PythonEnvironment:
     ``timeout`` (s per cell), ``rollout_timeout`` (s of all cells of a rollout), ``memory_mb``,
     ``max_output_chars``, ``max_code_chars``, ``isolation`` ("bwrap", or the much weaker "rlimits").
 
-    After each rollout ``stats`` holds its tool figures: ``calls``, ``errors`` (cells that raised, an exit of any
+    After each rollout ``stats`` holds its tool metrics: ``calls``, ``errors`` (cells that raised, an exit of any
     status included, and calls refused), ``timeouts``, ``restarts`` (interpreters that died or hung and were
     replaced), ``printed_errors`` (cells that ran to the end but whose output shows an error, :func:`shows_error`:
     a caught error printed, to stdout or stderr). A cell counts in one of ``errors``, ``timeouts`` and
@@ -106,7 +106,7 @@ class PythonEnvironment:
                                                                 lim.max_output_chars)  # fmt: skip
 
     def reset(self, **row) -> None:
-        """Start the next rollout: a fresh interpreter (nothing of the last one is reachable), zeroed figures."""
+        """Start the next rollout: a fresh interpreter (nothing of the last one is reachable), zeroed metrics."""
         self._new_rollout()
         self._fresh_interpreter()
         return None
@@ -168,7 +168,7 @@ class PythonEnvironment:
         self._interpreter.start(code, min(limits.timeout + GRACE_S, left), 4 * limits.max_output_chars + 64)
 
     def _finish_cell(self) -> str:
-        """The reply to the cell in flight (waiting for it), with the rollout's figures updated."""
+        """The reply to the cell in flight (waiting for it), with the rollout's metrics updated."""
         code, budget_cut = self._sent
         interp = self._interpreter
         reply, done_at = collect(interp)

@@ -1,5 +1,5 @@
 """The length-bias study (examples/length_bias.py) through RLVRTrainer: the toy is the tutorial's, the trainer's update is
-the tutorial's update, and a reduced run shows the bias (right answers shorter with per-answer normalisation)."""
+the tutorial's update, and a reduced run shows the bias (right answers shorter with per-answer normalization)."""
 
 
 import pytest
@@ -74,7 +74,7 @@ def test_trainer_update_is_the_seeds_update(lb, method):
 
 
 @pytest.mark.slow
-def test_per_answer_normalisation_shortens_right_answers(lb):
+def test_per_answer_normalization_shortens_right_answers(lb):
     """One seed, G=16, 150 updates: right answers end >= 1 token shorter with per_answer than with constant."""
     updates, window = 150, 20
     runs = {m: lb.trainer_run(m, 16, seed=0, updates=updates) for m in ("GRPO", "Dr. GRPO")}
@@ -85,5 +85,5 @@ def test_per_answer_normalisation_shortens_right_answers(lb):
     right = {m: late(h, "len_right") for m, h in runs.items()}
     assert late(runs["GRPO"], "accuracy") > 0.9 and late(runs["Dr. GRPO"], "accuracy") > 0.9
     assert right["GRPO"] <= right["Dr. GRPO"] - 1.0, right
-    assert right["Dr. GRPO"] > 4.3, right  # without per-answer normalisation they stay near 5 tokens
+    assert right["Dr. GRPO"] > 4.3, right  # without per-answer normalization they stay near 5 tokens
     assert runs["GRPO"][0] == runs["Dr. GRPO"][0]  # same seed -> same first batch (sampled before any update)

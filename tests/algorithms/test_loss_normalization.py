@@ -1,4 +1,4 @@
-"""RLVRTrainer's loss equals an independent reference, for every normalisation, on 1 and 2 processes."""
+"""RLVRTrainer's loss equals an independent reference, for every normalization, on 1 and 2 processes."""
 
 
 import pytest

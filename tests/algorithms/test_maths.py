@@ -22,7 +22,7 @@ def test_worked_example_one_rare_success():
     assert adv[1:].tolist() == pytest.approx([-0.58] * 3, abs=5e-3)
 
 
-def test_dr_grpo_advantage_is_only_centred():
+def test_dr_grpo_advantage_is_only_centered():
     adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), group_size=4, scale_rewards="none")
     assert adv.tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25])
 

@@ -1,4 +1,4 @@
-"""The multi-turn stabilisers on plain data: void turns (SimpleTIR), the tool-call cap, ToRL's error line,
+"""The multi-turn stabilizers on plain data: void turns (SimpleTIR), the tool-call cap, ToRL's error line,
 rStar2's resample-on-correct; and the property that no switch raises a rollout's total reward."""
 
 from types import SimpleNamespace

@@ -77,7 +77,7 @@ def test_a_large_step_fires_the_alarm(model_and_batch):
     assert message is not None and "negative-advantage" in message and "nats" in message
 
 
-# The figures rlvr/shift_* logged on the two CPU main jobs' default steps (docs/tool_rl.md, "No false alarm on the
+# The values of rlvr/shift_* logged on the two CPU main jobs' default steps (docs/tool_rl.md, "No false alarm on the
 # main jobs"): examples/r1zero.py, its 9 steps (a run that takes held-out accuracy from 0% to 20%), and
 # examples/tool_r1.py, step 1 (a run whose RL loses 19 points against its cold start).
 R1ZERO_STEPS = [

@@ -104,12 +104,12 @@ def test_reward_infrastructure_failures_have_their_own_alarm(infra_share, fires,
 
     from transformers import TrainerControl, TrainerState
 
-    from trl_rlvr.checks.alarms import RLVRAlarms
+    from trl_rlvr.checks.alarms import RLVRAlarmsCallback
 
     args = SimpleNamespace(generation_batch_size=16, max_completion_length=64)
     trainer = SimpleNamespace(args=args, reward_func_names=["code_sandbox"],
                               accelerator=SimpleNamespace(num_processes=1))
-    alarms, state = RLVRAlarms(trainer), TrainerState()
+    alarms, state = RLVRAlarmsCallback(trainer), TrainerState()
     for step in range(1, 9):
         state.global_step = step
         alarms.on_log(args, state, TrainerControl(), logs={
@@ -165,9 +165,9 @@ def _run(tiny_model_dir, tmp_path, hacked: bool, **config):
 
 
 def _alarms(trainer):
-    from trl_rlvr.checks.alarms import RLVRAlarms
+    from trl_rlvr.checks.alarms import RLVRAlarmsCallback
 
-    return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, RLVRAlarms)]
+    return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, RLVRAlarmsCallback)]
 
 
 def test_the_trainer_alarms_on_a_hacked_reward_once_and_logs_it(tiny_model_dir, tmp_path):
@@ -245,14 +245,14 @@ def test_no_alarm_on_the_recorded_runs_of_the_examples(path):
 
     from transformers import TrainerControl, TrainerState
 
-    from trl_rlvr.checks.alarms import RLVRAlarms
+    from trl_rlvr.checks.alarms import RLVRAlarmsCallback
 
     record = json.loads(path.read_text())
     args = SimpleNamespace(**record["training_args"])
     names = sorted({k.split("/")[1] for h in record["history"] for k in h if k.startswith("rewards/")})
     trainer = SimpleNamespace(args=args, reward_func_names=names,
                               accelerator=SimpleNamespace(num_processes=record["num_processes"]))
-    alarms, state = RLVRAlarms(trainer), TrainerState()
+    alarms, state = RLVRAlarmsCallback(trainer), TrainerState()
     for logs in record["history"]:
         state.global_step = logs["step"]
         alarms.on_log(args, state, TrainerControl(), logs=logs)
@@ -275,11 +275,11 @@ def test_the_void_turn_alarm_names_the_scoring_mode(action):
 
     from transformers import TrainerControl, TrainerState
 
-    from trl_rlvr.checks.alarms import RLVRAlarms
+    from trl_rlvr.checks.alarms import RLVRAlarmsCallback
 
     args = SimpleNamespace(generation_batch_size=16, max_completion_length=64, void_turn_action=action)
     trainer = SimpleNamespace(args=args, reward_func_names=["boxed_math"], accelerator=SimpleNamespace(num_processes=1))
-    alarms, state = RLVRAlarms(trainer), TrainerState()
+    alarms, state = RLVRAlarmsCallback(trainer), TrainerState()
     for step, void in enumerate([0.02, 0.03, 0.02, 0.1, 0.2, 0.3], start=1):
         state.global_step = step
         alarms.on_log(args, state, TrainerControl(), logs={"reward": 0.4, "rlvr/accuracy": 0.4,
@@ -294,11 +294,11 @@ def test_no_void_turn_alarm_without_the_metric():
 
     from transformers import TrainerControl, TrainerState
 
-    from trl_rlvr.checks.alarms import RLVRAlarms
+    from trl_rlvr.checks.alarms import RLVRAlarmsCallback
 
     args = SimpleNamespace(generation_batch_size=16, max_completion_length=64)
     trainer = SimpleNamespace(args=args, reward_func_names=["boxed_math"], accelerator=SimpleNamespace(num_processes=1))
-    alarms, state = RLVRAlarms(trainer), TrainerState()
+    alarms, state = RLVRAlarmsCallback(trainer), TrainerState()
     for step in range(1, 9):
         state.global_step = step
         alarms.on_log(args, state, TrainerControl(), logs={"reward": 0.4, "rlvr/accuracy": 0.4})

@@ -4,9 +4,9 @@ the tiny model trained to call the ``python`` tool (``trl_rlvr.testing.trained_t
 
 - a sample's turns depend on (seed, question, sample, turn) only: not on the batch size or on which questions share
   a process (a split over processes); another seed gives other samples;
-- greedy and top-k=1 evaluation on vLLM give the HF path's rollouts, transcripts and tool figures alike (the same
+- greedy and top-k=1 evaluation on vLLM give the HF path's rollouts, transcripts and tool metrics alike (the same
   loop, prompts, parsing, end-of-sequence tokens and budget);
-- the model calls the tool and boxes its reply: the figures count what the transcripts show.
+- the model calls the tool and boxes its reply: the metrics count what the transcripts show.
 Optional: skipped without vLLM (its own venv, as tests/engines/test_vllm_cpu.py).
 """
 
@@ -97,7 +97,7 @@ def test_greedy_and_top_k_one_on_vllm_give_the_hf_rollouts(engine):
     assert top1_vllm == top1_hf
 
 
-def test_the_tool_figures_count_what_the_vllm_transcripts_show(sampled):
+def test_the_tool_metrics_count_what_the_vllm_transcripts_show(sampled):
     result = sampled[1]
     tools = result["tools"]
     samples = [s for q in result["per_question"] for s in q["samples"]]

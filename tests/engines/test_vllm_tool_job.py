@@ -1,7 +1,7 @@
 """The tool job (``examples/tool_r1.py --use_vllm --vllm_mode colocate``) on vLLM's CPU engine, one short step of
 each stage: every rollout of the RL step and of both held-out evaluations comes from the engine (transformers'
 ``generate`` is made to fail), the step applies TRL's importance-sampling correction for the engine's bf16 sampling
-(its figures are logged only on that path), and the job writes its table as on HF ``generate``.
+(its metrics are logged only on that path), and the job writes its table as on HF ``generate``.
 Optional: skipped without vLLM (its own venv, as tests/engines/test_vllm_cpu.py)."""
 
 import importlib.util
@@ -39,8 +39,8 @@ def test_the_tool_job_generates_and_evaluates_on_the_engine(tmp_path, monkeypatc
     assert trainer.state.global_step == 1 and trainer.vllm_generation.llm is not None
     saved = json.loads((out / "tool_r1_metrics.json").read_text())
     assert list(saved["arms"]) == ["cold start (tool)", "cold start + tool RL"]
-    for figures in saved["arms"].values():
-        assert figures["questions"] == 6 and figures["n"] == 2 and figures["tool_call_rate"] is not None
+    for arm_metrics in saved["arms"].values():
+        assert arm_metrics["questions"] == 6 and arm_metrics["n"] == 2 and arm_metrics["tool_call_rate"] is not None
     (step,) = saved["history"]
     # TRL's correction ran (sequence-masked: a ratio outside [0, 3] counts 0) on the engine's own log-probs
     assert 0.0 <= step["sampling/importance_sampling_ratio/mean"] <= 3.0

@@ -1,6 +1,6 @@
 """Sampled evaluation of multi-turn tool rollouts (``evaluate_sampled(environment_factory=...)``) on the tiny model
 driven to use the tool (``trl_rlvr.testing.scripted_tool_model``) with the sandboxed ``PythonEnvironment``:
-seeded per sample and turn, the same whatever the batching or the split over processes, and its tool figures
+seeded per sample and turn, the same whatever the batching or the split over processes, and its tool metrics
 agree with the transcripts."""
 
 import json
@@ -32,7 +32,7 @@ def test_tool_rollouts_do_not_depend_on_batching(batched):
     assert len(samples) == 28 and len(set(samples)) > 7  # the samples of a question differ
 
 
-def test_tool_figures_agree_with_the_transcripts(batched):
+def test_tool_metrics_agree_with_the_transcripts(batched):
     result = batched[0]
     tools = result["tools"]
     per_q = result["per_question"]
@@ -115,7 +115,7 @@ BUDGET = 240
 
 
 def _policy_text(context: str) -> str:
-    """A deterministic policy over a ``TOOL_CHAT_TEMPLATE`` context, one behaviour per question (``What is K*B?``,
+    """A deterministic policy over a ``TOOL_CHAT_TEMPLATE`` context, one behavior per question (``What is K*B?``,
     K picks it): each branch of TRL's tool loop is taken by some question."""
     import re
 
@@ -233,7 +233,7 @@ def test_the_callback_evaluates_tool_rollouts_with_the_trainers_environment(tiny
     assert right  # the trainer's reward decides right / wrong
 
 
-def test_the_table_shows_the_tool_figures():
+def test_the_table_shows_the_tool_metrics():
     from trl_rlvr.evaluation.evaluate import summarize_sampled
     from trl_rlvr.evaluation.report import format_table
     from trl_rlvr.evaluation.tool_rollouts import TOOL_COUNTS

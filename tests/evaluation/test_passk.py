@@ -122,7 +122,7 @@ def test_maj_at_k_is_fast_for_many_samples():
     rng = random.Random(2)
     votes = [None if rng.random() < 0.2 else rng.randrange(12) for _ in range(64)]
     right = {c: c == 3 for c in range(12)}
-    value = maj_at_k(votes, right, 32)  # C(64, 32) ~ 1.8e18 subsets: only the dynamic programme can do it
+    value = maj_at_k(votes, right, 32)  # C(64, 32) ~ 1.8e18 subsets: only the dynamic program can do it
     assert 0.0 <= value <= 1.0
 
 

@@ -6,7 +6,7 @@ a function returning this process's slice of that batch, laid out as TRL lays it
 in `on_pre_optimizer_step` (after accumulation and all-reduce; no clipping, learning rate 0).
 
 The reference below does not use TRL: one forward pass of the same weights over the rows of an optimizer
-step, the PPO-clip token loss, and the normalisation of `RLVRConfig`'s docstring.
+step, the PPO-clip token loss, and the normalization of `RLVRConfig`'s docstring.
 
 Run directly (also under `accelerate launch`) to write the gradients of every optimizer step to a file:
     python -m tests.harness.loss_harness MODEL_DIR OUT.pt NORMALIZATION[,NORMALIZATION...] [SPG GA [ADVANTAGE_BASELINE]]

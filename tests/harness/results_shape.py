@@ -3,7 +3,7 @@
 #: Fields whose contents are per-run lists of free size (the sample answers, per-question records) or paths.
 FREE = {"samples", "per_question"}
 
-#: Metrics logged since the committed runs, by rules that leave their figures as they are (no reward returned None
+#: Metrics logged since the committed runs, by rules that leave their values as they are (no reward returned None
 #: in them and every reward worker started: boxed_math/bad_gold, infra_errors and errors are 0 at every step;
 #: think_format, tool_format and overlong never return None), so each would read 0 at every step:
 #: rlvr/unscorable_frac (rows a correctness check did not score) and boxed_math/worker_start_failures.
@@ -20,7 +20,7 @@ def shape(value, depth=0):
 
 
 def per_k(key: str) -> str:
-    """``pass@4`` -> ``pass@k``: figures named by a sample count, which a smoke run with fewer samples names else."""
+    """``pass@4`` -> ``pass@k``: metrics named by a sample count, which a smoke run with fewer samples names else."""
     head, at, k = key.partition("@")
     return f"{head}@k" if at and k.isdigit() else key
 

@@ -102,7 +102,7 @@ def example_plugin(tmp_path_factory):
     src = build / "src"
     import shutil
 
-    shutil.copytree(ROOT / "examples" / "third_party_plugin", src)  # keep build artefacts out of the repo
+    shutil.copytree(ROOT / "examples" / "third_party_plugin", src)  # keep build artifacts out of the repo
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q",
          "--target", str(target), str(src)],

@@ -1,6 +1,6 @@
 """A run's chat template by name (a file or one of TRL's), through the parsers of ``trl-rlvr train``, ``doctor`` and
 ``eval``; the doctor stops a tool run whose template cannot render tools before the model loads, and reports the
-tool figures of one that can."""
+tool metrics of one that can."""
 
 import json
 import sys
@@ -82,7 +82,7 @@ def test_the_doctor_stops_a_tool_run_without_a_tool_template_before_the_model_lo
 
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
-def test_the_doctor_reports_the_tool_figures_of_a_tool_run(tmp_path, tiny_model_dir, capsys):
+def test_the_doctor_reports_the_tool_metrics_of_a_tool_run(tmp_path, tiny_model_dir, capsys):
     code, report, out = _doctor(tmp_path, tiny_model_dir, capsys, "--chat_template", "qwen2_5")
     assert code in (0, 1), out.err
     tool = next(c for c in report["checks"] if c["name"] == "tool use")

@@ -2,9 +2,9 @@
 READMEs quote them as the job's summary prints them.
 
 - The schema: the file's fields, the evaluations' fields, every logged step's keys, the script's and the training
-  arguments' names equal what a tiny run of the same code path writes (a tiny local model, 2 steps; the figures of
+  arguments' names equal what a tiny run of the same code path writes (a tiny local model, 2 steps; the numbers of
   a 135M model are the committed run's, its fields are the code's).
-- The quotes: each figure examples/README.md and README.md quote is the JSON's, rounded as the job prints it
+- The quotes: each number examples/README.md and README.md quote is the JSON's, rounded as the job prints it
   (``trl_rlvr.evaluation.heldout.format_metric``; the sampled table: ``trl_rlvr.evaluation.report``).
 
 Regenerate the committed files (one line, ~10-25 min on 2 CPU cores; docs/benchmarks.md has the timings):
@@ -102,14 +102,14 @@ def _quotes(m: dict) -> dict[str, list[str]]:
     return {"examples/README.md": examples, "README.md": readme, "docs/evaluation.md": evaluation}
 
 
-def test_the_readmes_quote_the_committed_figures_as_the_job_prints_them(committed):
+def test_the_readmes_quote_the_committed_numbers_as_the_job_prints_them(committed):
     for page, quotes in _quotes(committed).items():
         text = " ".join((ROOT / page).read_text().split())
         missing = [q for q in quotes if " ".join(q.split()) not in text]
         assert not missing, f"{page} does not quote {COMMITTED.name} as the job prints it: {missing}"
 
 
-def test_the_job_summary_prints_the_figures_the_readmes_quote(committed):
+def test_the_job_summary_prints_the_numbers_the_readmes_quote(committed):
     """The summary table of the committed run holds the same strings as the quotes (rewards with 2 decimals,
     percentages with 1)."""
     from rich.console import Console

@@ -53,7 +53,7 @@ def test_passes_on_the_main_jobs_settings(tmp_path, tiny_model_dir, capsys):
                                    overlong_buffer_length=32)
     assert code == 0, out.out
     v = verdicts(report)
-    assert v["machine"] == v["zero-signal groups"] == v["loss normalisation"] == v["reward even_length"] == "ok", v
+    assert v["machine"] == v["zero-signal groups"] == v["loss normalization"] == v["reward even_length"] == "ok", v
     assert report["batch"]["answers"] == 16 and report["batch"]["group_size"] == 8  # one generation batch
     assert "verdict:" in out.out and "per_batch_token (DAPO)" in out.out
     # the main job's step (lr 3e-5 on 16 rollouts) is 5x the bound of trl_rlvr.checks.batch_size: a warning

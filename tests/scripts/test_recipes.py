@@ -176,7 +176,7 @@ def test_dapo_buffer_is_a_fifth_of_the_runs_budget(budget, tmp_path):
 
 def test_an_explicit_loss_type_in_a_recipe_is_a_choice(tmp_path):
     """TRL's default loss_type ('dapo') written in the YAML or on the command line is the user's choice: it beats
-    the preset's normalisation (precedence), and conflicts with an explicit loss_normalization."""
+    the preset's normalization (precedence), and conflicts with an explicit loss_normalization."""
     from trl_rlvr.scripts.train import make_parser
 
     cfg = tmp_path / "r.yaml"

@@ -149,7 +149,7 @@ def test_short_tool_errors_cut_a_raising_cells_reply_to_its_last_line_only():
 
 def test_a_step_that_trained_nothing_stays_in_the_history():
     """A step that trained nothing (no informative group, or too few rows for one update) logs its loss but no reward
-    figures (the trainer logs what it trained): the job keeps it and says so, so that the JSON has every step the run took (the default
+    metrics (the trainer logs what it trained): the job keeps it and says so, so that the JSON has every step the run took (the default
     run's last step was missing from its history); the train summary is not a step."""
     from types import SimpleNamespace
 
@@ -252,10 +252,10 @@ def test_main_one_step_of_each_stage(one_step_run):
     labels = ["cold start (tool)", "cold start + tool RL"] if arm == "tool" else ["base (no tool)", "R1-Zero (no tool)"]
     assert list(saved["arms"]) == labels
     for label in labels:
-        arm_figures = saved["arms"][label]
-        assert 0.0 <= arm_figures["pass@1"] <= arm_figures["pass@2"] <= 1.0  # pass@n is shown, also when 0
-        assert arm_figures["questions"] == 6 and arm_figures["n"] == 2  # 3 + 3: every operation in each kind
-        assert (arm_figures["tool_call_rate"] is not None) == (arm == "tool")
+        arm_metrics = saved["arms"][label]
+        assert 0.0 <= arm_metrics["pass@1"] <= arm_metrics["pass@2"] <= 1.0  # pass@n is shown, also when 0
+        assert arm_metrics["questions"] == 6 and arm_metrics["n"] == 2  # 3 + 3: every operation in each kind
+        assert (arm_metrics["tool_call_rate"] is not None) == (arm == "tool")
     assert [h["step"] for h in saved["history"]] == [1]
     if arm == "tool":
         assert saved["cold_start_history"] and (out / "cold_start" / "model.safetensors").exists()
@@ -275,9 +275,9 @@ def test_a_variant_from_a_checkpoint_can_skip_evaluating_its_start(tiny_chatml_m
 
 
 @pytest.mark.slow
-def test_the_recipe_gives_the_labs_figures(one_step_run, tiny_chatml_model, tmp_path):
+def test_the_recipe_gives_the_labs_metrics(one_step_run, tiny_chatml_model, tmp_path):
     """examples/tool_r1.py (the recipe) and the lab's tool arm (benchmarks.tool_arms, what the committed run is) run
-    the same stages from the same pieces: the same arms, figures, table, steps and cold start; the lab adds only its
+    the same stages from the same pieces: the same arms, metrics, table, steps and cold start; the lab adds only its
     comparisons and measurements."""
     arm, _, lab_out = one_step_run
     if arm != "tool":
@@ -302,19 +302,19 @@ def test_the_recipe_gives_the_labs_figures(one_step_run, tiny_chatml_model, tmp_
 #: switch, off by default): a committed run needs no regenerating for them.
 OPTIONS_THAT_KEEP_THE_COMMITTED_RUN = {"eval_start": True}
 #: what a run records about its environment since a committed run was made (the OpenMP spin count, recorded from the
-#: version that sets it): absent from the older committed run, which changes none of its figures.
+#: version that sets it): absent from the older committed run, which changes none of its numbers.
 ENVIRONMENT_RECORDS_ADDED = {"gomp_spincount"}
 
 
 @pytest.mark.slow
 def test_the_committed_runs_have_the_fields_a_run_writes_today(one_step_run):
     """The committed run of each arm (examples/results/) has the fields this code writes: every logged step's keys,
-    every figure's name, the script's and the trainer's arguments (a field added, renamed or dropped since the
+    every metric's name, the script's and the trainer's arguments (a field added, renamed or dropped since the
     committed run shows here)."""
     arm, _, out = one_step_run
     saved = json.loads((out / _metrics_file(arm)).read_text())
     committed = json.loads((ROOT / "examples" / "results" / _metrics_file(arm)).read_text())
-    # the union over steps: a step that found no informative group logs no figures of trained rows (none were)
+    # the union over steps: a step that found no informative group logs no metrics of trained rows (none were)
     assert set().union(*committed["history"]) == set().union(*saved["history"]) - METRICS_ADDED_SINCE_THE_RUN
     assert set(committed["script_args"]) <= set(saved["script_args"])  # none renamed or dropped
     added = {name: saved["script_args"][name] for name in set(saved["script_args"]) - set(committed["script_args"])}
@@ -322,7 +322,7 @@ def test_the_committed_runs_have_the_fields_a_run_writes_today(one_step_run):
         "a new option of the job: regenerate the committed runs, or list it below if its default changes nothing"
     assert set(committed["training_args"]) == set(saved["training_args"])
     parts = ("history", "cold_start_history", "script_args", "training_args", "goals", "passk_large")
-    # a figure per sample count (pass@4 of 4 samples; the smoke run draws 2) is compared by its kind, not its k
+    # a metric per sample count (pass@4 of 4 samples; the smoke run draws 2) is compared by its kind, not its k
     free = FREE | {"pass@k", "maj@k"}
     newer = {k for k in ENVIRONMENT_RECORDS_ADDED if k not in committed}
     assert fields({k: v for k, v in committed.items() if k not in parts}, free, per_k) == \

@@ -97,7 +97,7 @@ def shown_tool_errors(environments: list) -> list[float]:
 
 
 def tool_metrics(rows: torch.Tensor) -> dict[str, float]:
-    """Tool figures of one generation batch from ``rows`` (N, 2 + len(STATS_COUNTERS)): per rollout ``[has_stats,
+    """Tool metrics of one generation batch from ``rows`` (N, 2 + len(STATS_COUNTERS)): per rollout ``[has_stats,
     tool results, *STATS_COUNTERS]`` (the counters 0 where ``has_stats`` is 0; their means are over the rollouts
     that have stats, absent when none has)."""
     has_stats, calls = rows[:, 0] > 0, rows[:, 1]

@@ -18,7 +18,7 @@ rollout in steps 1 and 2 (-2.2 to -6.3 later), KL(old||new) up to 0.23 per token
 most 4.3 nats in its 9 steps; the tool
 job (``examples/tool_r1.py``, whose RL loses 19 points of held-out pass@1 against its cold start) moves its
 negatives by -8.6 nats and its positives by +0.19 in step 1, KL 0.067, and one token by 8.7 nats: a token its
-policy sampled made e^-8.7 = 1/6000 as likely in one update. The per-rollout and KL figures do not tell the two
+policy sampled made e^-8.7 = 1/6000 as likely in one update. The per-rollout and KL metrics do not tell the two
 apart (the failing step is the smaller on both); the largest token change does. :func:`shift_alarm` fires on it
 (:data:`SHIFT_ALARM_TOKEN_NATS`); bounds on the per-rollout change and on the KL are optional.
 """
@@ -49,7 +49,7 @@ def shift_sums(old_logps: torch.Tensor, new_logps: torch.Tensor, mask: torch.Ten
                ) -> torch.Tensor:
     """(7,) float64 sums of one batch (:data:`SHIFT_SUMS`): summed per-rollout log-prob change and count of the
     positive- and of the negative-advantage rollouts, masked k3 sum and token count, largest token change. Sums of
-    several micro-batches (processes) add, the last entry takes the maximum: :func:`shift_figures` of the total is
+    several micro-batches (processes) add, the last entry takes the maximum: :func:`shift_metrics` of the total is
     :func:`policy_shift` of the whole batch."""
     if old_logps.shape != new_logps.shape or old_logps.shape != mask.shape or advantages.shape != old_logps.shape[:1]:
         raise ValueError(f"policy_shift: old {tuple(old_logps.shape)}, new {tuple(new_logps.shape)}, mask "
@@ -64,8 +64,8 @@ def shift_sums(old_logps: torch.Tensor, new_logps: torch.Tensor, mask: torch.Ten
                         m.sum(), biggest.to(torch.float64)])
 
 
-def shift_figures(sums: torch.Tensor) -> dict[str, float]:
-    """The ``shift/`` figures of :func:`policy_shift` from :func:`shift_sums` (NaN where nothing was counted)."""
+def shift_metrics(sums: torch.Tensor) -> dict[str, float]:
+    """The ``shift/`` metrics of :func:`policy_shift` from :func:`shift_sums` (NaN where nothing was counted)."""
     dpos, npos, dneg, nneg, kl, tokens, biggest = sums.tolist()
     return {
         "shift/logp_pos": dpos / npos if npos else math.nan,
@@ -77,7 +77,7 @@ def shift_figures(sums: torch.Tensor) -> dict[str, float]:
 
 def policy_shift(old_logps: torch.Tensor, new_logps: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor
                  ) -> dict[str, float]:
-    """The ``shift/`` figures of one update (module docstring).
+    """The ``shift/`` metrics of one update (module docstring).
 
     Args:
         old_logps, new_logps: (N, T) log-probabilities of each completion token before and after the update.
@@ -87,14 +87,14 @@ def policy_shift(old_logps: torch.Tensor, new_logps: torch.Tensor, mask: torch.T
     Returns ``shift/logp_pos``, ``shift/logp_neg`` (NaN when no rollout has that sign), ``shift/kl_old_new``,
     ``shift/token_logp_max_abs`` (the largest change of one trained token).
     """
-    return shift_figures(shift_sums(old_logps, new_logps, mask, advantages))
+    return shift_metrics(shift_sums(old_logps, new_logps, mask, advantages))
 
 
 def shift_alarm(shift: dict[str, float], max_token_nats: float | None = SHIFT_ALARM_TOKEN_NATS,
                 max_nats: float | None = None, max_kl: float | None = None) -> str | None:
     """A sentence when one update moved the batch by more than the bounds (a trained token's log-probability by more
     than ``max_token_nats``; when given, either sign's mean summed log-prob change above ``max_nats``, the
-    per-token KL above ``max_kl``), else None. A bound of None is not checked; NaN figures never fire."""
+    per-token KL above ``max_kl``), else None. A bound of None is not checked; NaN metrics never fire."""
     parts = []
     biggest = shift.get("shift/token_logp_max_abs", math.nan)
     if max_token_nats is not None and not math.isnan(biggest) and biggest > max_token_nats:

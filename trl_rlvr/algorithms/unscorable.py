@@ -5,7 +5,7 @@ baseline only when *every* function returned ``None``. With a correctness check 
 jobs), a row whose check failed on the machinery would be trained as a wrong answer with its format score. Here a row
 is *unscorable as a whole* when one of its correctness checks (``RLVRConfig.correctness_rewards``; default: the
 success reward) returned ``None``, or when every function did (TRL's rule): :func:`mark_unscorable` sets all of its
-rewards to NaN, so every later sum (TRL's advantages and logged figures, :func:`total_rewards`, the round driver's)
+rewards to NaN, so every later sum (TRL's advantages and logged metrics, :func:`total_rewards`, the round driver's)
 gives it a NaN total: it leaves its group's mean and std, its advantage is 0, it is counted in
 ``rlvr/unscorable_frac``.
 """

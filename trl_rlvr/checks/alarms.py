@@ -1,10 +1,10 @@
 """Alarms while training: a warning with the numbers when a run goes quietly wrong (on by default in RLVRTrainer).
 
-:class:`RLVRAlarms` reads every training log and, when a :class:`~trl_rlvr.evaluation.callback.SampledEvalCallback`
-runs, every sampled evaluation. Each alarm fires at most once per ``train()`` call: a ``logger.warning`` that gives
-the numbers and what to change, and ``rlvr/alarm/<name> = 1`` in the next training log (so it reaches every
-``report_to`` integration and ``state.log_history``). The rules are pure functions of the metric histories,
-tested on their own.
+:class:`RLVRAlarmsCallback` reads every training log and, when a
+:class:`~trl_rlvr.evaluation.callback.SampledEvalCallback` runs, every sampled evaluation. Each alarm fires at most
+once per ``train()`` call: a ``logger.warning`` that gives the numbers and what to change, and
+``rlvr/alarm/<name> = 1`` in the next training log (so it reaches every ``report_to`` integration and
+``state.log_history``). The rules are pure functions of the metric histories, tested on their own.
 
 The four level alarms judge a level together with its trend (:func:`stuck`): the last ``patience`` logging steps
 all at or above the threshold, *and* not coming down: their mean is less than ``improvement`` below the mean of the
@@ -200,7 +200,7 @@ def counter_share(logs: dict, reward: str, keys: Sequence[str], rows_per_call: i
 
 
 # ------------------------------------------------------------------------------------------------ callback
-class RLVRAlarms(TrainerCallback):
+class RLVRAlarmsCallback(TrainerCallback):
     """The alarms of the module docstring for ``trainer`` (an RLVRTrainer; thresholds from its config)."""
 
     def __init__(self, trainer, thresholds: dict | None = None):
@@ -282,7 +282,7 @@ class RLVRAlarms(TrainerCallback):
         args = self.trainer.args
         what = {
             "truncation": (f"answers cut off at max_completion_length={args.max_completion_length}",
-                           "raise max_completion_length, or penalise length (overlong_buffer_length)"),
+                           "raise max_completion_length, or penalize length (overlong_buffer_length)"),
             "zero_signal": ("groups with no signal (all rewards equal: zero advantage)",
                             ("dynamic_sampling=True trains on informative groups only; an easier task or a larger "
                              "num_generations gives more groups signal")),

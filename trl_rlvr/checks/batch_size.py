@@ -3,7 +3,7 @@ r"""Whether a recipe trains on enough rollouts per optimizer step for its learni
 The gradient of a step is an average over its B rollouts; its noise falls as 1/sqrt(B), while Adam's update has
 about the size of the learning rate whatever the gradient's scale. Adam's square-root scaling rule (Malladi et al.,
 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms") keeps training the same when lr grows as
-sqrt(B), so the figure compared here is ``lr / sqrt(B)``.
+sqrt(B), so the quantity compared here is ``lr / sqrt(B)``.
 
 The published RLVR runs that improved their models train with full fine-tuning at lr ~1e-6 on B = 1024-8192
 rollouts per step (DAPO 512 x 16; SimpleRL-Zoo on Qwen2.5-0.5B 1024 x 8; ToRL 128 x 16; DeepScaleR 128 x 8):
@@ -14,10 +14,10 @@ rollouts x lr 5e-6 (8.8e-7) and 14.0 at 32 x 8e-6 (1.4e-6), and lost 8-35 points
 or more (16 rollouts at 1e-5 and 2e-5, 32 and 64 at 2e-5; one update at 5e-6 moved its negative-advantage
 rollouts' mean log-probability by -8.6 nats). 1.5e-6, the geometric middle of 8.8e-7 and 2.5e-6, was set before
 the 1.4e-6 runs and holds them; it is 50x the published runs' largest. Those runs also differ in their task and
-their cold start, so the boundary is consistent with every run measured, not pinned down by this figure alone.
+their cold start, so the boundary is consistent with every run measured, not pinned down by this number alone.
 LoRA, whose updates are low-rank and whose published learning rates are ~10x full fine-tuning's, gets 10x
 (:data:`LORA_FACTOR`). A warning, not an error: the first main job (16 rollouts at 3e-5 from a base model, 5x the
-bound) learns its format with steps that move its negatives by up to -19 nats, which the policy-shift figures
+bound) learns its format with steps that move its negatives by up to -19 nats, which the policy-shift metrics
 (``trl_rlvr.algorithms.policy_shift``) show.
 """
 
@@ -46,14 +46,14 @@ def rollouts_for_learning_rate(learning_rate: float, rollouts: int, *, lora: boo
     if rollouts < 1 or not learning_rate > 0:
         raise ValueError(f"rollouts ({rollouts}) must be >= 1 and learning_rate ({learning_rate}) > 0")
     limit = bound * (LORA_FACTOR if lora else 1.0)
-    figure = learning_rate / math.sqrt(rollouts)
-    if figure <= limit:
+    lr_per_sqrt_rollout = learning_rate / math.sqrt(rollouts)
+    if lr_per_sqrt_rollout <= limit:
         return None
     needed = math.ceil((learning_rate / limit) ** 2)
     kind = "LoRA" if lora else "full fine-tuning"
-    return (f"learning_rate={learning_rate:g} on {rollouts} rollouts per optimizer step ({kind}): lr/sqrt(rollouts) = {figure:.2g}, {figure / limit:.0f}x the bound {limit:.2g} "
+    return (f"learning_rate={learning_rate:g} on {rollouts} rollouts per optimizer step ({kind}): lr/sqrt(rollouts) = {lr_per_sqrt_rollout:.2g}, {lr_per_sqrt_rollout / limit:.0f}x the bound {limit:.2g} "
             f"(trl_rlvr.checks.batch_size: where RL started to lose); such steps move the batch's log-probabilities by whole nats (the policy-shift "
-            f"figures show it). Train on >= {needed} rollouts per step (per_device_train_batch_size x "
+            f"metrics show it). Train on >= {needed} rollouts per step (per_device_train_batch_size x "
             f"gradient_accumulation_steps x processes), or lower learning_rate to <= {limit * math.sqrt(rollouts):.2g}")
 
 

@@ -3,12 +3,12 @@
 ``RLVRConfig.policy_shift_metrics`` turns it on. Per optimizer step:
 
 - *old*: the log-probabilities the loss computed for each of the step's micro-batches (the policy before the step,
-  the one whose ratio the PPO clip bounds), recorded as TRL computes them (:meth:`PolicyShiftMonitor.recording`,
+  the one whose ratio the PPO clip bounds), recorded as TRL computes them (:meth:`PolicyShiftCallback.recording`,
   around ``compute_loss``: the one call of TRL's ``_get_per_token_logps_and_entropies`` that runs with gradients);
 - *new*: after the optimizer step (``on_step_end``), the same micro-batches scored again under the updated policy
   with the same TRL function (its temperature, its chunking), without gradients: one forward pass over the step's
-  rollouts, the figures' whole cost, logged as ``rlvr/shift_seconds``;
-- the figures of :mod:`trl_rlvr.algorithms.policy_shift` over the step's global batch (sums reduced over processes):
+  rollouts, the metrics' whole cost, logged as ``rlvr/shift_seconds``;
+- the metrics of :mod:`trl_rlvr.algorithms.policy_shift` over the step's global batch (sums reduced over processes):
   ``rlvr/shift_pos_logp``, ``rlvr/shift_neg_logp`` (mean change of a rollout's summed log-probability, positive and
   negative advantage, in nats), ``rlvr/shift_kl`` (KL(old||new) per token, k3), ``rlvr/shift_token_max_abs``;
 - the alarm: when one step moves a trained token's log-probability by more than ``policy_shift_alarm_token_nats``
@@ -18,7 +18,7 @@
   logging window is the fraction of steps that fired).
 
 The tokens are the loss's: ``completion_mask`` times ``tool_mask`` (a tool's reply is not the policy's). The
-figures need the loss's forward pass: with ``use_liger_kernel`` (which computes the loss without it) nothing is
+metrics need the loss's forward pass: with ``use_liger_kernel`` (which computes the loss without it) nothing is
 recorded and nothing logged.
 """
 
@@ -31,17 +31,17 @@ import time
 import torch
 from transformers import TrainerCallback
 
-from trl_rlvr.algorithms.policy_shift import shift_alarm, shift_figures, shift_sums
+from trl_rlvr.algorithms.policy_shift import shift_alarm, shift_metrics, shift_sums
 
 logger = logging.getLogger(__name__)
 
-#: ``shift/`` figure of :mod:`trl_rlvr.algorithms.policy_shift` -> the name it is logged under.
+#: ``shift/`` metric of :mod:`trl_rlvr.algorithms.policy_shift` -> the name it is logged under.
 LOGGED_AS = {"shift/logp_pos": "rlvr/shift_pos_logp", "shift/logp_neg": "rlvr/shift_neg_logp",
              "shift/kl_old_new": "rlvr/shift_kl", "shift/token_logp_max_abs": "rlvr/shift_token_max_abs"}
 
 
-class PolicyShiftMonitor(TrainerCallback):
-    """The figures of the module docstring for ``trainer`` (an RLVRTrainer); ``enabled`` False: records nothing."""
+class PolicyShiftCallback(TrainerCallback):
+    """The metrics of the module docstring for ``trainer`` (an RLVRTrainer); ``enabled`` False: records nothing."""
 
     def __init__(self, trainer, enabled: bool):
         self.trainer, self.enabled = trainer, enabled
@@ -77,14 +77,14 @@ class PolicyShiftMonitor(TrainerCallback):
         elapsed = time.perf_counter() - start
         total = trainer.accelerator.reduce(sums[:6].clone(), reduction="sum")
         biggest = trainer.accelerator.gather(sums[6:].clone()).max().reshape(1)
-        figures = shift_figures(torch.cat([total, biggest]).cpu())
+        shift = shift_metrics(torch.cat([total, biggest]).cpu())
         if not total[5] > 0:  # no trained token in the step (skipped or empty): nothing to say
             return
         metrics = trainer.metrics_to_log("train")
-        for name, value in figures.items():
+        for name, value in shift.items():
             metrics[LOGGED_AS[name]].append(value)
         metrics["rlvr/shift_seconds"].append(elapsed)
-        message = shift_alarm(figures, trainer.args.policy_shift_alarm_token_nats, trainer.args.policy_shift_alarm_nats,
+        message = shift_alarm(shift, trainer.args.policy_shift_alarm_token_nats, trainer.args.policy_shift_alarm_nats,
                               trainer.args.policy_shift_alarm_kl)
         metrics["rlvr/alarm/policy_shift"].append(float(message is not None))
         if message is not None:

@@ -13,7 +13,7 @@ documented defaults, so a caller (or a test) can hold them to its own.
 - zero-signal groups: groups whose rewards are all equal have zero advantage and teach nothing. Measured against
   \(p^G + (1-p)^G\), the share expected if every question were answered right with the measured success rate p;
   dynamic sampling (DAPO) replaces them by generating about \(1/(1-z)\) times the answers (z = the measured share);
-- the loss normalisation: what the summed token losses of one optimizer step are divided by, and how far TRL's
+- the loss normalization: what the summed token losses of one optimizer step are divided by, and how far TRL's
   estimate of DAPO's token count (the generation batch's tokens x gradient_accumulation_steps /
   steps_per_generation) is from each step's exact count on this batch;
 - the machine: settings it cannot run (bf16 without a GPU, vLLM not installed).
@@ -259,32 +259,32 @@ def loss_normalization_verdict(loss_normalization: str | None, loss_type: str, t
     per_step = f"{min(exact)}-{max(exact)}" if min(exact) != max(exact) else f"{exact[0]}"
     tokens = f"loss tokens per optimizer step on this process: {per_step}"
     if loss_normalization == "per_answer":
-        return Check("loss normalisation", "ok", f"per_answer (GRPO): each answer's loss / its own length; {tokens}",
+        return Check("loss normalization", "ok", f"per_answer (GRPO): each answer's loss / its own length; {tokens}",
                      numbers=numbers)
     if loss_normalization == "constant":
         c = loss_constant if loss_constant is not None else max_completion_length
         rows = per_device_batch_size * gradient_accumulation_steps * num_processes
-        return Check("loss normalisation", "ok", f"constant (Dr. GRPO): summed token losses / ({rows} answers x "
+        return Check("loss normalization", "ok", f"constant (Dr. GRPO): summed token losses / ({rows} answers x "
                      f"C={c}); {tokens}", numbers={**numbers, "loss_constant": c})
     if loss_normalization != "per_batch_token":
-        return Check("loss normalisation", "ok", f"TRL's loss_type={loss_type!r}; {tokens}", numbers=numbers)
+        return Check("loss normalization", "ok", f"TRL's loss_type={loss_type!r}; {tokens}", numbers=numbers)
     exact_used = token_count_scope == "optimizer_step" and steps_per_generation % gradient_accumulation_steps == 0
     errors = [abs(e / t - 1.0) if t else (0.0 if e == 0 else math.inf) for e, t in zip(estimate, exact, strict=True)]
     numbers.update(token_count_scope=token_count_scope, exact_count_used=exact_used,
                    trl_estimate=estimate[0], max_relative_error_of_estimate=max(errors))
     summary = f"per_batch_token (DAPO): summed token losses / the step's loss tokens; {tokens}"
     if exact_used:
-        return Check("loss normalisation", "ok", summary + " (the exact count of each step is used)", numbers=numbers)
+        return Check("loss normalization", "ok", summary + " (the exact count of each step is used)", numbers=numbers)
     summary += (f"; TRL's estimate {estimate[0]:.0f} (generation batch x gradient_accumulation_steps / "
                 f"steps_per_generation) is off by up to {max(errors):.0%}")
     if max(errors) < warn_at:
-        return Check("loss normalisation", "ok", summary, numbers=numbers)
+        return Check("loss normalization", "ok", summary, numbers=numbers)
     if token_count_scope != "optimizer_step":
         advice = "set --token_count_scope optimizer_step to divide by each step's exact token count"
     else:
         advice = (f"make steps_per_generation ({steps_per_generation}) a multiple of gradient_accumulation_steps "
                   f"({gradient_accumulation_steps}) so that each step's exact token count can be used")
-    return Check("loss normalisation", "warn", summary, advice, numbers)
+    return Check("loss normalization", "warn", summary, advice, numbers)
 
 
 # ------------------------------------------------------------------------------------------------ machine
@@ -297,28 +297,28 @@ def machine_verdict(problems: Sequence[str]) -> Check:
 
 
 # ------------------------------------------------------------------------------------------------ tools
-def tool_use_verdict(figures: dict, *, parse_warn_below: float = 0.9, budget_warn_at: float = 0.5,
+def tool_use_verdict(metrics: dict, *, parse_warn_below: float = 0.9, budget_warn_at: float = 0.5,
                    error_warn_at: float = 0.5) -> Check:
-    """A tool run's batch (``figures``: ``answers``, ``call_turns`` (turns whose tool calls parsed),
+    """A tool run's batch (``metrics``: ``answers``, ``call_turns`` (turns whose tool calls parsed),
     ``parse_failures`` (turns that opened a call TRL could not parse: kept as text, nothing ran), ``calls_per_answer``,
     ``call_failure_rate`` (TRL's failures per call), ``errors_per_answer`` / ``timeouts_per_answer`` (the
     environment's ``stats``, None without), ``budget_frac`` (tool-reply tokens over answers x max_completion_length)).
 
     Warns when no answer calls a tool, when the parse rate is below ``parse_warn_below``, when the replies take
     ``budget_warn_at`` of the budget or more, and when ``error_warn_at`` of the calls or more fail."""
-    turns, failed = figures["call_turns"], figures["parse_failures"]
+    turns, failed = metrics["call_turns"], metrics["parse_failures"]
     parse_rate = turns / (turns + failed) if turns + failed else None
-    calls = figures["calls_per_answer"] * figures["answers"]
-    errors = (figures.get("errors_per_answer") or 0.0) * figures["answers"]
-    failure_rate = figures.get("call_failure_rate") or 0.0
+    calls = metrics["calls_per_answer"] * metrics["answers"]
+    errors = (metrics.get("errors_per_answer") or 0.0) * metrics["answers"]
+    failure_rate = metrics.get("call_failure_rate") or 0.0
     error_rate = (failure_rate * calls + errors) / calls if calls else None
-    numbers = {**figures, "parse_rate": parse_rate, "error_rate": error_rate}
-    summary = (f"{figures['calls_per_answer']:.2f} tool calls per answer; tool-call parse rate "
+    numbers = {**metrics, "parse_rate": parse_rate, "error_rate": error_rate}
+    summary = (f"{metrics['calls_per_answer']:.2f} tool calls per answer; tool-call parse rate "
                + ("n/a (no call written)" if parse_rate is None else f"{parse_rate:.0%} ({turns} of {turns + failed} turns)")
                + ("" if error_rate is None else f"; errors {error_rate:.0%} of calls")
-               + (f", {figures['timeouts_per_answer']:.2f} timeouts per answer" if figures.get("timeouts_per_answer")
+               + (f", {metrics['timeouts_per_answer']:.2f} timeouts per answer" if metrics.get("timeouts_per_answer")
                   is not None else "")
-               + f"; tool replies take {figures['budget_frac']:.0%} of the token budget")
+               + f"; tool replies take {metrics['budget_frac']:.0%} of the token budget")
     advice = []
     if turns + failed == 0:
         advice.append("no answer called a tool: a model that has never seen the tool-call format rarely writes "
@@ -326,7 +326,7 @@ def tool_use_verdict(figures: dict, *, parse_warn_below: float = 0.9, budget_war
     if parse_rate is not None and parse_rate < parse_warn_below:
         advice.append(f"{failed} turns opened a tool call TRL could not parse (kept as text, no tool ran): check "
                       "that the chat template and the tokenizer's response template agree with what the model writes")
-    if figures["budget_frac"] >= budget_warn_at:
+    if metrics["budget_frac"] >= budget_warn_at:
         advice.append("tool replies fill the budget: lower the tool's max_output_chars or raise "
                       "max_completion_length (a reply that does not fit is dropped and the rollout ends)")
     if error_rate is not None and error_rate >= error_warn_at:

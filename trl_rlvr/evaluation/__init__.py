@@ -5,7 +5,7 @@
   and :class:`SamplingSettings`, the sampling settings of every back-end;
 - :mod:`.vllm_generation`: the same completions from a vLLM engine (one seeded request per sample);
 - :mod:`.tool_rollouts`: multi-turn tool rollouts with an ``environment_factory`` (TRL's tool loop, each turn seeded)
-  and their figures (tool-call rate, parse failures, errors, timeouts, the budget share of tool replies);
+  and their metrics (tool-call rate, parse failures, errors, timeouts, the budget share of tool replies);
 - :mod:`.passk`: the unbiased pass@k estimator and exact maj@k;
 - :mod:`.metric_table`: every metric's definition, read by the summary, the callback and the table;
 - :mod:`.report`: the table, the JSON and the pass@k plot; :mod:`.callback`: :class:`SampledEvalCallback`;

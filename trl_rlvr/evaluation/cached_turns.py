@@ -10,7 +10,7 @@ How a row is continued. The batch keeps its token columns, the attention mask ov
 hold the row's tokens. The mask is 0 on left padding and on columns the row does not keep: tokens generated after
 its end-of-sequence token, or beyond what the caller kept of a turn. A continued row's new tokens are appended as a
 chunk, left-padded to the chunk's width, and ``generate`` runs from the cache. HF derives each token's position from
-the mask (``cumsum - 1``), so every token a row keeps has the position, the neighbours it attends to and the token
+the mask (``cumsum - 1``), so every token a row keeps has the position, the neighbors it attends to and the token
 it would have if the row were re-encoded left-padded: the same computation, done incrementally. In exact arithmetic
 the next-token distributions are equal; in float32 they differ by rounding (the same products summed in another
 order), so a seeded sample can differ where its uniform draw falls within rounding of a boundary of the cumulative

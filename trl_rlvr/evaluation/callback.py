@@ -20,7 +20,7 @@ from transformers import Trainer, TrainerCallback
 
 from trl_rlvr.evaluation.metric_table import TOOL_METRICS, log_keys, log_metrics
 
-#: the tool figures logged as ``eval/tools/<key>`` (:data:`trl_rlvr.evaluation.metric_table.TOOL_METRICS`)
+#: the tool metrics logged as ``eval/tools/<key>`` (:data:`trl_rlvr.evaluation.metric_table.TOOL_METRICS`)
 TOOL_KEYS = tuple(metric.key for metric in TOOL_METRICS)
 
 

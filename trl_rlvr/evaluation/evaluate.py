@@ -167,7 +167,7 @@ def evaluate(model, tokenizer, dataset, success_fn, format_fn=None, *, accelerat
     ``mean_length`` / ``length_right`` / ``length_wrong`` (tokens), ``truncated_frac`` and five ``samples``.
     ``llm``: a ``vllm.LLM`` to generate with instead of ``model``'s HF ``generate`` (as in :func:`evaluate_sampled`).
     ``environment_factory``, ``chat_template``, ``max_tool_calling_iterations``: tool rollouts, as in
-    :func:`evaluate_sampled` (then ``tools`` holds the tool figures).
+    :func:`evaluate_sampled` (then ``tools`` holds the tool metrics).
     """
     rows = [dict(r) for r in dataset]
     t0 = time.time()
@@ -270,7 +270,7 @@ def score_questions(rows: list[dict], groups, success_fn, format_fn, ks, *, succ
             "right_flags": right,
             "finished": [s[2] for s in group],
         }
-        if group and len(group[0]) > 3:  # tool rollouts: each sample's figures (tool_rollouts.TOOL_COUNTS)
+        if group and len(group[0]) > 3:  # tool rollouts: each sample's metrics (tool_rollouts.TOOL_COUNTS)
             from trl_rlvr.evaluation.tool_rollouts import TOOL_COUNTS
 
             rec["tool"] = {key: [s[3][key] for s in group] for key in TOOL_COUNTS}
@@ -332,12 +332,10 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     the environment's ``reset`` gets the row. ``chat_template``: template text to render with (the tokenizer's own
     must render tools otherwise); ``max_tool_calling_iterations``: TRL's cap on tool rounds (None: the budget
     alone). ``max_new_tokens`` is then the whole completion's budget, tool replies included (TRL's
-    ``max_completion_length``). The result's ``tools`` holds the tool figures
+    ``max_completion_length``). The result's ``tools`` holds the tool metrics
     (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`): tool-call rate, calls per answer, parse
     rate and failures, errors, timeouts, the share of the budget the replies took.
     """
-    from trl_rlvr.rewards.voting import supports_voting
-
     rows = [dict(r) for r in dataset]
     if not rows:
         raise ValueError("evaluate_sampled: the dataset is empty")
@@ -353,17 +351,25 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     )
     result = summarize_sampled(per_question, n, ks, temperature=temperature, top_p=top_p, top_k=top_k,
                                max_new_tokens=max_new_tokens, seed=seed)
-    if not supports_voting(success_fn):
-        name = getattr(success_fn, "__name__", type(success_fn).__name__)
-        result["maj_note"] = f"maj@k not defined: reward {name!r} has no extract_answer (trl_rlvr.rewards.voting)"
+    result.update(_voting_note(success_fn))
     result["seconds"] = round(time.time() - t0, 1)
     return result
+
+
+def _voting_note(success_fn) -> dict:
+    """``{"maj_note": why}`` when ``success_fn`` cannot extract answers (maj@k then undefined), else ``{}``."""
+    from trl_rlvr.rewards.voting import supports_voting
+
+    if supports_voting(success_fn):
+        return {}
+    name = getattr(success_fn, "__name__", type(success_fn).__name__)
+    return {"maj_note": f"maj@k not defined: reward {name!r} has no extract_answer (trl_rlvr.rewards.voting)"}
 
 
 def summarize_sampled(per_question: list[dict], n: int, ks: list[int], **settings) -> dict:
     """Overall metrics from :func:`score_question` records, one per entry of
     :data:`trl_rlvr.evaluation.metric_table.EVAL_METRICS` (means over questions, or over all samples); ``tools``: the tool
-    figures of tool rollouts (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`), else None."""
+    metrics of tool rollouts (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`), else None."""
     from trl_rlvr.evaluation.metric_table import EVAL_METRICS
     from trl_rlvr.evaluation.tool_rollouts import summarize_tool_rollouts
 

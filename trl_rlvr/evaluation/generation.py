@@ -198,9 +198,6 @@ def generate_completions(
     a distributed run makes the same number of calls (ZeRO-3 / FSDP need it). ``on_batch(questions_done)`` is
     called after each call (a progress bar).
     """
-    import torch
-    from transformers import LogitsProcessorList
-
     settings = SamplingSettings.resolve(sampling, **sampling_keywords)
     settings.check("generate_completions", prompts, question_ids, n)
     per_call = max(1, batch_size // n)
@@ -215,21 +212,11 @@ def generate_completions(
         for b in range(n_batches):
             lo = b * per_call
             idx = list(range(lo, min(lo + per_call, len(texts)))) or [len(texts) - 1]  # keep ranks in step
-            chunk = [texts[i] for i in idx for _ in range(n)]
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-            processors = []
-            if not settings.greedy:
-                seeds = [settings.stream(question_ids[i], j) for i in idx for j in range(n)]
-                processors.append(SeededSampler(seeds, **settings.sampler()))
-            with torch.no_grad():
-                gen = model.generate(
-                    **enc, max_new_tokens=settings.max_new_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
-                    logits_processor=LogitsProcessorList(processors), pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=sorted(eos_ids), synced_gpus=synced_gpus,
-                )
+            rows = _generate_rows(model, tokenizer, [texts[i] for i in idx for _ in range(n)],
+                                  [settings.stream(question_ids[i], j) for i in idx for j in range(n)], settings,
+                                  eos_ids=eos_ids, device=device, synced_gpus=synced_gpus)
             if lo >= len(texts):
                 continue
-            rows = gen[:, enc["input_ids"].shape[1]:].tolist()
             for q in range(len(idx)):
                 group = []
                 for row in rows[q * n:(q + 1) * n]:
@@ -241,3 +228,21 @@ def generate_completions(
     finally:
         tokenizer.padding_side = side
     return out
+
+
+def _generate_rows(model, tokenizer, texts: list[str], seeds: list, settings: SamplingSettings, *, eos_ids: set[int],
+                   device, synced_gpus: bool) -> list[list[int]]:
+    """One HF ``generate`` call on ``texts`` (left-padded): the new token ids of each row, sampled by
+    :class:`SeededSampler` from its ``seeds`` stream (greedy: no processor, ``seeds`` unused)."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    processors = [] if settings.greedy else [SeededSampler(seeds, **settings.sampler())]
+    with torch.no_grad():
+        gen = model.generate(
+            **enc, max_new_tokens=settings.max_new_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
+            logits_processor=LogitsProcessorList(processors), pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=sorted(eos_ids), synced_gpus=synced_gpus,
+        )
+    return gen[:, enc["input_ids"].shape[1]:].tolist()

@@ -110,7 +110,7 @@ EVAL_METRICS: tuple[EvalMetric, ...] = (
 
 @dataclass(frozen=True)
 class ToolMetric:
-    """One tool figure of :func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts` that is logged
+    """One tool metric of :func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts` that is logged
     (``eval/tools/<key>``) and printed (``row``, ``fmt``)."""
 
     key: str
@@ -122,7 +122,7 @@ class ToolMetric:
         return f"eval/tools/{self.key}"
 
 
-#: The tool figures the callback logs and the table prints, in the table's order.
+#: The tool metrics the callback logs and the table prints, in the table's order.
 TOOL_METRICS: tuple[ToolMetric, ...] = (
     ToolMetric("tool_call_rate", "tool-call rate (samples)"),
     ToolMetric("calls_per_answer", "tool calls per answer", lambda v: f"{v:.2f}"),
@@ -135,7 +135,7 @@ TOOL_METRICS: tuple[ToolMetric, ...] = (
 
 
 def log_keys(ks: list[int], tools: bool) -> list[str]:
-    """Every key :func:`log_metrics` may log for these ``ks`` (with tool rollouts: the tool figures too)."""
+    """Every key :func:`log_metrics` may log for these ``ks`` (with tool rollouts: the tool metrics too)."""
     keys = []
     for metric in EVAL_METRICS:
         if metric.log_key is not None:

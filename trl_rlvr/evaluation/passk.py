@@ -61,7 +61,7 @@ def maj_at_k(votes: Sequence[Hashable | None], right: Mapping[Hashable, bool], k
     """Expected majority-vote accuracy of ``k`` of the samples (see the module docstring for the definition).
 
     ``votes[i]`` is the answer class of sample ``i`` (``None``: no answer, no vote); ``right[cls]`` says whether
-    that class is the right answer. Exact: a dynamic programme over the classes whose state is (samples chosen,
+    that class is the right answer. Exact: a dynamic program over the classes whose state is (samples chosen,
     top vote count, classes at the top, right classes at the top), weighted by the number of ways to choose
     them; the samples without a vote fill the rest of the subset. Cost O(C * k^3 * T^2) for C classes and at
     most T of them tied, independent of C(n, k).

@@ -111,7 +111,7 @@ STEP_FIELDS = (("rlvr/accuracy", "acc", "{:.0%}"), ("rewards/think_format/mean",
 
 
 def step_line(logs: dict, fields=STEP_FIELDS) -> str:
-    """A training step's figures as one line: ``reward 0.51 | acc 50% | ...`` (a field the step did not log is
+    """A training step's metrics as one line: ``reward 0.51 | acc 50% | ...`` (a field the step did not log is
     left out); a step that logged no reward trained nothing (no informative group, or too few rows for one
     update: the trainer logs what it trained) and says so."""
     if "reward" not in logs:

@@ -11,7 +11,7 @@ One rollout, as TRL runs it with ``environment_factory``:
    knows);
 3. each tool call run (an unknown tool, bad arguments or an exception: the reply is ``{'error': ...}`` and the call
    counts as failed), its reply rendered by the chat template and appended by token concatenation (no
-   re-tokenisation); a reply that would push the completion past ``max_new_tokens`` (TRL's
+   re-tokenization); a reply that would push the completion past ``max_new_tokens`` (TRL's
    ``max_completion_length``) or the model's context is dropped and the rollout ends there;
 4. the next turn generated, truncated to what is left of the budget, and parsed; repeat while it calls a tool
    (at most ``max_tool_calling_iterations`` times).
@@ -22,7 +22,7 @@ row of a batch at every step, finished or not, so one stream carried across turn
 stream per turn does not. With a vLLM engine (``llm``) every turn is a request of its own, seeded from the same
 stream's name (:func:`trl_rlvr.evaluation.vllm_generation.stream_seed`), with what is left of its budget.
 
-Per sample the figures a tool run needs: tool calls, turns whose tool call did not parse (TRL falls back to plain
+Per sample the metrics a tool run needs: tool calls, turns whose tool call did not parse (TRL falls back to plain
 text for them: ``parse_response`` raised, or its calls failed TRL's validation), calls that failed in TRL's loop,
 errors and timeouts the environment counts in its ``stats`` (``PythonEnvironment``: cells that raised, cells that
 ran out of time), tool-reply tokens (the completion's ``tool_mask == 0`` tokens), model tokens, and whether a reply
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from trl_rlvr.evaluation.cached_turns import CachedTurns
 from trl_rlvr.evaluation.generation import SamplingSettings, end_of_sequence_ids, generate_token_rows
 
-#: the figures of one rollout, summed over samples by the summary
+#: the metrics of one rollout, summed over samples by the summary
 TOOL_COUNTS = ("calls", "call_turns", "parse_failures", "call_failures", "env_errors", "timeouts", "tool_tokens", "model_tokens",
                "reply_dropped", "capped")
 
@@ -252,31 +252,11 @@ def run_tool_rollouts(model, tokenizer, rows: Sequence[dict], rollouts: Sequence
     continues the batch's KV cache and encodes only the reply (:class:`trl_rlvr.evaluation.cached_turns.CachedTurns`);
     False: every turn re-encodes its whole context, as TRL's loop does."""
     chat_template_kwargs = chat_template_kwargs or {}
-    eos_ids = end_of_sequence_ids(getattr(model, "generation_config", None), tokenizer)
     max_iterations = max_tool_calling_iterations if max_tool_calling_iterations is not None else float("inf")
-    if llm is None:
-        max_model_len = getattr(model.config, "max_position_embeddings", None) or float("inf")
-        sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, synced_gpus=synced_gpus)
-        turns = CachedTurns(model, tokenizer.pad_token_id, **sampling) if reuse_cache else None
-
-        def generate(id_lists, seeds, new_tokens, rows=None):
-            greedy = any(s is None for s in seeds)
-            seeds = None if greedy else seeds
-            if turns is not None:
-                return turns.generate(id_lists, seeds, max_new_tokens=max(new_tokens), rows=rows)
-            return generate_token_rows(model, tokenizer.pad_token_id, id_lists, seeds,
-                                       max_new_tokens=max(new_tokens), **sampling)
-    else:
-        from trl_rlvr.evaluation.vllm_generation import engine_end_of_sequence_ids, generate_token_rows_vllm
-
-        eos_ids = eos_ids | engine_end_of_sequence_ids(llm)
-        max_model_len = llm.llm_engine.model_config.max_model_len
-
-        def generate(id_lists, seeds, new_tokens, rows=None):
-            greedy = any(s is None for s in seeds)
-            return generate_token_rows_vllm(llm, id_lists, None if greedy else seeds, max_new_tokens=new_tokens,
-                                            eos_ids=eos_ids, temperature=temperature, top_p=top_p, top_k=top_k)
-
+    generate, eos_ids, max_model_len = _turn_generator(
+        model, tokenizer, llm, temperature=temperature, top_p=top_p, top_k=top_k, synced_gpus=synced_gpus,
+        reuse_cache=reuse_cache,
+    )
     for rollout, row in zip(rollouts, rows):
         _start(rollout, row, tokenizer, chat_template, chat_template_kwargs)
 
@@ -311,21 +291,66 @@ def run_tool_rollouts(model, tokenizer, rows: Sequence[dict], rollouts: Sequence
         seeds = [None if r.seed is None else f"{r.seed}:{iteration}" for r, _ in contexts]
         outputs = generate([ids for _, ids in contexts], seeds, left, [row_of[id(r)] for r, _ in contexts])
         row_of = {id(r): i for i, (r, _) in enumerate(contexts)}
-        for (rollout, ids), (new, _), room in zip(contexts, outputs, left):
-            new = new[:room]  # TRL truncates the turn to the completion budget
-            tool_length = len(ids) - len(rollout.prompt_ids) - len(rollout.completion_ids)
-            rollout.tool_mask += [0] * tool_length + [1] * len(new)
-            rollout.completion_ids = ids[len(rollout.prompt_ids):] + new
-            _turn(rollout, new, ids, tokenizer)
+        _extend(contexts, outputs, left, tokenizer)
         active = [r for r, _ in contexts if r.pending]
     for rollout in rollouts:
-        rollout.finished = bool(rollout.completion_ids) and rollout.completion_ids[-1] in eos_ids
-        rollout.counts["tool_tokens"] = rollout.tool_mask.count(0)
-        rollout.counts["model_tokens"] = rollout.tool_mask.count(1)
-        stats = getattr(rollout.environment, "stats", None)
-        if isinstance(stats, dict):  # the environment's own figures (PythonEnvironment: cells that raised, timeouts)
-            rollout.counts["env_errors"] = int(stats.get("errors", 0) or 0)
-            rollout.counts["timeouts"] = int(stats.get("timeouts", 0) or 0)
+        _close(rollout, eos_ids)
+
+
+def _extend(contexts: list[tuple[Rollout, list[int]]], outputs, left: list[int], tokenizer) -> None:
+    """Each ``(rollout, context ids)`` continued by its generated turn, truncated to the ``left`` completion
+    budget as TRL truncates it: the tool reply tokens since the last turn masked 0, the model's turn 1."""
+    for (rollout, ids), (new, _), room in zip(contexts, outputs, left):
+        new = new[:room]
+        tool_length = len(ids) - len(rollout.prompt_ids) - len(rollout.completion_ids)
+        rollout.tool_mask += [0] * tool_length + [1] * len(new)
+        rollout.completion_ids = ids[len(rollout.prompt_ids):] + new
+        _turn(rollout, new, ids, tokenizer)
+
+
+def _turn_generator(model, tokenizer, llm, *, temperature: float, top_p: float, top_k: int, synced_gpus: bool,
+                    reuse_cache: bool):
+    """``(generate, eos_ids, max_model_len)`` for :func:`run_tool_rollouts`: ``generate(id_lists, seeds,
+    new_tokens, rows=None)`` -> one ``(ids, ...)`` per context, with HF ``generate`` on ``model`` (through the
+    batch's KV cache with ``reuse_cache``) or, given ``llm``, with vLLM; the token ids that end a sequence; the
+    context ceiling (the model's ``max_position_embeddings``, or the engine's ``max_model_len``)."""
+    eos_ids = end_of_sequence_ids(getattr(model, "generation_config", None), tokenizer)
+    if llm is None:
+        max_model_len = getattr(model.config, "max_position_embeddings", None) or float("inf")
+        sampling = dict(temperature=temperature, top_p=top_p, top_k=top_k, eos_ids=eos_ids, synced_gpus=synced_gpus)
+        turns = CachedTurns(model, tokenizer.pad_token_id, **sampling) if reuse_cache else None
+
+        def generate(id_lists, seeds, new_tokens, rows=None):
+            greedy = any(s is None for s in seeds)
+            seeds = None if greedy else seeds
+            if turns is not None:
+                return turns.generate(id_lists, seeds, max_new_tokens=max(new_tokens), rows=rows)
+            return generate_token_rows(model, tokenizer.pad_token_id, id_lists, seeds,
+                                       max_new_tokens=max(new_tokens), **sampling)
+
+        return generate, eos_ids, max_model_len
+    from trl_rlvr.evaluation.vllm_generation import engine_end_of_sequence_ids, generate_token_rows_vllm
+
+    eos_ids = eos_ids | engine_end_of_sequence_ids(llm)
+
+    def generate_vllm(id_lists, seeds, new_tokens, rows=None):
+        greedy = any(s is None for s in seeds)
+        return generate_token_rows_vllm(llm, id_lists, None if greedy else seeds, max_new_tokens=new_tokens,
+                                        eos_ids=eos_ids, temperature=temperature, top_p=top_p, top_k=top_k)
+
+    return generate_vllm, eos_ids, llm.llm_engine.model_config.max_model_len
+
+
+def _close(rollout: Rollout, eos_ids) -> None:
+    """A finished rollout's counts: whether it ended on an end-of-sequence token, its tool and model tokens, and the
+    environment's own metrics (PythonEnvironment's ``stats``: cells that raised, timeouts)."""
+    rollout.finished = bool(rollout.completion_ids) and rollout.completion_ids[-1] in eos_ids
+    rollout.counts["tool_tokens"] = rollout.tool_mask.count(0)
+    rollout.counts["model_tokens"] = rollout.tool_mask.count(1)
+    stats = getattr(rollout.environment, "stats", None)
+    if isinstance(stats, dict):
+        rollout.counts["env_errors"] = int(stats.get("errors", 0) or 0)
+        rollout.counts["timeouts"] = int(stats.get("timeouts", 0) or 0)
 
 
 def generate_tool_completions(
@@ -353,7 +378,7 @@ def generate_tool_completions(
     """:func:`trl_rlvr.evaluation.generation.generate_completions` for tool rollouts: ``n`` rollouts per prompt
     (conversational), each ``(transcript, completion ids, finished with EOS, info)`` where ``info`` holds the
     completion as TRL's rewards receive it (``messages``: assistant turns and tool replies), TRL's ``tool_mask``
-    (0 on tool-reply tokens) and the rollout's figures (:data:`TOOL_COUNTS`). ``sampling``: a
+    (0 on tool-reply tokens) and the rollout's metrics (:data:`TOOL_COUNTS`). ``sampling``: a
     :class:`~trl_rlvr.evaluation.generation.SamplingSettings`, or its fields as keywords. ``rows[i]``: prompt ``i``'s dataset row, the environment's ``reset`` arguments.
 
     A batch takes ``max(1, batch_size // n)`` questions; its environments are constructed once (one per rollout of
@@ -364,12 +389,7 @@ def generate_tool_completions(
     """
     settings = SamplingSettings.resolve(sampling, **sampling_keywords)
     settings.check("generate_tool_completions", prompts, question_ids, n)
-    if len(rows) != len(prompts):
-        raise ValueError("generate_tool_completions: rows and prompts differ in length")
-    for p in prompts:
-        if isinstance(p, str):
-            raise ValueError("tool rollouts need conversational prompts (a list of messages): the tools are "
-                             "rendered by the chat template")
+    _check_tool_prompts(prompts, rows)
     per_call = max(1, batch_size // n)
     n_batches = n_batches if n_batches is not None else -(-len(prompts) // per_call)
     pool: list = []
@@ -378,38 +398,57 @@ def generate_tool_completions(
         for b in range(n_batches):
             lo = b * per_call
             idx = list(range(lo, min(lo + per_call, len(prompts)))) or [len(prompts) - 1]  # keep ranks in step
-            while len(pool) < len(idx) * n:
-                pool.append(environment_factory())
-            rollouts, batch_rows = [], []
-            for i in idx:
-                for j in range(n):
-                    env = pool[len(rollouts)]
-                    rollouts.append(Rollout(environment=env, tools=environment_tools(env),
-                                            seed=settings.stream(question_ids[i], j),
-                                            prompt=copy.deepcopy(list(prompts[i]))))
-                    batch_rows.append(rows[i])
-            run_tool_rollouts(model, tokenizer, batch_rows, rollouts, max_new_tokens=settings.max_new_tokens,
-                              **settings.sampler(), chat_template=chat_template,
-                              chat_template_kwargs=chat_template_kwargs,
+            rollouts = _batch_rollouts(idx, n, pool, environment_factory, prompts, question_ids, settings)
+            run_tool_rollouts(model, tokenizer, [rows[i] for i in idx for _ in range(n)], rollouts,
+                              max_new_tokens=settings.max_new_tokens, **settings.sampler(),
+                              chat_template=chat_template, chat_template_kwargs=chat_template_kwargs,
                               max_tool_calling_iterations=max_tool_calling_iterations, synced_gpus=synced_gpus,
                               keep_going=keep_going, llm=llm, reuse_cache=reuse_cache)
             if lo >= len(prompts):
                 continue
-            for q in range(len(idx)):
-                group = []
-                for r in rollouts[q * n:(q + 1) * n]:
-                    transcript = tokenizer.decode(r.completion_ids, skip_special_tokens=False)
-                    group.append((transcript, r.completion_ids, r.finished,
-                                  {"messages": r.completions, "tool_mask": r.tool_mask, **r.counts}))
-                out.append(group)
+            out += [[_completion(r, tokenizer) for r in rollouts[q * n:(q + 1) * n]] for q in range(len(idx))]
             if on_batch is not None:
                 on_batch(len(idx))
     finally:
-        for env in pool:  # an environment that is a context manager (PythonEnvironment) is closed
-            close = getattr(env, "__exit__", None)
-            if callable(close):
-                close(None, None, None)
+        _close_environments(pool)
     return out
+
+
+def _batch_rollouts(idx: list[int], n: int, pool: list, environment_factory: Callable[[], object], prompts: Sequence,
+                    question_ids: Sequence[int], settings: SamplingSettings) -> list[Rollout]:
+    """``n`` fresh rollouts for each prompt of ``idx``, prompt by prompt, each on its own environment of ``pool``
+    (grown with ``environment_factory`` to the batch's size, kept for the next batch) and seeded from its stream."""
+    while len(pool) < len(idx) * n:
+        pool.append(environment_factory())
+    return [Rollout(environment=pool[k * n + j], tools=environment_tools(pool[k * n + j]),
+                    seed=settings.stream(question_ids[i], j), prompt=copy.deepcopy(list(prompts[i])))
+            for k, i in enumerate(idx) for j in range(n)]
+
+
+def _check_tool_prompts(prompts: Sequence, rows: Sequence[dict]) -> None:
+    """One dataset row per prompt, and every prompt conversational (the tools are rendered by the chat template)."""
+    if len(rows) != len(prompts):
+        raise ValueError("generate_tool_completions: rows and prompts differ in length")
+    for p in prompts:
+        if isinstance(p, str):
+            raise ValueError("tool rollouts need conversational prompts (a list of messages): the tools are "
+                             "rendered by the chat template")
+
+
+def _completion(rollout: Rollout, tokenizer) -> tuple[str, list[int], bool, dict]:
+    """One rollout as :func:`generate_tool_completions` returns it: ``(transcript, completion ids, finished with
+    EOS, info)``."""
+    transcript = tokenizer.decode(rollout.completion_ids, skip_special_tokens=False)
+    return (transcript, rollout.completion_ids, rollout.finished,
+            {"messages": rollout.completions, "tool_mask": rollout.tool_mask, **rollout.counts})
+
+
+def _close_environments(pool: list) -> None:
+    """Close each environment that is a context manager (PythonEnvironment)."""
+    for env in pool:
+        close = getattr(env, "__exit__", None)
+        if callable(close):
+            close(None, None, None)
 
 
 def _ratio(a, b):
@@ -417,7 +456,7 @@ def _ratio(a, b):
 
 
 def summarize_tool_rollouts(per_question: list[dict], max_new_tokens: int | None = None) -> dict | None:
-    """The tool figures of an evaluation from its per-question records (``rec["tool"]``); None without tools.
+    """The tool metrics of an evaluation from its per-question records (``rec["tool"]``); None without tools.
 
     - ``tool_call_rate``: share of samples that ran at least one tool call; ``calls_per_answer``: tool calls run per
       sample (TRL's ``tools/call_frequency``);

@@ -1,6 +1,6 @@
 """``trl-rlvr rewards audit NAME [--option value ...] [--kind K] [--cases my.jsonl] [--json PATH]``.
 
-Runs the corpus of hostile and labelled cases of the reward's kind through a registered reward (``trl-rlvr rewards
+Runs the corpus of hostile and labeled cases of the reward's kind through a registered reward (``trl-rlvr rewards
 list``) or a ``module:function`` reward, and prints per class the wrong answers it accepted (false positives), the
 right answers it rejected (false negatives), errors, timeouts and the cost. Any option not listed below is an
 option of the reward (``--timeout 2``; the value is read as JSON, else as a string).
@@ -49,7 +49,7 @@ def _flags(p: argparse.ArgumentParser, defaults: bool = True) -> None:
 
 def add_parser(rsub) -> argparse.ArgumentParser:
     """The ``audit`` action of ``trl-rlvr rewards``."""
-    p = rsub.add_parser("audit", help="run hostile and labelled cases through a reward: can it be gamed?",
+    p = rsub.add_parser("audit", help="run hostile and labeled cases through a reward: can it be gamed?",
                         usage="%(prog)s NAME [--OPTION VALUE ...] [--kind K] [--cases my.jsonl] [--json PATH]",
                         description=__doc__.split("\n\n", 1)[1].replace("``", "`"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", help="a registered reward name or module:function")

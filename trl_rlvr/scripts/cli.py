@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         "rewards", help="reward plugins: list, show, audit",
         description="Reward plugins: the built-ins and those other packages register in the entry-point group "
         "trl_rlvr.rewards. `list` names them, `show NAME` prints one with its options, `audit NAME` runs hostile "
-        "and labelled cases through one (can it be gamed?).")
+        "and labeled cases through one (can it be gamed?).")
     rsub = rewards.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = rsub.add_parser("list", help="list the installed reward plugins",
                         description="List the installed reward plugins (built-ins and third-party entry points): "

@@ -14,7 +14,7 @@ def distributed_state(use_cpu: bool = False):
     work on the whole data).
 
     On a gloo launch the process group is destroyed when the script exits
-    (:mod:`trl_rlvr._compat.gloo_exit`): left to the interpreter's finalisation, gloo's worker threads can abort a
+    (:mod:`trl_rlvr._compat.gloo_exit`): left to the interpreter's finalization, gloo's worker threads can abort a
     rank that has finished its work, failing the launch."""
     import torch
     from accelerate import PartialState

@@ -4,7 +4,7 @@ The arguments are ``trl-rlvr train``'s (:mod:`trl_rlvr.scripts.train`: the same 
 line), plus ``--json`` and ``--doctor_prompts``. The doctor builds the run's trainer (:func:`build_trainer`: data,
 rewards, model), generates ONE generation batch with the trainer's own generation and scoring (the run's sampling
 settings, its rewards, its advantages), and prints one verdict per check of :mod:`trl_rlvr.checks.verdicts`
-(truncation, each reward, zero-signal groups, the loss normalisation, the machine) and of
+(truncation, each reward, zero-signal groups, the loss normalization, the machine) and of
 :mod:`trl_rlvr.checks.batch_size` (the learning rate for the rollouts per optimizer step) with what to change.
 
 Exit status: 0 when no check fails, 1 when one does, 2 when the doctor could not run (a bad recipe, a model
@@ -32,7 +32,7 @@ DESCRIPTION = (
     "same arguments as `trl-rlvr train`, generates and scores ONE generation batch with the run's own sampling "
     "settings and rewards, and prints a verdict (ok / warn / fail) with what to change for each check: truncation, "
     "answers each reward cannot read, reward errors and timeouts, zero-signal groups against p^G + (1-p)^G, the "
-    "loss normalisation's token counts, the learning rate for the rollouts per optimizer step, settings this machine "
+    "loss normalization's token counts, the learning rate for the rollouts per optimizer step, settings this machine "
     "cannot run, and on a tool run the tool-call parse rate, tool errors and the budget share of tool replies. Exit status: 0 when no check fails, 1 when one does, "
     "2 when the doctor could not run. Guide: docs/before_and_during_a_run.md."
 )
@@ -114,7 +114,7 @@ def measure(trainer, prompts: int | None = None) -> dict:
                               getattr(args, "dynamic_sampling_tolerance", 0.0))
     success_zero = zero_signal_groups(success.float(), group_size)
     completions = list(record.table["completion"])[-len(rows):]
-    tools = tool_figures(trainer, output, metrics) if trainer.tools else None
+    tools = tool_use_metrics(trainer, output, metrics) if trainer.tools else None
     return {
         "tools": tools,
         "prompts": prompts, "answers": len(rows), "group_size": group_size, "seconds": seconds,
@@ -128,8 +128,8 @@ def measure(trainer, prompts: int | None = None) -> dict:
     }
 
 
-def tool_figures(trainer, output: dict, metrics: dict) -> dict:
-    """A tool run's figures for :func:`trl_rlvr.checks.verdicts.tool_use_verdict`: each model turn of each answer (the
+def tool_use_metrics(trainer, output: dict, metrics: dict) -> dict:
+    """A tool run's metrics for :func:`trl_rlvr.checks.verdicts.tool_use_verdict`: each model turn of each answer (the
     ``tool_mask == 1`` runs) re-read by TRL's parser to count the turns whose tool call did not parse (TRL kept
     them as text); TRL's and the environments' per-batch metrics; the tool replies' share of the budget."""
     from trl_rlvr.evaluation.tool_rollouts import parse_turn

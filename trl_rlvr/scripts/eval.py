@@ -1,6 +1,6 @@
 """``trl-rlvr eval``: sampled evaluation of one or more models with the training verifiers: n answers per question,
 scored by the training rewards; pass@k (Chen et al. 2021's unbiased estimator), maj@k, mean@n, format rate,
-truncation, and with ``--environment`` the tool figures of TRL's multi-turn tool loop.
+truncation, and with ``--environment`` the tool metrics of TRL's multi-turn tool loop.
 
     trl-rlvr eval BASE_DIR TRAINED_DIR --label base --label trained --dataset arithmetic --n 8 --k 1 2 4 8
 
@@ -28,7 +28,22 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("models", nargs="+", help="model directories or hub ids (a directory with adapter_config.json "
                    "is a PEFT adapter on its base model); several models are compared in one table and plot")
     p.add_argument("--label", action="append", default=None, help="a name per model, in order (default: directory name)")
-    d = p.add_argument_group("data")
+    _add_data_arguments(p)
+    _add_reward_arguments(p)
+    _add_sampling_arguments(p)
+    _add_vllm_arguments(p)
+    _add_tool_arguments(p)
+    o = p.add_argument_group("output")
+    o.add_argument("--output_dir", default="eval_results", help="where eval.json and passk.png go")
+    o.add_argument("--no_plot", action="store_true")
+    o.add_argument("--no_progress", action="store_true")
+    p.set_defaults(func=run)
+    return p
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """The questions: the built-in arithmetic set, a local file or a hub dataset, and how prompts are made."""
+    d = parser.add_argument_group("data")
     d.add_argument("--dataset", default="arithmetic", help="'arithmetic' (built-in, offline), a local .json/.jsonl "
                    "file, or a hub dataset name")
     d.add_argument("--dataset_config", default=None, help="hub dataset configuration (e.g. 'main' for gsm8k)")
@@ -42,7 +57,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     d.add_argument("--num_questions", type=int, default=None, help="first N questions (arithmetic: default 100)")
     d.add_argument("--dataset_seed", type=int, default=0, help="built-in arithmetic: the seed of the held-out set")
     d.add_argument("--max_operand", type=int, default=20, help="built-in arithmetic: operands from 1..max_operand")
-    r = p.add_argument_group("rewards")
+
+
+def _add_reward_arguments(parser: argparse.ArgumentParser) -> None:
+    """The rewards that decide right / wrong and formatted, and their options."""
+    r = parser.add_argument_group("rewards")
     r.add_argument("--reward", default="boxed_math", help="the reward that decides right/wrong: a registered name "
                    "(`trl-rlvr rewards list`) or module:function / module.function of a reward function")
     r.add_argument("--format_reward", default="think_format", help="reward whose score >= 1 counts as formatted "
@@ -51,7 +70,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="an option of a registered reward (VALUE read as JSON, else a string), e.g. "
                    "boxed_math.timeout=10; boxed_math/think_format get prefilled=true with a <think>-prefilled prompt")
     r.add_argument("--success_threshold", type=float, default=1.0)
-    s = p.add_argument_group("sampling")
+
+
+def _add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sampling: samples per question, k values, the sampler's settings, the seed, the batch, the dtype."""
+    s = parser.add_argument_group("sampling")
     s.add_argument("--n", type=int, default=8, help="samples per question")
     s.add_argument("--k", type=int, nargs="+", default=None, help="k values (default 1 2 4 ... n); each <= n")
     s.add_argument("--temperature", type=float, default=1.0)
@@ -61,28 +84,30 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="a sample's tokens depend only on (seed, question, sample)")
     s.add_argument("--batch_size", type=int, default=64, help="sequences per generate() call")
     s.add_argument("--dtype", default="float32", help="model weights dtype (float32, bfloat16, float16, auto)")
-    v = p.add_argument_group("vLLM (optional: pip install vllm)")
+
+
+def _add_vllm_arguments(parser: argparse.ArgumentParser) -> None:
+    """vLLM instead of HF ``generate`` (optional)."""
+    v = parser.add_argument_group("vLLM (optional: pip install vllm)")
     v.add_argument("--vllm", action="store_true", help="generate with a vLLM engine instead of HF generate (each "
                    "sample still seeded from seed, question and sample; the samples differ from HF's)")
     v.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.9)
     v.add_argument("--vllm_max_model_length", type=int, default=None, help="default: the model's")
     v.add_argument("--vllm_enforce_eager", action="store_true", help="no CUDA graphs / torch.compile (starts faster)")
-    t = p.add_argument_group("tools (multi-turn tool rollouts, as TRL's trainer runs them; on HF generate or --vllm)")
+
+
+def _add_tool_arguments(parser: argparse.ArgumentParser) -> None:
+    """Multi-turn tool rollouts, as TRL's trainer runs them."""
+    t = parser.add_argument_group("tools (multi-turn tool rollouts, as TRL's trainer runs them; on HF generate or --vllm)")
     t.add_argument("--environment", default=None, metavar="MODULE:CLASS", help="an environment class (TRL's "
                    "environment_factory), e.g. reward_plugins.code_sandbox:PythonEnvironment: every sample is a tool "
-                   "rollout, and the tool figures are reported")
+                   "rollout, and the tool metrics are reported")
     t.add_argument("--environment_options", default=None, help="keyword arguments of the environment, as JSON, "
                    "e.g. '{\"timeout\": 5}'")
     t.add_argument("--chat_template", default=None, help="the chat template to render with: a .jinja file or a "
                    "template TRL ships (e.g. qwen2_5); needed when the model's own does not render tools")
     t.add_argument("--max_tool_calling_iterations", type=int, default=None, help="TRL's cap on tool rounds per "
                    "sample (default: the budget alone)")
-    o = p.add_argument_group("output")
-    o.add_argument("--output_dir", default="eval_results", help="where eval.json and passk.png go")
-    o.add_argument("--no_plot", action="store_true")
-    o.add_argument("--no_progress", action="store_true")
-    p.set_defaults(func=run)
-    return p
 
 
 # ------------------------------------------------------------------------------------------------ pieces
@@ -250,27 +275,46 @@ def load_vllm_engine(path: str, args):
 
 
 # ------------------------------------------------------------------------------------------------ main
-def run(args) -> int:
-    from trl_rlvr.evaluation.evaluate import evaluate_sampled, resolve_ks
-    from trl_rlvr.evaluation.progress import plain_library_bars
+def checked_inputs(args) -> tuple:
+    """``(labels, ks, tool options, (success reward, format reward), rows)`` from the command line, every option
+    checked before a model loads (``ValueError`` naming the option); ``args.prompt_style`` resolved."""
+    from trl_rlvr.evaluation.evaluate import resolve_ks
+
+    labels = args.label or [Path(m.rstrip("/")).name or m for m in args.models]
+    if len(labels) != len(args.models):
+        raise ValueError(f"{len(labels)} --label for {len(args.models)} models: give one per model")
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"labels must differ: {labels} (use --label)")
+    ks = resolve_ks(args.n, args.k)
+    if args.vllm and importlib.util.find_spec("vllm") is None:
+        raise ValueError("--vllm: vLLM is not installed (pip install vllm), or evaluate without --vllm")
+    args.prompt_style = default_prompt_style(args)
+    tools = tool_options(args)
+    return labels, ks, tools, eval_rewards(args), load_rows(args)
+
+
+def write_results(args, results: dict, num_processes: int) -> None:
+    """``eval.json`` (the settings and each model's results) and ``passk.png`` in ``--output_dir``; the table."""
     from trl_rlvr.evaluation.report import format_table, plot_passk
+
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items() if k != "func"}
+    (out / "eval.json").write_text(json.dumps({"settings": settings, "num_processes": num_processes,
+                                               "models": results}, indent=1, default=str))
+    print(format_table(results))
+    plot = None if args.no_plot else plot_passk(results, out / "passk.png")
+    print(f"results: {out / 'eval.json'}" + (f"   plot: {plot}" if plot else ""))
+
+
+def run(args) -> int:
+    from trl_rlvr.evaluation.evaluate import evaluate_sampled
+    from trl_rlvr.evaluation.progress import plain_library_bars
     from trl_rlvr.scripts.distributed import distributed_state
 
     plain_library_bars()  # redirected to a file: the sampling bar is plain lines, the libraries' bars off
-
-    labels = args.label or [Path(m.rstrip("/")).name or m for m in args.models]
     try:
-        if len(labels) != len(args.models):
-            raise ValueError(f"{len(labels)} --label for {len(args.models)} models: give one per model")
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"labels must differ: {labels} (use --label)")
-        ks = resolve_ks(args.n, args.k)
-        if args.vllm and importlib.util.find_spec("vllm") is None:
-            raise ValueError("--vllm: vLLM is not installed (pip install vllm), or evaluate without --vllm")
-        args.prompt_style = default_prompt_style(args)
-        tools = tool_options(args)
-        success_fn, format_fn = eval_rewards(args)
-        rows = load_rows(args)
+        labels, ks, tools, (success_fn, format_fn), rows = checked_inputs(args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -305,13 +349,6 @@ def run(args) -> int:
         results[label]["generator"] = "vllm" if llm is not None else "hf"
         del model, llm
     if state.is_main_process:
-        out = Path(args.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        settings = {k: v for k, v in vars(args).items() if k != "func"}
-        (out / "eval.json").write_text(json.dumps({"settings": settings, "num_processes": state.num_processes,
-                                                   "models": results}, indent=1, default=str))
-        print(format_table(results))
-        plot = None if args.no_plot else plot_passk(results, out / "passk.png")
-        print(f"results: {out / 'eval.json'}" + (f"   plot: {plot}" if plot else ""))
+        write_results(args, results, state.num_processes)
     state.wait_for_everyone()
     return 0

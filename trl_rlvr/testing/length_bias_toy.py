@@ -129,7 +129,7 @@ class TablePolicy(PreTrainedModel, GenerationMixin):
             self.lm_head.bias[: config.num_answer_tokens + 1] = 0.0
         self.lm_head.requires_grad_(False)  # a fixed mask, not a parameter of the toy
 
-    def _init_weights(self, module):  # the table is initialised in __init__, nothing to do here
+    def _init_weights(self, module):  # the table is initialized in __init__, nothing to do here
         pass
 
     def get_output_embeddings(self):

@@ -271,13 +271,7 @@ def _assemble() -> list:
     checks, the three shared verdicts. It loads only the number and the arguments and compares constants: the
     kernel's seccomp cache can then prove "always allowed" for the plain allowlist entries and
     skip the filter for them."""
-    acts = syscall_actions()
-    runs, prev = [], None  # (first nr, action) for each run of equal actions over 0 .. 2**32-1
-    for nr in range(max(acts) + 2):
-        a = acts.get(nr, "deny")
-        if a != prev:
-            runs.append((nr, a))
-            prev = a
+    runs = _action_runs(syscall_actions())
     out: list = []  # instructions as [code, jt, jf, k], jt/jf labels (str) until resolved
     labels: dict[str, int] = {}
 
@@ -322,6 +316,25 @@ def _assemble() -> list:
                           ("enotty", _RET_ERRNO | _ENOTTY)):  # fmt: skip
         labels[name] = len(out)
         emit(_RET_K, k=verdict)
+    _resolve_jumps(out, labels)
+    return out
+
+
+def _action_runs(acts: dict[int, str]) -> list[tuple[int, str]]:
+    """``(first nr, action)`` for each run of equal actions over 0 .. 2**32-1 (a number not in ``acts``:
+    ``"deny"``; the last run reaches 2**32-1)."""
+    runs, prev = [], None
+    for nr in range(max(acts) + 2):
+        a = acts.get(nr, "deny")
+        if a != prev:
+            runs.append((nr, a))
+            prev = a
+    return runs
+
+
+def _resolve_jumps(out: list, labels: dict[str, int]) -> None:
+    """Each jump label (a str in ``jt`` / ``jf``) replaced, in place, by its offset from the next instruction;
+    an offset outside classic BPF's 0..255 is an error."""
     for i, ins in enumerate(out):
         for j in (1, 2):
             if isinstance(ins[j], str):
@@ -329,7 +342,6 @@ def _assemble() -> list:
                 if not 0 <= off <= 255:
                     raise AssertionError(f"jump out of range at {i}")
                 ins[j] = off
-    return out
 
 
 def seccomp_filter_bytes() -> bytes:

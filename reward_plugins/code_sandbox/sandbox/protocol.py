@@ -135,14 +135,9 @@ def parse(raw: bytes, budget: Budget | None = None, max_depth: int = MAX_DEPTH):
     bound checked as it goes: ``len(raw) <= MAX_FRAME``, items and deadline from ``budget``
     (checked every few thousand items and at the end), nesting ``<= max_depth``. Iterative, so
     its cost is linear in ``len(raw)``; raises ProtocolError at the first violation."""
-    if len(raw) > MAX_FRAME:
-        raise ProtocolError("message too large")
-    try:
-        s = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ProtocolError("not UTF-8") from None
+    s = _decode(raw)
     budget = Budget() if budget is None else budget
-    ws, number, string = _WS.match, _NUMBER.match, _string
+    ws, string = _WS.match, _string
     n, count, next_check = len(s), 0, _CHECK_EVERY
     stack, keys = [], []  # open containers, and for each dict the key whose value comes next
     pos = ws(s, 0).end()
@@ -166,27 +161,8 @@ def parse(raw: bytes, budget: Budget | None = None, max_depth: int = MAX_DEPTH):
                 key, pos = _key(s, pos)
                 keys.append(key)
                 continue
-        elif c == "t" and s.startswith("true", pos):
-            value, pos = True, pos + 4
-        elif c == "f" and s.startswith("false", pos):
-            value, pos = False, pos + 5
-        elif c == "n" and s.startswith("null", pos):
-            value, pos = None, pos + 4
         else:
-            m = number(s, pos)
-            if m is None:
-                raise ProtocolError(f"unexpected {c!r} at {pos}")
-            tok, pos = m.group(), m.end()
-            if m.lastindex is None:
-                if len(tok) > _INT_CHARS:
-                    raise ProtocolError("decimal integer too long (big integers travel as hex)")
-                value = int(tok)
-            else:
-                if len(tok) > _MAX_NUMBER_CHARS:
-                    raise ProtocolError("number too long")
-                value = float(tok)
-                if value - value != 0.0:  # inf (nan cannot be written in JSON)
-                    raise ProtocolError("non-finite number")
+            value, pos = _scalar(s, pos, c)
         while True:  # attach the value; close every container that ends here
             if count >= next_check:
                 budget.spend(count - next_check + _CHECK_EVERY)
@@ -197,12 +173,7 @@ def parse(raw: bytes, budget: Budget | None = None, max_depth: int = MAX_DEPTH):
                 budget.spend(count - next_check + _CHECK_EVERY)
                 return value
             key = keys[-1]
-            if key is None:
-                stack[-1].append(value)
-            elif key in stack[-1]:
-                raise ProtocolError("duplicate key")
-            else:
-                stack[-1][key] = value
+            _attach(stack[-1], key, value)
             c = s[pos : pos + 1]
             if c in _WS_CHARS:
                 pos = ws(s, pos).end()
@@ -219,6 +190,53 @@ def parse(raw: bytes, budget: Budget | None = None, max_depth: int = MAX_DEPTH):
                 keys.pop()
                 continue
             raise ProtocolError(f"expected ',' or the end of a container at {pos}")
+
+
+def _attach(container, key, value) -> None:
+    """``value`` into the open container: appended to a list (``key`` None), else under ``key`` in a dict (a key
+    it already holds: ProtocolError, JSON's duplicate keys being ambiguous)."""
+    if key is None:
+        container.append(value)
+    elif key in container:
+        raise ProtocolError("duplicate key")
+    else:
+        container[key] = value
+
+
+def _decode(raw: bytes) -> str:
+    """A frame's text: at most ``MAX_FRAME`` bytes, valid UTF-8."""
+    if len(raw) > MAX_FRAME:
+        raise ProtocolError("message too large")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError("not UTF-8") from None
+
+
+def _scalar(s: str, pos: int, c: str):
+    """The literal (``true``, ``false``, ``null``) or number starting at ``pos`` (``c`` its first character) ->
+    ``(value, end)``. A decimal integer is at most ``_INT_CHARS`` characters, any other number at most
+    ``_MAX_NUMBER_CHARS`` and finite; anything else is a ProtocolError."""
+    if c == "t" and s.startswith("true", pos):
+        return True, pos + 4
+    if c == "f" and s.startswith("false", pos):
+        return False, pos + 5
+    if c == "n" and s.startswith("null", pos):
+        return None, pos + 4
+    m = _NUMBER.match(s, pos)
+    if m is None:
+        raise ProtocolError(f"unexpected {c!r} at {pos}")
+    tok, pos = m.group(), m.end()
+    if m.lastindex is None:
+        if len(tok) > _INT_CHARS:
+            raise ProtocolError("decimal integer too long (big integers travel as hex)")
+        return int(tok), pos
+    if len(tok) > _MAX_NUMBER_CHARS:
+        raise ProtocolError("number too long")
+    value = float(tok)
+    if value - value != 0.0:  # inf (nan cannot be written in JSON)
+        raise ProtocolError("non-finite number")
+    return value, pos
 
 
 # ---------------------------------------------------------------- typed, data-only codec

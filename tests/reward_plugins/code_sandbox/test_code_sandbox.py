@@ -123,7 +123,7 @@ def test_dead_worker_is_replaced(reward):
     reward.pool.start()
     for slot in list(reward.pool._idle.queue):
         os.killpg(slot[1].proc.pid, signal.SIGKILL)
-    for slot in list(reward.pool._idle.queue):  # dead, not only signalled: a kill still in flight is the other case
+    for slot in list(reward.pool._idle.queue):  # dead, not only signaled: a kill still in flight is the other case
         slot[1].proc.wait(timeout=30)
     metrics = {}
     r = reward(prompts=[""] * 4, completions=[ADD, "def add(a, b): return 0", ADD, ADD], tests=[TESTS] * 4,

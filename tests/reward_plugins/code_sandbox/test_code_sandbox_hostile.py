@@ -157,7 +157,7 @@ HOSTILE = {
         "import os, subprocess\ntry:\n    subprocess.Popen(['/bin/sleep', '1000'])\nexcept OSError:\n    pid = os.fork()\n    if pid == 0:\n        os.setsid()\n        if os.fork():\n            os._exit(0)\n        import time\n        time.sleep(1000)"
     ),
     "raise_limits": _attempt("import resource\nresource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))"),
-    "ptrace_neighbours": _attempt(
+    "ptrace_neighbors": _attempt(
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nassert any(libc.ptrace(16, p, 0, 0) == 0 for p in range(1, 200))"
     ),
     "run_as_root": _attempt("import os\nassert os.getuid() == 0 or os.geteuid() == 0"),

@@ -2,7 +2,7 @@
 
 State persists within a rollout and never across resets or between instances; the hostile programs of the
 reward's suite, run as cells (and their functions called in a later cell), are contained: they fail, or harm
-only their own interpreter, which is then replaced; a neighbour rollout's state and the next rollout are intact.
+only their own interpreter, which is then replaced; a neighbor rollout's state and the next rollout are intact.
 """
 
 import inspect
@@ -32,7 +32,7 @@ def env():
 
 
 @pytest.fixture()
-def neighbour():
+def neighbor():
     """A second rollout, live beside the one under attack, with state of its own."""
     with PythonEnvironment(timeout=TIMEOUT, rollout_timeout=30.0, memory_mb=512) as e:
         e.reset()
@@ -110,18 +110,18 @@ def test_rollout_budget():
 
 
 # ------------------------------------------------------------------------------------------------ isolation
-def test_state_persists_within_a_rollout_only(env, neighbour):
+def test_state_persists_within_a_rollout_only(env, neighbor):
     env.python("import json\nvalue = [1, 2]\nopen('f.txt', 'w').write('hi')\nimport os\nos.environ['SECRET'] = 's'")
     got = env.python("value, open('f.txt').read(), json.dumps(1), os.environ.get('SECRET')")
     assert got == "([1, 2], 'hi', '1', 's')\n"
-    assert "NameError" in neighbour.python("value")
-    assert neighbour.python("import os\nsorted(os.listdir('.')), dict(os.environ)") == "(['mine.txt'], {})\n"
+    assert "NameError" in neighbor.python("value")
+    assert neighbor.python("import os\nsorted(os.listdir('.')), dict(os.environ)") == "(['mine.txt'], {})\n"
     env.reset()
     for probe in ("value", "json", "os"):
         assert f"NameError: name '{probe}' is not defined" in env.python(probe)
     assert env.python("import os, sys\nos.listdir('.'), dict(os.environ), 'json' in sys.modules") == "([], {}, True)\n"
     # json is in sys.modules because the clean server pre-imports it for every interpreter, not from the last rollout
-    assert neighbour.python("canary + 1, open('mine.txt').read()") == "(42, 'kept')\n"
+    assert neighbor.python("canary + 1, open('mine.txt').read()") == "(42, 'kept')\n"
 
 
 def test_module_state_does_not_survive_reset(env):
@@ -133,13 +133,13 @@ def test_module_state_does_not_survive_reset(env):
     assert env.python("import random\nrandom.random()") != draws  # every interpreter is reseeded at fork
 
 
-def test_cannot_see_other_interpreters_files_or_processes(env, neighbour):
+def test_cannot_see_other_interpreters_files_or_processes(env, neighbor):
     out = env.python("import os\n[p for p in ('/tmp', '..', '/proc', '/sbx', '/etc')\n"
                      " if os.path.exists(p) and os.access(p, os.R_OK) and os.listdir(p)]")
     assert out == "[]\n" or "PermissionError" in out
     assert env.python("import os\nopen('f', 'w').close()\nos.listdir('/tmp'), os.getcwd()") == "(['f'], '/tmp')\n"
     assert "Error" in env.python("import os\nos.kill(1, 9)")  # pid 1 of the sandbox: the server
-    assert neighbour.python("canary") == "41\n"
+    assert neighbor.python("canary") == "41\n"
 
 
 def _server_uid():
@@ -160,7 +160,7 @@ def _processes_of(uid):
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_programs_as_cells(env, neighbour, name):
+def test_hostile_programs_as_cells(env, neighbor, name):
     """Each hostile program as one cell, then its function called in the next cell (across turns)."""
     t = time.monotonic()
     replies = [env.python(HOSTILE[name]), env.python("add(1, 2)"), env.python("ok if 'ok' in dir() else None")]
@@ -169,13 +169,13 @@ def test_hostile_programs_as_cells(env, neighbour, name):
     if "ok = False" in HOSTILE[name] and env.stats["restarts"] == 0:
         assert replies[2] == "False\n", f"the attack worked: {replies}"  # its body raised: it failed
     assert time.monotonic() - t < 3 * (TIMEOUT + environment.GRACE_S) + 5
-    assert neighbour.python("canary + 1, open('mine.txt').read()") == "(42, 'kept')\n"
+    assert neighbor.python("canary + 1, open('mine.txt').read()") == "(42, 'kept')\n"
     env.reset()  # the next rollout: nothing left, everything works
     assert env.python("import os\n1 + 1, os.listdir('.'), dict(os.environ)") == "(2, [], {})\n"
     uid = _server_uid()
     if uid is not None:  # root: the server and its interpreters run as the pool uid; no other process does
         deadline = time.monotonic() + 5
-        while len(_processes_of(uid)) > 1 + 4 and time.monotonic() < deadline:  # server, env, neighbour, dying
+        while len(_processes_of(uid)) > 1 + 4 and time.monotonic() < deadline:  # server, env, neighbor, dying
             time.sleep(0.05)
         assert len(_processes_of(uid)) <= 1 + 4
 
@@ -207,13 +207,13 @@ TOOL_ATTACKS = {  # aimed at the tool's own machinery
 
 
 @pytest.mark.parametrize("name", sorted(TOOL_ATTACKS))
-def test_attacks_on_the_tool_channel(env, neighbour, name):
+def test_attacks_on_the_tool_channel(env, neighbor, name):
     env.python("kept = 1")
     for _ in range(2):
         reply = env.python(TOOL_ATTACKS[name])
         assert isinstance(reply, str) and len(reply) <= env.limits.max_output_chars
         env.python("kept")  # whatever the interpreter's state, the host goes on
-    assert neighbour.python("canary + 1") == "42\n"
+    assert neighbor.python("canary + 1") == "42\n"
     env.reset()
     assert env.python("1 + 1") == "2\n"
 

@@ -1,4 +1,4 @@
-"""What one rollout of the Python tool can and cannot do to another: time, CPU, every other limit, and the figures.
+"""What one rollout of the Python tool can and cannot do to another: time, CPU, every other limit, and the metrics.
 
 * Time: the host's I/O loop reads every interpreter's reply as it arrives, so a rollout that forges a reply frame,
   keeps its main thread busy and then sends a cell larger than the pipe (which its interpreter never reads) costs
@@ -15,7 +15,7 @@
   its own next rollout theirs; without cgroups, the documented fallback (threads shared by the uid; a reset waits
   for the killed interpreter); and a ``hypothesis`` property: any sequence of cells that each take all of one limit
   (threads, memory, disk, fds, CPU), then an honest probe using each limit at once, in the same round and after.
-* Figures: a refused call is counted once in ``stats``, through ``python`` alone and through the trainer's
+* Metrics: a refused call is counted once in ``stats``, through ``python`` alone and through the trainer's
   dispatch path.
 """
 
@@ -552,7 +552,7 @@ def test_no_rollout_feels_another_take_all_of_any_limit(pair, hogs, last, first)
     assert bad.python(PROBE) == PROBE_REPLY
 
 
-# ------------------------------------------------------------------------------------------------ figures
+# ------------------------------------------------------------------------------------------------ metrics
 REFUSED = [
     ("too_long", lambda e: "x" * (e.limits.max_code_chars + 1), "errors", "error: the code has"),
     ("not_a_string", lambda e: 12, "errors", "error: code must be a string"),
@@ -583,7 +583,7 @@ def test_a_call_refused_for_a_used_up_budget_is_one_timeout(envs, via_round):
         assert e.stats == {**before, "timeouts": before["timeouts"] + k}, e.stats
 
 
-def test_the_trainers_tool_figures_count_each_refused_call_once():
+def test_the_trainers_tool_metrics_count_each_refused_call_once():
     """``rlvr/tool_errors_per_rollout`` and ``rlvr/tool_timeouts_per_rollout`` (the doctor's tool error rate reads
     them), computed as the trainer computes them, after rounds run as the trainer runs them: two rollouts, one with
     three refused calls (too long, not a string, too long), one with its budget used up and two refused calls."""
@@ -600,6 +600,6 @@ def test_the_trainers_tool_figures_count_each_refused_call_once():
                 messages.append({"role": "tool", "name": "python", "content": reply})
         assert a.stats == {"calls": 0, "errors": 3, "timeouts": 0, "restarts": 0, "printed_errors": 0}
         assert b.stats == {"calls": 1, "errors": 0, "timeouts": 3, "restarts": 1, "printed_errors": 0}  # the cut cell, then 2 refused
-        figures = tool_metrics(torch.tensor(tool_rollout_rows(completions, [a, b]), dtype=torch.float64))
-    assert figures["rlvr/tool_errors_per_rollout"] == 1.5 and figures["rlvr/tool_timeouts_per_rollout"] == 1.5
-    assert figures["rlvr/tool_calls_per_rollout"] == 3.0
+        metrics = tool_metrics(torch.tensor(tool_rollout_rows(completions, [a, b]), dtype=torch.float64))
+    assert metrics["rlvr/tool_errors_per_rollout"] == 1.5 and metrics["rlvr/tool_timeouts_per_rollout"] == 1.5
+    assert metrics["rlvr/tool_calls_per_rollout"] == 3.0

@@ -157,12 +157,12 @@ FLOOD = (  # entries until the rollout's own filesystem says no
 
 
 def test_leftovers_of_any_shape_go_with_their_rollout_in_bounded_time(envs):
-    neighbour = envs()
+    neighbor = envs()
     attacker = envs()
     assert int(attacker.python(DEEP_CHAIN).strip()) > 4096 * 2
     n, err = eval(attacker.python(FLOOD))
     assert err == 28 and n <= interpreter_server.SCRATCH_INODES  # ENOSPC at its own inode bound
-    expect_honest(neighbour)  # its filesystem is its own: no ENOSPC, no slowdown
+    expect_honest(neighbor)  # its filesystem is its own: no ENOSPC, no slowdown
     t = time.monotonic()
     attacker.reset()
     assert attacker.python("import os\nos.listdir('.')") == "[]\n"
@@ -171,7 +171,7 @@ def test_leftovers_of_any_shape_go_with_their_rollout_in_bounded_time(envs):
 
 
 def test_a_file_flood_fills_only_its_own_filesystem(envs):
-    neighbour = envs()
+    neighbor = envs()
     attacker = envs()
     out = attacker.python(
         "n = 0\ntry:\n    while n < 1000:\n        with open(f'fill{n}', 'wb') as f:\n"
@@ -179,7 +179,7 @@ def test_a_file_flood_fills_only_its_own_filesystem(envs):
         "except OSError as e:\n    err = e.errno\nerr"
     )
     assert out == "28\n"  # ENOSPC: its own tmpfs is full (each file stays under the file-size limit)
-    expect_honest(neighbour)  # alive beside it, writing files
+    expect_honest(neighbor)  # alive beside it, writing files
     expect_honest(envs())
 
 

@@ -1,4 +1,4 @@
-"""rlvr/shift_* during training (``policy_shift_metrics``): the figures of each optimizer step equal those computed
+"""rlvr/shift_* during training (``policy_shift_metrics``): the metrics of each optimizer step equal those computed
 independently from the weights before and after it, and the alarm fires on a step that is too large, not on one
 that is not."""
 
@@ -33,7 +33,7 @@ def train_with_snapshots(trainer):
     return batches, weights
 
 
-def independent_figures(model_dir, batch, before, after):
+def independent_metrics(model_dir, batch, before, after):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -46,14 +46,14 @@ def independent_figures(model_dir, batch, before, after):
     return policy_shift(*logps, batch["completion_mask"] * batch["tool_mask"], batch["advantages"])
 
 
-def test_each_steps_figures_are_those_of_the_weights_before_and_after_it(tiny_model_dir, caplog):
+def test_each_steps_metrics_are_those_of_the_weights_before_and_after_it(tiny_model_dir, caplog):
     trainer = make_trainer(tiny_model_dir, learning_rate=1e-4, policy_shift_metrics=True,
                            policy_shift_alarm_token_nats=1e6)
     with caplog.at_level(logging.WARNING):
         batches, weights = train_with_snapshots(trainer)
     assert len(batches) == 2 and len(weights) == 3  # one micro-batch per optimizer step here
     for step, batch in enumerate(batches):
-        want = independent_figures(tiny_model_dir, batch, weights[step], weights[step + 1])
+        want = independent_metrics(tiny_model_dir, batch, weights[step], weights[step + 1])
         assert want["shift/kl_old_new"] > 0 and want["shift/logp_pos"] != 0
         for name, logged in (("shift/logp_pos", "rlvr/shift_pos_logp"), ("shift/logp_neg", "rlvr/shift_neg_logp"),
                              ("shift/kl_old_new", "rlvr/shift_kl"), ("shift/token_logp_max_abs", "rlvr/shift_token_max_abs")):
