@@ -75,11 +75,11 @@ class RLVRConfig(GRPOConfig):
     loss_normalization: str | None = field(
         default=None,
         metadata={
-            "help": "How token losses are normalised: 'per_answer' (GRPO: each answer's loss divided by its own "
+            "help": "How token losses are normalized: 'per_answer' (GRPO: each answer's loss divided by its own "
             "length, then averaged over answers; biases length), 'per_batch_token' (DAPO: divided by the number of "
             "answer tokens in the global batch of the optimizer step, all processes and accumulation steps), "
             "'constant' (Dr. GRPO: divided by number of answers x loss_constant). Default: 'per_batch_token'; when "
-            "left unset and loss_type is given, the normalisation that loss_type names (none for TRL's other "
+            "left unset and loss_type is given, the normalization that loss_type names (none for TRL's other "
             "loss types).",
             "choices": list(LOSS_TYPE_OF),
         },

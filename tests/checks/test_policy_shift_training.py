@@ -13,7 +13,7 @@ import torch
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 
-from tests.test_tool_rollouts import _logged, make_trainer, run_recorded  # noqa: E402
+from tests.rollouts.test_tool_rollouts import _logged, make_trainer, run_recorded  # noqa: E402
 from trl_rlvr.algorithms.policy_shift import completion_logps, policy_shift  # noqa: E402
 
 

@@ -149,7 +149,7 @@ def test_rollouts_are_the_ones_trls_own_tool_loop_makes(tiny_model_dir, monkeypa
     """The same policy through TRL's ``_tool_call_loop`` (an RLVRTrainer's generation step) and through the
     evaluation's loop: the same completion ids, tool masks and messages for every branch of the loop."""
     from reward_plugins.code_sandbox import PythonEnvironment
-    from tests.test_tool_rollouts import make_trainer
+    from tests.rollouts.test_tool_rollouts import make_trainer
     from trl_rlvr.evaluation import tool_rollouts
     from trl_rlvr.evaluation.generation import cut_after_eos
 
@@ -212,7 +212,7 @@ def test_rollouts_are_the_ones_trls_own_tool_loop_makes(tiny_model_dir, monkeypa
 def test_the_callback_evaluates_tool_rollouts_with_the_trainers_environment(tiny_model_dir):
     from transformers import TrainerState
 
-    from tests.test_tool_rollouts import CheckedPython, make_trainer, right
+    from tests.rollouts.test_tool_rollouts import CheckedPython, make_trainer, right
     from trl_rlvr.evaluation.callback import SampledEvalCallback
 
     trainer = make_trainer(tiny_model_dir, max_tool_calling_iterations=2, eval_steps=1)

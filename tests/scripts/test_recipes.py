@@ -43,7 +43,7 @@ def test_recipe_runs_two_steps(recipe, tiny_model_dir, gsm8k_file, tmp_path):
 
     extra = ["--overlong_buffer_length", "4"] if yaml.safe_load(recipe.read_text()).get("overlong_buffer_length") else []
     if yaml.safe_load(recipe.read_text()).get("environment_factory"):  # the tiny tokenizer cannot call tools:
-        extra += ["--environment_factory", "none", "--environment_options", "null"]  # tests/test_tool_rollouts.py
+        extra += ["--environment_factory", "none", "--environment_options", "null"]  # tests/rollouts/test_tool_rollouts.py
     trainer = main(["--config", str(recipe), *tiny_overrides(tiny_model_dir, gsm8k_file, tmp_path), *extra])
     assert trainer.state.global_step == 2
     named = yaml.safe_load(recipe.read_text())["reward_funcs"]  # the recipe's rewards, then the overlong penalty

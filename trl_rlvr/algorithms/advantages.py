@@ -64,22 +64,22 @@ def group_advantages(
     if std not in STD_KINDS:
         raise ValueError(f"advantage_std={std!r} is not valid; allowed values: {', '.join(map(repr, STD_KINDS))}")
     grouped = rewards.view(-1, group_size)
-    centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+    centered = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
     if baseline == "leave_one_out":  # r_i - mean of the other n-1 scored answers = n/(n-1) (r_i - mean of n)
-        n = (~torch.isnan(grouped)).sum(dim=1, keepdim=True).to(centred.dtype)
-        centred = centred * torch.where(n > 1, n / (n - 1).clamp(min=1), torch.zeros_like(n))
+        n = (~torch.isnan(grouped)).sum(dim=1, keepdim=True).to(centered.dtype)
+        centered = centered * torch.where(n > 1, n / (n - 1).clamp(min=1), torch.zeros_like(n))
     if scale_rewards == "group":
-        centred = centred / (_nanstd(grouped, 1, std) + eps)
+        centered = centered / (_nanstd(grouped, 1, std) + eps)
     elif scale_rewards == "batch":
-        centred = centred / (_nanstd(rewards.view(1, -1), 1, std) + eps)
-    return torch.nan_to_num(centred.reshape(-1), nan=0.0)
+        centered = centered / (_nanstd(rewards.view(1, -1), 1, std) + eps)
+    return torch.nan_to_num(centered.reshape(-1), nan=0.0)
 
 
 def _nanstd(x: torch.Tensor, dim: int, kind: str = "population") -> torch.Tensor:
     """Standard deviation ignoring NaNs, keeping ``dim``: the mean squared deviation over the count n
     ("population") or times n/(n-1) ("sample", Bessel's correction; NaN for n = 1, as TRL's ``nanstd``)."""
-    centred = x - torch.nanmean(x, dim=dim, keepdim=True)
-    variance = torch.nanmean(centred**2, dim=dim, keepdim=True)
+    centered = x - torch.nanmean(x, dim=dim, keepdim=True)
+    variance = torch.nanmean(centered**2, dim=dim, keepdim=True)
     if kind == "sample":
         n = (~torch.isnan(x)).sum(dim=dim, keepdim=True).to(variance.dtype)
         variance = variance * n / (n - 1)

@@ -5,7 +5,7 @@
 RLVR_SWITCHES = {
     'Parameters that control the loss': [
         ('loss_type', 'None', "TRL's loss formulation (GRPOConfig.loss_type; its help describes each): one of 'grpo', 'dr_grpo', 'dapo', 'bnpo', 'cispo', 'sapo', 'luspo', 'vespo'."),
-        ('loss_normalization', 'None', "How token losses are normalised: 'per_answer' (GRPO: each answer's loss divided by its own length, then averaged over answers; biases length), 'per_batch_token' (DAPO: divided by the number of answer tokens in the global batch of the optimizer step, all processes and accumulation steps), 'constant' (Dr. GRPO: divided by number of answers x loss_constant)."),
+        ('loss_normalization', 'None', "How token losses are normalized: 'per_answer' (GRPO: each answer's loss divided by its own length, then averaged over answers; biases length), 'per_batch_token' (DAPO: divided by the number of answer tokens in the global batch of the optimizer step, all processes and accumulation steps), 'constant' (Dr. GRPO: divided by number of answers x loss_constant)."),
         ('loss_constant', 'None', "Dr. GRPO's constant C for loss_normalization='constant' (Liu et al. 2025)."),
         ('token_count_scope', "'optimizer_step'", "With loss_normalization='per_batch_token', whose answer tokens the loss is divided by: 'optimizer_step' (the global batch of each optimizer step, exactly as DAPO defines it) or 'generation_batch' (TRL's estimate: the tokens of the whole generation batch x gradient_accumulation_steps / steps_per_generation, what GRPOTrainer does)."),
     ],

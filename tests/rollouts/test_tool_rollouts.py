@@ -285,7 +285,7 @@ def test_two_processes_on_tool_rollouts_match_the_reference(tiny_model_dir, tmp_
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "tools"
-    launch_on_cpu("--module", "tests.test_tool_rollouts", tiny_model_dir, out)
+    launch_on_cpu("--module", "tests.rollouts.test_tool_rollouts", tiny_model_dir, out)
     ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
     assert all(r["num_processes"] == 2 for r in ranks)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
@@ -301,7 +301,7 @@ def test_two_processes_on_tool_rollouts_match_the_reference(tiny_model_dir, tmp_
             assert_grads_equal(r["grads"][step], want, atol=1e-6)
 
 
-if __name__ == "__main__":  # one rank of the 2-process test: python -m tests.test_tool_rollouts MODEL_DIR OUT
+if __name__ == "__main__":  # one rank of the 2-process test: python -m tests.rollouts.test_tool_rollouts MODEL_DIR OUT
     model_dir, out = sys.argv[1], sys.argv[2]
     trainer = make_trainer(model_dir, dynamic_sampling=True, per_device_train_batch_size=4)
     batches, grads, _ = run_recorded(trainer)

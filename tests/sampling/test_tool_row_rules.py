@@ -15,7 +15,7 @@ import torch
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 
 from tests.harness.loss_harness import assert_grads_equal, reference_loss  # noqa: E402
-from tests.test_tool_rollouts import MAX_COMPLETION, _logged, make_trainer, right, run_recorded  # noqa: E402
+from tests.rollouts.test_tool_rollouts import MAX_COMPLETION, _logged, make_trainer, right, run_recorded  # noqa: E402
 from trl_rlvr.algorithms.multi_turn import tool_call_counts, void_turn_rollouts  # noqa: E402
 from trl_rlvr.testing import load_tool_tokenizer, tool_call_text  # noqa: E402
 
@@ -236,4 +236,4 @@ def test_resample_on_correct_samples_twice_and_keeps_the_cleanest_right_answers(
         assert sorted(prompts.count(p) for p in set(prompts)) == [4, 4]
         for p in set(prompts):
             group = rows["advantages"][[i for i, q in enumerate(prompts) if q == p]]
-            assert group.sum().item() == pytest.approx(0.0, abs=1e-5)  # centred on the kept group's mean
+            assert group.sum().item() == pytest.approx(0.0, abs=1e-5)  # centered on the kept group's mean

@@ -82,7 +82,7 @@ def test_table_and_figures_are_the_trained_rows(tiny_model_dir, switch):
 
 @pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 def test_table_and_figures_are_the_trained_rows_with_tools(tiny_model_dir):
-    from tests.test_tool_rollouts import make_trainer
+    from tests.rollouts.test_tool_rollouts import make_trainer
 
     trainer = make_trainer(tiny_model_dir, log_completions=True, mask_truncated_completions=False)
     _check(trainer, _record(trainer))
