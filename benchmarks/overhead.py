@@ -100,10 +100,8 @@ def _timer_callback(warmup: int):
 def _time_own_code(trainer, timer):
     """Wrap the code RLVRTrainer adds to a GRPOTrainer step (not the TRL code it calls) with wall-clock timers.
 
-    Returns a function that undoes the module-level patch. The time is added to ``timer._own_step``.
+    Instance attributes over the trainer's and its round driver's methods; the time is added to ``timer._own_step``.
     """
-    import trl_rlvr.trainer as rlvr_trainer
-
     def timed(fn):
         def wrapper(*a, **k):
             t0 = time.perf_counter()
@@ -113,15 +111,11 @@ def _time_own_code(trainer, timer):
                 timer._own_step += time.perf_counter() - t0
         return wrapper
 
-    for name in ("_log_rollout_metrics", "_total_rewards", "_set_exact_token_counts"):
+    for name in ("transform_rewards", "optimizer_step_token_counts"):  # the hooks the adapter calls on self
         setattr(trainer, name, timed(getattr(trainer, name)))
-    original = rlvr_trainer.group_advantages
-    rlvr_trainer.group_advantages = timed(original)
-
-    def undo():
-        rlvr_trainer.group_advantages = original
-
-    return undo
+    driver = trainer._round_driver  # its per-round work on top of TRL's round (advantages once, counts, metrics)
+    for name in ("compute_advantages", "log_round", "loss_tokens", "decide"):
+        setattr(driver, name, timed(getattr(driver, name)))
 
 
 def run_once(kind: str, model_dir: str, opts) -> dict:
@@ -153,12 +147,9 @@ def run_once(kind: str, model_dir: str, opts) -> dict:
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # disable_tqdm=True would print every log dict
-    own = _time_own_code(trainer, timer) if kind == "rlvr" else None
-    try:
-        trainer.train()
-    finally:
-        if own is not None:
-            own()
+    if kind == "rlvr":
+        _time_own_code(trainer, timer)
+    trainer.train()
     result = {"full": timer.full, "compute": timer.compute, "cpu": timer.cpu, "cpu_compute": timer.cpu_compute,
               "trl": timer.trl, "lengths": timer.lengths, "own": timer.own}
     del trainer, model

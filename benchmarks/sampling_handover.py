@@ -108,7 +108,7 @@ def _synthetic_round(trainer, rows: int, width: int, seed: int):
     completion_ids = torch.randint(10, 60, (rows, local_width), generator=own)
     record = RoundRecord(
         rewards_per_func=rewards[:, None], rewards=rewards, lengths=torch.full((world * rows,), float(local_width)),
-        truncated=torch.zeros(world * rows, dtype=torch.bool), advantages=group_advantages(rewards, GROUP),
+        truncated=torch.zeros(world * rows, dtype=torch.bool), trl_advantages=group_advantages(rewards, GROUP),
         table={"images": [], "prompt": [None] * world * rows, "completion": [None] * world * rows,
                "rewards": {}, "advantages": [], "extra": {}},
     )
@@ -117,7 +117,7 @@ def _synthetic_round(trainer, rows: int, width: int, seed: int):
         "prompt_mask": torch.ones(rows, PROMPT, dtype=torch.long),
         "completion_ids": completion_ids,
         "completion_mask": torch.ones_like(completion_ids),
-        "advantages": record.advantages[rank * rows : (rank + 1) * rows].clone(),
+        "advantages": record.trl_advantages[rank * rows : (rank + 1) * rows].clone(),
         "old_per_token_logps": torch.randn(rows, local_width, generator=own),
         "num_items_in_batch": torch.tensor(float(world * rows * local_width)),
     }
@@ -125,34 +125,47 @@ def _synthetic_round(trainer, rows: int, width: int, seed: int):
 
 
 def _synthetic_rounds(trainer, rows: int, width: int):
-    """A replacement for the trainer's ``_score_round``: synthetic round after synthetic round (seeds 1, 2, ...)."""
+    """A replacement for the round driver's ``score_round``: synthetic round after synthetic round (seeds 1, 2, ...)."""
     seeds = iter(range(1, 1_000_000))
-    return lambda inputs, prompt_indices=None: _synthetic_round(trainer, rows, width, next(seeds))
+    return lambda inputs, prompt_indices=None, drops_rows=False: _synthetic_round(trainer, rows, width, next(seeds))
 
 
-def _all_gather_hand_over(trainer_class):
-    """The trainer with the hand-over trl-rlvr had until now: every row of every process gathered each round."""
-    from trl_rlvr.sampling.dynamic import ROW_KEYS, concat_rows
+def _all_gather_hand_over(driver) -> None:
+    """Turn ``driver`` into the hand-over trl-rlvr had before: every row of every process gathered each round, each
+    process then slicing its own rows out of the whole."""
+    import torch
 
-    class AllGatherHandOver(trainer_class):
-        def _own_kept_rows(self, output, record):
+    from trl_rlvr.sampling.dynamic import LEFT_PADDED, ROW_KEYS, filler_rows, pad_to_width
+    from trl_rlvr.sampling.redistribute import pad_pieces
+
+    pad = {"prompt_ids": driver.pad_token_id, "completion_ids": driver.pad_token_id, "tool_mask": 1}
+
+    class AllGatherHandOver(type(driver)):
+        def _own_kept_rows(self, output, keep):
             gathered = {}
             for key in ROW_KEYS:
                 if output.get(key) is None:
                     continue
                 tensor = output[key]
                 if tensor.dim() >= 2:
-                    tensor = self.accelerator.pad_across_processes(
-                        tensor, dim=1, pad_index=self._pad_values().get(key, 0), pad_first=key.startswith("prompt"))
+                    widest = int(self.accelerator.gather(torch.tensor([tensor.size(1)])).max())
+                    tensor = pad_to_width(tensor, widest, pad.get(key, 0), key in LEFT_PADDED)
                 gathered[key] = self.accelerator.gather(tensor)
-            return {k: v[record.keep.to(v.device)] for k, v in gathered.items()}
+            piece = {k: v[keep.to(v.device)] for k, v in gathered.items()}
+            return piece, {k: v.size(1) for k, v in piece.items() if v.dim() >= 2}
 
-        def _hand_over_kept_rows(self, pieces, kept_rounds, rows):
-            kept = concat_rows(pieces, self._pad_values())
+        def _hand_over(self, pieces, keeps, widths, rows, trained, filler):
+            widest = {key: max(w[key] for w in widths) for key in widths[0]}
+            kept = pad_pieces(pieces, widest, pad)
             start = self.accelerator.process_index * rows
-            return {k: v[start : start + rows] for k, v in kept.items()}
+            own = min(max(trained - start, 0), rows)
+            batch = {k: v[start : start + own] for k, v in kept.items()}
+            if own == rows:
+                return batch
+            fillers = filler_rows(pad_pieces([filler], widest, pad), rows - own)
+            return {key: torch.cat([batch[key], fillers[key].to(batch[key])]) for key in batch}
 
-    return AllGatherHandOver
+    driver.__class__ = AllGatherHandOver
 
 
 def worker(opts) -> None:
@@ -172,22 +185,25 @@ def worker(opts) -> None:
     )
     data = Dataset.from_dict({"prompt": [f"q{i}" for i in range(4096)]})
     results, trained, counter = {}, {}, None
-    for strategy, trainer_class in (("after", RLVRTrainer), ("before", _all_gather_hand_over(RLVRTrainer))):
+    for strategy in ("after", "before"):
         model = AutoModelForCausalLM.from_pretrained(opts.model_dir, dtype=torch.float32)
-        trainer = trainer_class(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+        trainer = RLVRTrainer(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
                                 args=RLVRConfig(**settings), train_dataset=data,
                                 processing_class=load_tokenizer(opts.model_dir))
         trainer.model.train()
         counter = counter or _count_traffic()  # torch.distributed wrapped once per process
-        trainer._score_round = _synthetic_rounds(trainer, opts.rows, opts.width)  # the same rounds for both
-        trainer._generate_informative_batch([{}] * opts.rows)  # warm-up (first-call allocations), not measured
+        driver = trainer._round_driver
+        driver.score_round = _synthetic_rounds(trainer, opts.rows, opts.width)  # the same rounds for both
+        if strategy == "before":
+            _all_gather_hand_over(driver)
+        driver.generation_batch([{}] * opts.rows)  # warm-up (first-call allocations), not measured
         rows_bytes, peaks, seconds, batches = [], [], [], []
         for _ in range(opts.batches):
             if torch.distributed.is_initialized():
                 torch.distributed.barrier()
             before_bytes, base = counter["bytes"], _reset_peak()
             start = time.perf_counter()
-            batch, _ = trainer._generate_informative_batch([{}] * opts.rows)
+            batch, _ = driver.generation_batch([{}] * opts.rows)
             seconds.append(time.perf_counter() - start)
             peaks.append(_status_kib("VmHWM") - base)
             rows_bytes.append(counter["bytes"] - before_bytes)

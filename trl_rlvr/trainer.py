@@ -53,8 +53,8 @@ from trl_rlvr.faults.checkpoints import PROMPT_STREAM_STATE_FILE, load_prompt_st
 from trl_rlvr.rewards.registry import resolve_reward_funcs
 from trl_rlvr.rewards.roles import correctness_check_indices, success_reward_index
 from trl_rlvr.sampling.empty_updates import SkipEmptyUpdatesCallback
-from trl_rlvr.sampling.metrics import loss_metrics_of_trained_tokens
 from trl_rlvr.sampling.row_rules import ScoredRows, row_rules_of, score_rows
+from trl_rlvr.sampling.trained_metrics import loss_metrics_of_trained_tokens
 
 logger = logging.getLogger(__name__)
 

@@ -114,8 +114,10 @@ def test_a_trl_whose_tile_moved_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "fake_chunked_logprob", module)
     constants = {"fake_chunked_logprob": ("TOKEN_CHUNK_SIZE", "ChunkedLogProbFunction")}
     assert trl_contract.module_constant_violations("here", constants) == [
-        "fake_chunked_logprob.TOKEN_CHUNK_SIZE is gone or no longer an integer in here"]
+        "change GRPOAdapter.training_step: fake_chunked_logprob.TOKEN_CHUNK_SIZE is gone or no longer an integer in "
+        "here"]
     module.TOKEN_CHUNK_SIZE = 4096
     problems = trl_contract.module_constant_violations("here", constants)
     assert [p.split(" no longer")[0] for p in problems] == [
-        "fake_chunked_logprob.ChunkedLogProbFunction.forward", "fake_chunked_logprob.ChunkedLogProbFunction.backward"]
+        "change GRPOAdapter.training_step: fake_chunked_logprob.ChunkedLogProbFunction.forward",
+        "change GRPOAdapter.training_step: fake_chunked_logprob.ChunkedLogProbFunction.backward"]

@@ -98,7 +98,7 @@ def test_a_trl_whose_round_changed_is_named_piece_by_piece():
     assert "change GRPOAdapter._score_round: ChangedTRL._generate_and_score_completions no longer uses self.beta" in problems
     assert "change GRPOAdapter._reference_logps: the reference log-probs copy TRL's ChangedTRL._generate_and_score_" in problems
     assert "lines 2709-2739" in problems
-    assert "change trl_rlvr/sampling/metrics.py" in problems and "'completions/median_length'" in problems
+    assert "change trl_rlvr/sampling/trained_metrics.py" in problems and "'completions/median_length'" in problems
 
 
 @pytest.mark.parametrize("method", sorted(trl_contract.ADAPTER))
@@ -167,7 +167,7 @@ def test_trained_metrics_are_trls_row_metrics_by_name():
     """The metrics recomputed on the trained rows are exactly the per-row metrics TRL logs (its names)."""
     import torch
 
-    from trl_rlvr.sampling.metrics import trained_metrics, trained_row_metric_names
+    from trl_rlvr.sampling.trained_metrics import trained_metrics, trained_row_metric_names
 
     metrics = trained_metrics(torch.ones(4, 2), torch.ones(2), ["a", "b"], torch.full((4,), 3.0),
                               torch.zeros(4, dtype=torch.bool), 2, "group")
@@ -175,7 +175,7 @@ def test_trained_metrics_are_trls_row_metrics_by_name():
 
 
 def test_the_step_metrics_kept_for_an_empty_micro_batch_are_logged_by_trls_loss():
-    from trl_rlvr.sampling.metrics import STEP_METRICS
+    from trl_rlvr.sampling.trained_metrics import STEP_METRICS
 
     assert set(STEP_METRICS) <= trl_contract.trl_logged_metrics(("_compute_loss",))
 
@@ -183,7 +183,7 @@ def test_the_step_metrics_kept_for_an_empty_micro_batch_are_logged_by_trls_loss(
 def test_an_empty_micro_batch_logs_no_loss_metric_but_the_step_settings():
     from collections import defaultdict
 
-    from trl_rlvr.sampling.metrics import loss_metrics_of_trained_tokens
+    from trl_rlvr.sampling.trained_metrics import loss_metrics_of_trained_tokens
 
     for has_tokens, kept in ((True, {"entropy": [0.5, 0.7], "clip_ratio/low_mean": [0.1], "entropy_coef": [0.0]}),
                              (False, {"entropy": [0.5], "entropy_coef": [0.0]})):

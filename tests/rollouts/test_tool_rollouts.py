@@ -265,7 +265,7 @@ def test_the_tool_recipe_builds_its_environment_factory():
 
     from trl_rlvr.scripts.train import build_environment_factory, make_parser
 
-    recipe_file = Path(__file__).resolve().parent.parent / "examples" / "recipes" / "tool_math.yaml"
+    recipe_file = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "tool_math.yaml"
     recipe, args, _ = make_parser().parse_args_and_config(["--config", str(recipe_file), "--use_cpu", "true",
                                                            "--use_vllm", "false"])  # fmt: skip
     factory = build_environment_factory(recipe)

@@ -133,7 +133,7 @@ def test_a_figure_no_list_classifies_is_logged_as_of_the_generated_rows(caplog):
         driver.informative_batch(8)
     assert "reward_median_new" not in metrics["train"]
     assert metrics["train"]["generated/reward_median_new"] == [0.75, 0.75]
-    assert any("reward_median_new" in r.getMessage() and "sampling/metrics.py" in r.getMessage() for r in caplog.records)
+    assert any("reward_median_new" in r.getMessage() and "sampling/trained_metrics.py" in r.getMessage() for r in caplog.records)
 
 
 def test_a_partial_batch_trims_to_full_micro_batches_or_pads_with_fillers():

@@ -1,4 +1,4 @@
-"""The attributes of TRL's trainer swapped for one call (declared in :data:`.trl_contract.SWAPPED_ATTRIBUTES`)."""
+"""The attributes of TRL's trainer swapped for one call (declared in :data:`.trl_contract.ADAPTER`)."""
 
 from __future__ import annotations
 

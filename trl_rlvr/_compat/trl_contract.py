@@ -19,7 +19,7 @@ Also declared here: TRL code re-implemented (:data:`COPIED_PATHS`, with the line
 constant and helpers used (:data:`MODULE_CONSTANTS`, :data:`MODULE_FUNCTIONS`), what :mod:`.vllm_cpu` uses of TRL's
 ``VLLMGeneration`` and vLLM, the optimizer steps shadowed for an empty update (:data:`SHADOWED`), the environment
 dispatch name (:data:`ENVIRONMENT_DISPATCH`), what the audit's child run calls (:data:`AUDIT`). The metric names TRL
-logs, by what they describe, are :mod:`trl_rlvr.sampling.metrics`'s, checked against TRL's source here.
+logs, by what they describe, are :mod:`trl_rlvr.sampling.trained_metrics`'s, checked against TRL's source here.
 :func:`warn_on_contract_violations` runs the check when ``RLVRTrainer`` is built (the class part once per process, a
 few milliseconds) and warns once, naming each piece that moved.
 """
@@ -131,11 +131,11 @@ COPIED_PATHS = {
         "# Compute the per-token log probabilities for the reference model", "GRPOAdapter._reference_logps",
         "TRL computes them for every generated row or none (beta); dynamic sampling wants the kept rows only"),
     "length metrics": ("_generate", (2295, 2310), "# Log completion lengths, mean, min, max",
-        "trl_rlvr.sampling.metrics.trained_metrics",
+        "trl_rlvr.sampling.trained_metrics.trained_metrics",
         "TRL's metrics of every generated row, evaluated on the rows dynamic sampling trains on"),
     "reward metrics": ("_generate_and_score_completions", (2820, 2830),
         "# Calculate mean reward per function, but only for samples where the function was applied",
-        "trl_rlvr.sampling.metrics.trained_metrics", "as the length metrics"),
+        "trl_rlvr.sampling.trained_metrics.trained_metrics", "as the length metrics"),
     "evaluation tool loop": ("_tool_call_loop", (1945, 2191),
         "# Tool execution loop: execute tools, then regenerate completions with tool results appended to the prompt",
         "trl_rlvr.evaluation.tool_rollouts",
@@ -260,19 +260,19 @@ def _touch_problems(trainer_cls, method: str, touch: Touch, where: str) -> list[
 
 
 def _metric_problems(trainer_cls, where: str) -> list[str]:
-    """TRL's metric names, by what they describe (trl_rlvr.sampling.metrics), against what its source logs."""
-    from trl_rlvr.sampling import metrics
+    """TRL's metric names, by what they describe (trl_rlvr.sampling.trained_metrics), against what its source logs."""
+    from trl_rlvr.sampling import trained_metrics as metrics
 
     cls, problems = trainer_cls.__name__, []
     declared = {*metrics.TRAINED_ROW_METRICS, *metrics.GENERATION_METRICS, metrics.REWARD_METRIC_VARIABLE}
     undeclared = sorted(trl_round_metrics(trainer_cls) - declared)
     if undeclared:
-        problems.append(f"change trl_rlvr/sampling/metrics.py: {cls} logs {undeclared} while it generates, which it "
+        problems.append(f"change trl_rlvr/sampling/trained_metrics.py: {cls} logs {undeclared} while it generates, which it "
                         f"does not classify (per row or of the generation) in {where}: dynamic sampling logs them as "
                         "generated/<name>")
     missing = sorted(set(metrics.STEP_METRICS) - trl_logged_metrics(("_compute_loss",), trainer_cls))
     if missing and _source(trainer_cls, "_compute_loss"):
-        problems.append(f"change trl_rlvr/sampling/metrics.py: {cls}._compute_loss no longer logs {missing} (a "
+        problems.append(f"change trl_rlvr/sampling/trained_metrics.py: {cls}._compute_loss no longer logs {missing} (a "
                         f"per-step setting, kept when a micro-batch has no loss token) in {where}")
     return problems
 

@@ -1,12 +1,14 @@
-"""Which rows reach the loss: dynamic sampling (drop zero-signal groups, refill) and selective sampling (skip prompts
-predicted to be zero-signal), and the checkpointed prompt stream both draw from.
+"""Which rows reach the loss, round after round: the one round pipeline every training round goes through, with its
+row rules (the stabilizers), dynamic sampling (drop zero-signal groups, refill), selective sampling (skip prompts
+predicted to be zero-signal), and the checkpointed prompt stream they draw from.
 
 - :mod:`.dynamic`: the filter and refill pieces (pure), :class:`PromptStream`;
 - :mod:`.selective`: the per-prompt history and its skip rule (pure);
 - :mod:`.rounds`: the typed records a round and a generation batch carry from generation to the loss and the logs;
 - :mod:`.redistribute`: dynamic sampling's hand-over of kept rows between processes (only kept rows move);
-- :mod:`.metrics`: TRL's reward and length metrics, of the rows trained on;
-- :mod:`.driver`: the round driver that runs them round after round for the trainer;
+- :mod:`.trained_metrics`: TRL's reward and length metrics, of the rows trained on; what dynamic sampling's rounds logged;
+- :mod:`.row_rules`: the stabilizers, each one rule acting at score time and/or keep time;
+- :mod:`.driver`: the round driver that runs every training round for the trainer;
 - :mod:`.empty_updates`: the optimizer steps fed only by empty batches, skipped.
 """
 

@@ -50,11 +50,11 @@ from trl_rlvr.sampling.dynamic import (
     prompts_for_round,
     rows_per_process,
 )
-from trl_rlvr.sampling.metrics import merge_generation_metrics, trained_metrics, trained_row_metric_names
 from trl_rlvr.sampling.redistribute import destinations, exchange_rows, pad_pieces
 from trl_rlvr.sampling.rounds import GenerationRecord, RoundRecord
 from trl_rlvr.sampling.row_rules import RowDecision, RowRule
 from trl_rlvr.sampling.selective import PromptHistory, record_groups
+from trl_rlvr.sampling.trained_metrics import merge_generation_metrics, trained_metrics, trained_row_metric_names
 
 logger = logging.getLogger(__name__)
 

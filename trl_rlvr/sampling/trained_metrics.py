@@ -115,7 +115,7 @@ def merge_generation_metrics(held: dict, sink: dict, recomputed: set[str], rewar
                 _warned_generated.add(name)
                 logger.warning(
                     "dynamic sampling: %r, a metric TRL logs of every generated row, is not one trl-rlvr recomputes on "
-                    "the rows trained on; logged as 'generated/%s' (declare it in trl_rlvr/sampling/metrics.py)",
+                    "the rows trained on; logged as 'generated/%s' (declare it in trl_rlvr/sampling/trained_metrics.py)",
                     name, name,
                 )
             sink[f"generated/{name}"].extend(values)
