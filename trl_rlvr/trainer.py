@@ -56,6 +56,7 @@ from trl_rlvr.checks.shift_monitor import PolicyShiftMonitor
 from trl_rlvr.config import RLVRConfig
 from trl_rlvr.faults import checkpoint_to_resume, sigterm_saves, write_json_atomically
 from trl_rlvr.rewards.registry import resolve_reward_funcs
+from trl_rlvr.rollouts.error_reply import with_error_reply
 from trl_rlvr.rollouts.stabilisers import RoundStabilisers
 from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead
 from trl_rlvr.sampling.driver import RoundDriver, filter_rewards
@@ -111,6 +112,7 @@ class RLVRTrainer(GRPOTrainer):
         reward_funcs = self._resolve_reward_funcs(reward_funcs, args)
         check_tool_settings(args, train_dataset, environment_factory)  # pre-load, as the dataset check
         check_dataset_columns(train_dataset, reward_funcs or [], environment_factory=environment_factory)
+        environment_factory = with_error_reply(environment_factory, args.tool_error_reply)  # PythonEnvironment's option
         if args.overlong_buffer_length is not None:  # the appended overlong penalty, weighted by its factor
             args = copy.copy(args)  # the caller's config is left as it was
             weights = args.reward_weights if args.reward_weights is not None else [1.0] * (len(reward_funcs) - 1)
@@ -253,7 +255,7 @@ class RLVRTrainer(GRPOTrainer):
 
     def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, *rest, **kwargs):
         # the round's calls go to their environments together; TRL's sequential calls then collect (tool_round)
-        dispatch_rounds_ahead(self._sync_tool_dicts, completions, self.args.tool_error_reply)
+        dispatch_rounds_ahead(self._sync_tool_dicts, completions)
         return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *rest, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list, **kwargs):

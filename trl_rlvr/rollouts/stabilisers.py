@@ -15,7 +15,7 @@ TRL scores it, from inside two of RLVRTrainer's hooks:
   token count without them).
 
 Both act only in training (an evaluation scores what the model does, unchanged). The error-reply cut
-(``tool_error_reply``) acts where the tools are called (:func:`trl_rlvr.rollouts.tool_round.dispatch_rounds_ahead`),
+(``tool_error_reply``) is the environments' own option (``PythonEnvironment(error_reply=...)``),
 resample-on-correct in the round driver.
 """
 
