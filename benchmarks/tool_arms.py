@@ -2,8 +2,8 @@
 
 examples/tool_r1.py is the recipe (cold start, tool RL, held-out evaluation); this module runs the same stages from
 the same public pieces (:class:`trl_rlvr.tasks.tool_job.ToolJob`, :mod:`trl_rlvr.tasks.tool_arithmetic`) for the
-experiments around it, and writes the files
-the committed runs are (examples/results/tool_r1_metrics.json, tool_r1_r1zero_metrics.json)::
+experiments around it, and writes the files the committed runs are (examples/results/tool_r1_metrics.json,
+tool_r1_r1zero_metrics.json)::
 
     python -m benchmarks.tool_arms                  # the default run, its table beside the committed no-tool arm
     python -m benchmarks.tool_arms --arm r1zero     # the no-tool arm: base and R1-Zero, same task and budget
