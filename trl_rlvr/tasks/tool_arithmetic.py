@@ -379,20 +379,20 @@ ROWS = [
 
 
 def summary_table(arms: dict) -> str:
-    """One column per arm (label -> arm_summary), one row per figure, as text."""
-    labels = list(arms)
-    width = max(16, *(len(label) for label in labels))
-    lines = [f"{'':36s}" + "".join(f"{label:>{width + 2}s}" for label in labels)]
+    """One column per arm (label -> arm_summary), one row per metric of :data:`ROWS`
+    (:func:`trl_rlvr.evaluation.metric_table.text_table`'s layout)."""
+    from trl_rlvr.evaluation.metric_table import text_table
+
+    rows = []
     for name, key, fmt in ROWS:
         if key.endswith(" wordings") and not any(key in (arm or {}) for arm in arms.values()):
             continue  # held-out questions of one kind only (the templates task): no split to show
         cells = []
-        for label in labels:
-            arm = arms[label] or {}
-            value = arm.get(key if key != "pass@n" else f"pass@{arm.get('n')}")
+        for arm in arms.values():
+            value = (arm or {}).get(key if key != "pass@n" else f"pass@{(arm or {}).get('n')}")
             cells.append("-" if value is None else fmt(value))
-        lines.append(f"{name:36s}" + "".join(f"{c:>{width + 2}s}" for c in cells))
-    return "\n".join(lines)
+        rows.append((name, cells))
+    return text_table(list(arms), rows)
 
 
 def save_curves(history, sft_history, path):
