@@ -1,8 +1,9 @@
 """The tool job's lab: its arms, the random-reward control, committed-run comparisons, timings and peak RSS.
 
 examples/tool_r1.py is the recipe (cold start, tool RL, held-out evaluation); this module runs the same stages from
-the same public pieces (:mod:`trl_rlvr.tasks.tool_arithmetic`) for the experiments around it, and writes the files
-the committed runs are (examples/results/tool_r1_metrics.json, tool_r1_r1zero_metrics.json)::
+the same public pieces (:class:`trl_rlvr.tasks.tool_job.ToolJob`, :mod:`trl_rlvr.tasks.tool_arithmetic`) for the
+experiments around it, and writes the files the committed runs are (examples/results/tool_r1_metrics.json,
+tool_r1_r1zero_metrics.json)::
 
     python -m benchmarks.tool_arms                  # the default run, its table beside the committed no-tool arm
     python -m benchmarks.tool_arms --arm r1zero     # the no-tool arm: base and R1-Zero, same task and budget
@@ -27,31 +28,19 @@ from trl_rlvr.scripts.train import passive_openmp_waits  # imports no torch
 passive_openmp_waits()  # before torch loads: threads on shared cores (docs/benchmarks.md)
 
 import json  # noqa: E402
-import time  # noqa: E402
-from dataclasses import asdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from trl_rlvr.evaluation.heldout import format_metric  # noqa: E402
 from trl_rlvr.tasks.tool_arithmetic import (  # noqa: E402
-    TOOL_STEP_FIELDS,
     ToolR1Arguments,
     arm_summary,
     build_rl_trainer,
-    cold_start,
-    evaluate_arm,
     jsonable,
-    large_k_comparison,
     parse_args,
     plain_rows,
-    question_rows,
-    save_curves,
     shown_arms,
     summary_table,
-    tool_format,
-    tool_rows,
-    tool_tokenizer,
-    vllm_cpu_defaults,
 )
+from trl_rlvr.tasks.tool_job import ToolJob  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = ("tool", "r1zero")
@@ -86,166 +75,93 @@ class ArmArguments(ToolR1Arguments):
 
 def run_job(script_args, training_args, model_args):
     """The job's stages for ``script_args.arm`` (an :class:`ArmArguments`); -> (trainer, metrics)."""
-    from trl_rlvr.evaluation import release_memory
-    from trl_rlvr.rewards.registry import load_reward
-    from trl_rlvr.scripts.distributed import distributed_state
-    from trl_rlvr.scripts.models import load_tokenizer, resolve_model_path
-    from trl_rlvr.scripts.train import use_cpu_threads
-
-    t_start = time.time()
-    timings = {}
-    state = distributed_state(training_args.use_cpu)
-    use_cpu_threads(script_args.cpu_threads, state.num_processes)
-    say = (lambda *a: print(*a, flush=True)) if state.is_main_process else (lambda *a: None)
-    out = Path(training_args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    training_args.model_init_kwargs = {"dtype": model_args.dtype or "float32", **(training_args.model_init_kwargs or {})}
-    vllm_cpu_defaults(training_args)
-    with state.main_process_first():
-        base_path = resolve_model_path(model_args.model_name_or_path, quiet=not state.is_main_process)
-    train, heldout = question_rows(script_args)
-    seen_kind = sum(r.get("wordings") == "training" for r in heldout)
-    kinds = f"{len(heldout) - seen_kind} in unseen wordings, {seen_kind} new in the training wordings" if seen_kind \
-        else "held-out wordings"
-    say(f"model {base_path}; {len(train)} RL questions, {len(heldout)} held-out questions ({kinds}); "
-        f"arm {script_args.arm}; torch threads {__import__('torch').get_num_threads()}, "
-        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}")
-    boxed = load_reward("boxed_math")
-    evals, sft_history, metrics = {}, [], {}
-    n = script_args.eval_num_samples
-
     peaks = {}
 
-    def checkpoint_figures():
-        """What is measured so far, after each stage (a run stopped early keeps its figures), with this process's
-        peak RSS so far (which stage sets the job's peak)."""
-        if timings:
-            peaks[next(reversed(timings))] = peak_rss_mib()
-        if state.is_main_process:
-            partial = {"arms": {label: arm_summary(r) for label, r in evals.items()}, "cold_start_history": sft_history,
-                       "timings_s": {k: round(v, 1) for k, v in timings.items()}, "peak_rss_mib_after": peaks}
-            (out / "tool_r1_partial.json").write_text(json.dumps(jsonable(partial), indent=1))
+    def checkpoint_figures(stage):
+        """After each stage: this process's peak RSS so far (which stage sets the job's peak) and what is measured
+        so far, in ``tool_r1_partial.json`` (a run stopped early keeps its figures)."""
+        if stage.startswith("large-k"):
+            return
+        peaks[stage] = peak_rss_mib()
+        if job.is_main and stage != "total":
+            partial = {"arms": {label: arm_summary(r) for label, r in job.evals.items()},
+                       "cold_start_history": job.sft_history, "timings_s": {k: round(v, 1) for k, v in
+                                                                            job.timings.items()},
+                       "peak_rss_mib_after": peaks}
+            (job.out / "tool_r1_partial.json").write_text(json.dumps(jsonable(partial), indent=1))
 
-    if script_args.arm == "r1zero":
-        tokenizer = load_tokenizer(base_path)
-        tokenizer.truncation_side = "left"
-        success, fmt = load_reward("boxed_math", prefilled=True), load_reward("think_format", prefilled=True)
-        eval_rows, train_rows = plain_rows(heldout, tokenizer), plain_rows(train, tokenizer)
-        trainer = build_rl_trainer(base_path, tokenizer, script_args, training_args, train_rows, tool=False)
-        if script_args.eval_start:
-            t = time.time()
-            evals["base (no tool)"] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=False,
-                                                   n=n)
-            timings["eval base"] = time.time() - t
-            checkpoint_figures()
-        label_after = "R1-Zero (no tool)"
-    else:
-        tokenizer = tool_tokenizer(base_path, script_args.chat_template)
-        tokenizer.truncation_side = "left"
-        from transformers.utils import get_json_schema
-
-        from reward_plugins.code_sandbox import PythonEnvironment
-
-        tools = [get_json_schema(PythonEnvironment.python)]
-        success, fmt = boxed, tool_format
-        eval_rows, train_rows = tool_rows(heldout, script_args.system_prompt), tool_rows(train, script_args.system_prompt)
-        start_path = base_path
-        if script_args.sft_traces:
-            t = time.time()
-            start_path = out / "cold_start"
-            # SFTTrainer: one process, or data-parallel over the launched processes; it saves on the main one
-            sft_history = cold_start(base_path, tokenizer, script_args, training_args, start_path, tools)
-            timings["cold start (SFT)"] = time.time() - t
-            checkpoint_figures()
-            say(f"cold start: {len(sft_history)} SFT steps in {timings['cold start (SFT)']:.0f}s, loss "
-                f"{sft_history[0]['loss']:.3f} -> {sft_history[-1]['loss']:.3f}")
-            release_memory()
-        trainer = build_rl_trainer(start_path, tokenizer, script_args, training_args, train_rows, tool=True)
-        label = "cold start (tool)" if script_args.sft_traces else "base (tool)"
-        if script_args.eval_start:
-            t = time.time()
-            evals[label] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=True, n=n)
-            timings["eval cold start"] = time.time() - t
-            checkpoint_figures()
-            if script_args.passk_samples:
-                t = time.time()
-                evals[label + f", n={script_args.passk_samples}"] = evaluate_arm(
-                    trainer, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args, tool=True,
-                    n=script_args.passk_samples)
-                timings["large-k eval cold start"] = time.time() - t
-        label_after = "cold start + tool RL" if script_args.sft_traces else "tool RL"
+    job = ToolJob(script_args, training_args, model_args, after_stage=checkpoint_figures)
+    seen_kind = sum(r.get("wordings") == "training" for r in job.heldout)
+    kinds = f"{len(job.heldout) - seen_kind} in unseen wordings, {seen_kind} new in the training wordings" \
+        if seen_kind else "held-out wordings"
+    job.say(f"model {job.base_path}; {len(job.train_questions)} RL questions, {len(job.heldout)} held-out questions "
+            f"({kinds}); arm {script_args.arm}; torch threads {__import__('torch').get_num_threads()}, "
+            f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}")
+    tool = script_args.arm == "tool"
+    label_after, evaluate_after = tool_arm(job) if tool else r1zero_arm(job)
     if script_args.reward_control == "shuffled":
         label_after += CONTROL
-    for label, result in evals.items():
-        say(f"  {label}: pass@1 {format_metric(result['mean@n'], pct=True)}")
+    job.train()
+    evaluate_after(label_after)
+    job.finish()
+    if not job.is_main:
+        return job.trainer, {}
+    return job.trainer, write_outputs(job, peaks)
 
-    from trl_rlvr.evaluation.heldout import StepProgressCallback
 
-    history = StepProgressCallback(TOOL_STEP_FIELDS, bar=False, say=say).install(trainer)
-    t = time.time()
-    train_result = trainer.train()
-    timings["RL"] = time.time() - t
-    # Adam's moments (twice the model's size) are not needed once training ends: the job saves the model, not a
-    # checkpoint. Dropped before the last evaluation, whose KV caches would otherwise come on top of them.
-    trainer.optimizer.state.clear()
-    release_memory()
-    checkpoint_figures()
+def tool_arm(job: ToolJob):
+    """The recipe's stages up to RL: cold start (with ``sft_traces``), the trainer with the tool, the evaluation
+    of its start -> (the label of the evaluation after RL, that evaluation: label -> None)."""
+    args = job.script_args
+    eval_rows, train_rows = job.tool_data()
+    start_path = job.cold_start() if args.sft_traces else job.base_path
+    job.trainer = build_rl_trainer(start_path, job.tokenizer, args, job.training_args, train_rows, tool=True)
+    if args.eval_start:
+        job.evaluate_tool("cold start (tool)" if args.sft_traces else "base (tool)", "cold start", eval_rows)
+    return ("cold start + tool RL" if args.sft_traces else "tool RL",
+            lambda label: job.evaluate_tool(label, "after RL", eval_rows))
 
-    t = time.time()
-    tool = script_args.arm == "tool"
-    evals[label_after] = evaluate_arm(trainer, tokenizer, eval_rows, success, fmt, script_args, tool=tool, n=n)
-    timings["eval after RL"] = time.time() - t
-    checkpoint_figures()
-    if tool and script_args.passk_samples:
-        t = time.time()
-        evals[label_after + f", n={script_args.passk_samples}"] = evaluate_arm(
-            trainer, tokenizer, eval_rows[:script_args.passk_questions], success, fmt, script_args, tool=True,
-            n=script_args.passk_samples)
-        timings["large-k eval after RL"] = time.time() - t
-    if script_args.save_model:
-        trainer.save_model(str(out / "rl"))
-    timings["total"] = time.time() - t_start
-    peaks["total"] = peak_rss_mib()
 
-    if state.is_main_process:
-        arms = {label: arm_summary(r) for label, r in evals.items() if ", n=" not in label}
-        committed = None
-        if tool and Path(script_args.r1zero_results).is_file():
-            committed = json.loads(Path(script_args.r1zero_results).read_text())
-        shown, heading = shown_arms(arms, committed, script_args.smoke, base_path)
-        table = summary_table(shown)
-        sentence = goals_sentence(arms if script_args.smoke else shown)  # a smoke run is compared with nothing
-        passk = large_k_comparison(evals, script_args.passk_samples, script_args.passk_questions,
-                                   out / "tool_r1_passk.png" if script_args.plot else None)
-        name = "tool_r1_metrics.json" if tool else "tool_r1_r1zero_metrics.json"
-        metrics = {
-            "model": base_path, "arm": script_args.arm, "num_processes": state.num_processes,
-            "arms": arms, "shown_with_committed_r1zero": bool(committed), "table": table, "goals": sentence,
-            "passk_large": passk, "cold_start_history": sft_history, "history": history.history,
-            "train_metrics": train_result.metrics,
-            "evaluations": {label: {k: v for k, v in r.items() if k != "per_question"} for label, r in evals.items()},
-            "timings_s": {k: round(v, 1) for k, v in timings.items()}, "peak_rss_mib_after": peaks,
-            "load_average_end": os.getloadavg(), "torch_threads": __import__("torch").get_num_threads(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"),
-            "script_args": asdict(script_args),
-            "training_args": {k: v for k, v in training_args.to_dict().items()
-                              if isinstance(v, (int, float, str, bool, type(None), list, dict))},
-        }
-        (out / name).write_text(json.dumps(jsonable(metrics), indent=1))
-        plot = save_curves(history.history, sft_history, out / ("tool_r1_curves.png" if tool else
-                                                                "tool_r1_r1zero_curves.png")) if script_args.plot else None
-        print(f"\nheld-out evaluation: {len(heldout)} questions x {n} samples, temperature "
-              f"{training_args.temperature}, budget {training_args.max_completion_length} tokens")
-        print(heading)
-        print(table)
-        if sentence:
-            print(sentence)
-        if passk:
-            print(passk["sentence"])
-        for k, v in timings.items():
-            print(f"time: {k}: {v:.0f} s" + (f" (peak RSS so far {peaks[k]} MiB)" if k in peaks else ""))
-        print(f"metrics: {out / name}" + (f"   curves: {plot}" if plot else ""))
-    return trainer, metrics
+def r1zero_arm(job: ToolJob):
+    """The no-tool arm up to RL: the first main job's prompt on the same questions, ``think_format`` +
+    ``boxed_math``, the evaluation of the base model -> (the label of the evaluation after RL, that evaluation)."""
+    from trl_rlvr.rewards.registry import load_reward
+    from trl_rlvr.scripts.models import load_tokenizer
+
+    args = job.script_args
+    job.tokenizer = load_tokenizer(job.base_path)
+    job.tokenizer.truncation_side = "left"
+    scorers = load_reward("boxed_math", prefilled=True), load_reward("think_format", prefilled=True)
+    eval_rows, train_rows = plain_rows(job.heldout, job.tokenizer), plain_rows(job.train_questions, job.tokenizer)
+    job.trainer = build_rl_trainer(job.base_path, job.tokenizer, args, job.training_args, train_rows, tool=False)
+
+    def evaluate(label, stage):
+        job.evaluate(label, stage, eval_rows, *scorers, tool=False, n=args.eval_num_samples)
+
+    if args.eval_start:
+        evaluate("base (no tool)", "eval base")
+    return "R1-Zero (no tool)", lambda label: evaluate(label, "eval after RL")
+
+
+def write_outputs(job: ToolJob, peaks: dict) -> dict:
+    """The recipe's outputs (the table beside the committed no-tool arm, for the tool arm) with the lab's: the goals'
+    sentence, peak RSS per stage, the load average and the OpenMP settings -> the metrics."""
+    args, tool = job.script_args, job.script_args.arm == "tool"
+    arms, committed = job.arms(), None
+    if tool and Path(args.r1zero_results).is_file():
+        committed = json.loads(Path(args.r1zero_results).read_text())
+    shown, heading = shown_arms(arms, committed, args.smoke, job.base_path)
+    table, passk = summary_table(shown), job.large_k()
+    sentence = goals_sentence(arms if args.smoke else shown)  # a smoke run is compared with nothing
+    metrics = job.metrics(
+        arms, table, passk, arm=args.arm, shown_with_committed_r1zero=bool(committed), goals=sentence,
+        peak_rss_mib_after=peaks, load_average_end=os.getloadavg(), torch_threads=__import__("torch").get_num_threads(),
+        omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"), gomp_spincount=os.environ.get("GOMP_SPINCOUNT"))
+    name = "tool_r1_metrics.json" if tool else "tool_r1_r1zero_metrics.json"
+    plot = job.write(name, metrics, "tool_r1_curves.png" if tool else "tool_r1_r1zero_curves.png")
+    notes = {stage: f" (peak RSS so far {peak} MiB)" for stage, peak in peaks.items()}
+    job.report(heading, table, [sentence, passk and passk["sentence"]], name, plot, notes)
+    return metrics
 
 
 def peak_rss_mib() -> int:

@@ -97,6 +97,37 @@ def test_the_tool_job_keeps_an_output_dir_it_was_given(monkeypatch, tmp_path):
     assert tmp_path.is_dir()
 
 
+def test_the_tool_job_runs_once_per_seed_and_summarizes_the_seeds(monkeypatch, tmp_path, capsys):
+    """`python -m benchmarks.tool_r1 --seeds 42 1 2`: one run per seed (the job's --seed), each in its own folder,
+    the measurements per seed and a summary (each arm's pass@1: per seed, mean, range); a failed seed fails it."""
+    import json
+
+    import benchmarks.tool_r1 as bench
+
+    pass_at_1 = {"42": 0.5, "1": 0.75, "2": 1.0}
+    calls = []
+
+    def fake_launch(script, job_args, busy):
+        out, seed = Path(job_args[job_args.index("--output_dir") + 1]), job_args[job_args.index("--seed") + 1]
+        calls.append((out.name, seed))
+        (out / "tool_r1_metrics.json").write_text(json.dumps(
+            {"timings_s": {"total": 1.0}, "goals": None, "history": [{"step": 1}],
+             "arms": {"cold start + tool RL": {"pass@1": pass_at_1[seed]}}}))
+        return {"exit_status": 0 if seed != "2" else 3, "wall_s": 10.0 + int(seed)}
+
+    monkeypatch.setattr(bench, "launch_job", fake_launch)
+    save = tmp_path / "seeds.json"
+    assert bench.main(["--seeds", "42", "1", "2", "--output_dir", str(tmp_path / "out"), "--save", str(save)]) == 1
+    assert calls == [("seed42", "42"), ("seed1", "1"), ("seed2", "2")]
+    saved = json.loads(save.read_text())
+    assert list(saved["seeds"]) == ["42", "1", "2"] and "pass_at_1" not in saved["seeds"]["2"]  # the failed seed
+    arm = saved["summary"]["pass_at_1"]["cold start + tool RL"]
+    assert arm["per_seed"] == {"42": 0.5, "1": 0.75} and arm["mean"] == 0.625 and (arm["min"], arm["max"]) == (0.5, 0.75)
+    assert "cold start + tool RL: 62.5% (50.0% to 75.0%" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--seeds", "1", "--", "--seed", "2"])
+
+
 def test_the_tool_job_table_marks_smoke_and_committed_columns():
     """The table of a smoke run: this run's columns `[smoke]`, the committed real-model ones `[committed]`, and the
     line above it says which is which; a real run's columns are unmarked."""

@@ -52,6 +52,7 @@ from trl_rlvr.faults import checkpoint_to_resume, sigterm_saves
 from trl_rlvr.faults.checkpoints import PROMPT_STREAM_STATE_FILE, load_prompt_stream, save_prompt_stream
 from trl_rlvr.rewards.registry import resolve_reward_funcs
 from trl_rlvr.rewards.roles import correctness_check_indices, success_reward_index
+from trl_rlvr.rollouts.error_reply import with_error_reply
 from trl_rlvr.sampling.empty_updates import SkipEmptyUpdatesCallback
 from trl_rlvr.sampling.row_rules import ScoredRows, row_rules_of, score_rows
 from trl_rlvr.sampling.trained_metrics import loss_metrics_of_trained_tokens
@@ -94,6 +95,7 @@ class RLVRTrainer(GRPOAdapter, GRPOTrainer):
         reward_funcs = _resolve_reward_funcs(reward_funcs, args)
         check_tool_settings(args, train_dataset, environment_factory)  # pre-load, as the dataset check
         check_dataset_columns(train_dataset, reward_funcs or [], environment_factory=environment_factory)
+        environment_factory = with_error_reply(environment_factory, args.tool_error_reply)  # PythonEnvironment's option
         if args.overlong_buffer_length is not None:  # the appended overlong penalty, weighted by its factor
             args = copy.copy(args)  # the caller's config is left as it was
             weights = args.reward_weights if args.reward_weights is not None else [1.0] * (len(reward_funcs) - 1)

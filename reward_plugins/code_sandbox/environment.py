@@ -28,6 +28,9 @@ GRACE_S = 1.0  # after a cell's alarm, how long the interpreter may take to answ
 
 RESTARTED = "names, imports and files of earlier calls are gone"
 
+#: ``error_reply`` values: a call's reply as it is, or, for a call that raised, the last line of its error (ToRL).
+ERROR_REPLIES = ("full", "last_line")
+
 #: A line of a cell's output that shows an error: a traceback's header, or an exception line as Python prints it
 #: (``IndexError: list index out of range``, ``mypkg.ParseError``, ``Error: ...``, ``KeyboardInterrupt``).
 _ERROR_LINE = re.compile(r"Traceback \(most recent call last\):"
@@ -67,7 +70,12 @@ class PythonEnvironment:
     ``reset(**row)`` starts a fresh interpreter; ``python(code)`` is the model's tool. Options (all keyword
     arguments with defaults, so TRL can call the class with none; pass others with ``functools.partial``):
     ``timeout`` (s per cell), ``rollout_timeout`` (s of all cells of a rollout), ``memory_mb``,
-    ``max_output_chars``, ``max_code_chars``, ``isolation`` ("bwrap", or the much weaker "rlimits").
+    ``max_output_chars``, ``max_code_chars``, ``isolation`` ("bwrap", or the much weaker "rlimits"),
+    ``error_reply`` ("full", or "last_line": ToRL's error replies, Li et al. 2025, arXiv 2503.23383; a call that
+    raised replies with the last line of its error only, :func:`trl_rlvr.algorithms.multi_turn.last_error_line`).
+    Whether a call raised is this environment's own count (``stats["errors"]`` went up during the call), never the
+    reply's text: a cell can print a fake traceback, and that is output, kept whole. ``RLVRTrainer`` sets
+    ``error_reply`` on its environments from ``RLVRConfig.tool_error_reply="last_line"``.
 
     After each rollout ``stats`` holds its tool metrics: ``calls``, ``errors`` (cells that raised, an exit of any
     status included, and calls refused), ``timeouts``, ``restarts`` (interpreters that died or hung and were
@@ -79,8 +87,12 @@ class PythonEnvironment:
     """
 
     def __init__(self, *, timeout: float = 10.0, rollout_timeout: float = 60.0, memory_mb: int = 1024,
-                 max_output_chars: int = 4000, max_code_chars: int = 65536, isolation: str = "bwrap"):  # fmt: skip
+                 max_output_chars: int = 4000, max_code_chars: int = 65536, isolation: str = "bwrap",
+                 error_reply: str = "full"):  # fmt: skip
         self.limits = ToolLimits(timeout, rollout_timeout, memory_mb, max_output_chars, max_code_chars)
+        if error_reply not in ERROR_REPLIES:
+            raise ValueError(f"PythonEnvironment: error_reply must be one of {ERROR_REPLIES}, not {error_reply!r}")
+        self.error_reply = error_reply
         if isolation not in ("bwrap", "rlimits"):
             raise ValueError(f"PythonEnvironment: isolation must be 'bwrap' or 'rlimits', not {isolation!r}")
         self.isolation = isolation
@@ -121,6 +133,16 @@ class PythonEnvironment:
         Args:
             code: The Python source code to run.
         """
+        errors = self.stats["errors"]
+        reply = self._run(code)
+        if self.error_reply == "last_line" and self.stats["errors"] > errors:
+            from trl_rlvr.algorithms.multi_turn import last_error_line
+
+            return last_error_line(reply)
+        return reply
+
+    def _run(self, code) -> str:
+        """``python(code)``'s reply as the interpreter gave it (or the refusal), with ``stats`` updated."""
         if self._sent is not None and self._sent[0] is not code and self._sent[0] != code:
             self._finish_cell()  # sent ahead for a call that did not come as sent: it ran, so it counts; then this
         if self._sent is None:

@@ -129,3 +129,11 @@ def test_the_job_summary_prints_the_numbers_the_readmes_quote(committed):
 def test_the_regenerating_command_is_documented():
     text = (ROOT / "examples" / "README.md").read_text()
     assert REGENERATE in text
+
+
+def test_the_one_table_layout_rebuilds_the_committed_sampled_table_byte_for_byte(committed):
+    """Every table (sampled, before/after, per arm) is laid out by ``metric_table.text_table``: the committed run's
+    sampled table, printed by the layout code it replaced, comes out of it unchanged."""
+    from trl_rlvr.evaluation.report import format_table
+
+    assert format_table(committed["sampled"]["results"]) == committed["sampled"]["table"]

@@ -135,8 +135,10 @@ def test_short_tool_errors_cut_a_raising_cells_reply_to_its_last_line_only():
 
     script = _load_script()
     factory = script.tool_environment(SimpleNamespace(short_tool_errors=True, tool_timeout=5.0))
-    assert get_json_schema(factory.func.python) == get_json_schema(PythonEnvironment.python)
-    assert script.tool_environment(SimpleNamespace(short_tool_errors=False, tool_timeout=5.0)).func is PythonEnvironment
+    assert factory.func is PythonEnvironment and factory.keywords == {"timeout": 5.0, "error_reply": "last_line"}
+    assert get_json_schema(factory().python) == get_json_schema(PythonEnvironment.python)
+    full = script.tool_environment(SimpleNamespace(short_tool_errors=False, tool_timeout=5.0))
+    assert full.func is PythonEnvironment and full.keywords["error_reply"] == "full"
     with factory() as env:
         env.reset()
         assert env.python("x = 12\nprint(x * 28)") == "336\n"

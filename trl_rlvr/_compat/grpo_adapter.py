@@ -131,7 +131,7 @@ class GRPOAdapter:
 
     def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, *rest, **kwargs):
         # the round's calls go to their environments together; TRL's sequential calls then collect (tool_round)
-        dispatch_rounds_ahead(self._sync_tool_dicts, completions, self.args.tool_error_reply)
+        dispatch_rounds_ahead(self._sync_tool_dicts, completions)
         return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *rest, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list, **kwargs):

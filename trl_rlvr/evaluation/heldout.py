@@ -144,42 +144,48 @@ def history_sum(history: list[dict], key: str) -> float | None:
 
 
 def before_after_table(before: dict | None, after: dict | None, history: list[dict], timings: dict,
-                       format_reward: str = "think_format"):
-    """A rich ``Table``: the greedy evaluation before and after (:func:`trl_rlvr.evaluation.evaluate` results), the
-    training diagnostics of the first and last step and over all steps (RLVRTrainer's ``rlvr/*`` metrics) and the
-    timings (seconds)."""
-    from rich.table import Table
+                       format_reward: str = "think_format") -> str:
+    """The R1-Zero job's table under its title: the greedy evaluation before and after
+    (:func:`trl_rlvr.evaluation.evaluate` results), the training diagnostics of the first and last step and over all
+    steps (RLVRTrainer's ``rlvr/*`` metrics) and the timings (seconds), in
+    :func:`trl_rlvr.evaluation.metric_table.text_table`'s layout."""
+    from trl_rlvr.evaluation.metric_table import text_table
 
     fmt, mean = format_metric, history_mean
-    table = Table(title="R1-Zero: held-out evaluation (greedy) and training diagnostics")
-    for name, justify in (("metric", "left"), ("before", "right"), ("after", "right")):
-        table.add_column(name, justify=justify)
     b, a = before or {}, after or {}
-    n = a.get("n") or b.get("n")
-    table.add_row(f"held-out accuracy (n={n})", fmt(b.get("accuracy"), True), fmt(a.get("accuracy"), True))
-    table.add_row("held-out format rate", fmt(b.get("format_rate"), True), fmt(a.get("format_rate"), True))
-    table.add_row("mean length, right answers (tokens)", fmt(b.get("length_right")), fmt(a.get("length_right")))
-    table.add_row("mean length, wrong answers (tokens)", fmt(b.get("length_wrong")), fmt(a.get("length_wrong")))
-    table.add_row("truncated answers", fmt(b.get("truncated_frac"), True), fmt(a.get("truncated_frac"), True))
     first, last = (history[0] if history else {}), (history[-1] if history else {})
     fmt_key = f"rewards/{format_reward}/mean"
-    table.add_section()
-    table.add_row("training reward (first / last step)", fmt(first.get("reward"), digits=2),
-                  fmt(last.get("reward"), digits=2))
-    table.add_row("training accuracy (first / last step)", fmt(first.get("rlvr/accuracy"), True),
-                  fmt(last.get("rlvr/accuracy"), True))
-    table.add_row("training format rate (first / last step)", fmt(first.get(fmt_key), True), fmt(last.get(fmt_key), True))
-    table.add_row("train length right / wrong (mean over steps)", fmt(mean(history, "rlvr/length_right")),
-                  fmt(mean(history, "rlvr/length_wrong")))
-    table.add_row("wasted-group share (zero-signal, mean)", "", fmt(mean(history, "rlvr/zero_signal_frac"), True))
-    table.add_row("expected if all questions equally hard", "", fmt(mean(history, "rlvr/zero_signal_expected"), True))
-    table.add_row("groups skipped by selective sampling (total)", "", fmt(history_sum(history, "rlvr/prompts_skipped")))
-    table.add_row("answers generated per informative row (mean)", "",
-                  fmt(mean(history, "rlvr/answers_per_informative_row")))
-    table.add_section()
-    for k, v in timings.items():
-        table.add_row(f"time: {k} (s)", "", f"{v:.0f}")
-    return table
+
+    def both(name, get, **kw):  # a metric before and after
+        return name, [fmt(get(b), **kw), fmt(get(a), **kw)]
+
+    def steps(name, key, **kw):  # a training metric at the first and the last step
+        return name, [fmt(first.get(key), **kw), fmt(last.get(key), **kw)]
+
+    def over_steps(name, value, **kw):  # a training metric over all steps
+        return name, ["", fmt(value, **kw)]
+
+    rows = [
+        both(f"held-out accuracy (n={a.get('n') or b.get('n')})", lambda r: r.get("accuracy"), pct=True),
+        both("held-out format rate", lambda r: r.get("format_rate"), pct=True),
+        both("mean length, right answers (tokens)", lambda r: r.get("length_right")),
+        both("mean length, wrong answers (tokens)", lambda r: r.get("length_wrong")),
+        both("truncated answers", lambda r: r.get("truncated_frac"), pct=True),
+        None,
+        steps("training reward (first / last step)", "reward", digits=2),
+        steps("training accuracy (first / last step)", "rlvr/accuracy", pct=True),
+        steps("training format rate (first / last step)", fmt_key, pct=True),
+        ("train length right / wrong (mean over steps)", [fmt(mean(history, "rlvr/length_right")),
+                                                          fmt(mean(history, "rlvr/length_wrong"))]),
+        over_steps("wasted-group share (zero-signal, mean)", mean(history, "rlvr/zero_signal_frac"), pct=True),
+        over_steps("expected if all questions equally hard", mean(history, "rlvr/zero_signal_expected"), pct=True),
+        over_steps("groups skipped by selective sampling (total)", history_sum(history, "rlvr/prompts_skipped")),
+        over_steps("answers generated per informative row (mean)", mean(history, "rlvr/answers_per_informative_row")),
+        None,
+        *((f"time: {k} (s)", ["", f"{v:.0f}"]) for k, v in timings.items()),
+    ]
+    title = "R1-Zero: held-out evaluation (greedy) and training diagnostics"
+    return f"{title}\n{text_table(['before', 'after'], rows)}"
 
 
 def plot_rlvr_curves(history: list[dict], path, format_reward: str = "think_format") -> Path | None:
@@ -329,7 +335,8 @@ class HeldOutReport:
         path = out / f"{self.job}_metrics.json"
         path.write_text(json.dumps(self.metrics(sampled, **extra), indent=1, default=str))
         curves = plot_rlvr_curves(history, out / f"{self.job}_curves.png", fmt_name) if plot and history else None
-        self.say(before_after_table(self.results["before"], self.results["after"], history, self.timings, fmt_name))
+        self.say(before_after_table(self.results["before"], self.results["after"], history, self.timings, fmt_name),
+                 markup=False, highlight=False)
         if sampled:
             self.say(sampled["table"], markup=False, highlight=False)
             self.say(sampled["sentence"] or "", markup=False)

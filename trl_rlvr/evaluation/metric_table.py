@@ -1,4 +1,5 @@
-"""The evaluation's metrics, defined once: :data:`EVAL_METRICS` (and :data:`TOOL_METRICS` for tool rollouts).
+"""The evaluation's metrics, defined once: :data:`EVAL_METRICS` (and :data:`TOOL_METRICS` for tool rollouts), and
+the one layout of every metric table (:func:`text_table`).
 
 Each :class:`EvalMetric` says what a metric is and everywhere it shows: the per-question value the scorer's records
 hold (:func:`trl_rlvr.evaluation.evaluate.score_questions`), how the summary aggregates it over questions
@@ -27,6 +28,20 @@ def pct(v) -> str:
 def num(v) -> str:
     """A length or a time as the tables print it: one decimal; ``-`` when undefined."""
     return "-" if v is None else f"{v:.1f}"
+
+
+def text_table(labels: list[str], rows: list[tuple[str, list[str]] | None], notes=(), corner: str = "metric") -> str:
+    """The project's one table layout, for every before/after and per-arm table: a column per label, a row per
+    ``(name, one cell per label)`` (None: a blank line between sections), names left-aligned, cells right-aligned
+    under their label, two spaces apart; then the ``notes``, one a line."""
+    named = [row for row in rows if row is not None]
+    w0 = max(len(corner), *(len(name) for name, _ in named))
+    widths = [max(len(label), *(len(cells[i]) for _, cells in named)) for i, label in enumerate(labels)]
+    lines = ["  ".join([f"{corner:<{w0}}", *(f"{label:>{w}}" for label, w in zip(labels, widths))])]
+    for row in rows:
+        name, cells = row if row is not None else ("", [""] * len(labels))
+        lines.append("  ".join([f"{name:<{w0}}", *(f"{v:>{w}}" for v, w in zip(cells, widths))]).rstrip())
+    return "\n".join(lines + list(notes))
 
 
 def mean_over_questions(values: list, samples: int) -> float | None:

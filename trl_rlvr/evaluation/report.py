@@ -21,8 +21,9 @@ def _get(d: Mapping | None, k: int):
 def format_table(results: Mapping[str, dict]) -> str:
     """One column per model (label -> result), one row per metric of
     :data:`trl_rlvr.evaluation.metric_table.EVAL_METRICS` that has a ``row`` (per k: a row per k; ``n/a`` where a model's
-    metric is not defined) and, when a model ran tool rollouts, per :data:`~trl_rlvr.evaluation.metric_table.TOOL_METRICS`."""
-    from trl_rlvr.evaluation.metric_table import EVAL_METRICS, TOOL_METRICS
+    metric is not defined) and, when a model ran tool rollouts, per :data:`~trl_rlvr.evaluation.metric_table.TOOL_METRICS`
+    (:func:`~trl_rlvr.evaluation.metric_table.text_table`'s layout)."""
+    from trl_rlvr.evaluation.metric_table import EVAL_METRICS, TOOL_METRICS, text_table
 
     labels = list(results)
     first = next(iter(results.values()))
@@ -41,12 +42,8 @@ def format_table(results: Mapping[str, dict]) -> str:
         rows += [(m.row, [m.fmt(r["tools"][m.key]) if r.get("tools") else "n/a" for r in results.values()])
                  for m in TOOL_METRICS]
     rows.append(("sampling + scoring (s)", [_num(r.get("seconds")) for r in results.values()]))
-    w0 = max(len(name) for name, _ in rows)
-    widths = [max(len(label), *(len(vals[i]) for _, vals in rows)) for i, label in enumerate(labels)]
-    lines = ["  ".join([f"{'metric':<{w0}}", *(f"{label:>{w}}" for label, w in zip(labels, widths))])]
-    lines += ["  ".join([f"{name:<{w0}}", *(f"{v:>{w}}" for v, w in zip(vals, widths))]) for name, vals in rows]
     notes = {r.get("maj_note") for r in results.values() if r.get("maj_note")}
-    return "\n".join(lines + sorted(notes))
+    return text_table(labels, rows, sorted(notes))
 
 
 def headless_pyplot():

@@ -1,6 +1,10 @@
 """What happens inside a rollout, between the model's turns: a turn's tool calls sent to their environments
 together (:mod:`.tool_round`), so a turn costs its slowest call (TRL 1.16 runs one rollout's call after another).
 
+- :mod:`.tool_round`: the turn's calls sent ahead together;
+- :mod:`.error_reply`: ``tool_error_reply`` set on the environments the factory builds (``PythonEnvironment``'s
+  ``error_reply``: ToRL's error replies).
+
 The stabilizers that act on a round's scored rollouts (the tool-call cap, void turns, resample-on-correct) are row
 rules of the round pipeline: :mod:`trl_rlvr.sampling.row_rules`.
 """

@@ -12,25 +12,16 @@ has answered it yet (``completions[i][-1]``): TRL appends tool results after a r
 rollouts still to run in a round are exactly those. Only the first call of a message is sent ahead; more calls in
 one message run as TRL calls them. Nothing changes what a call returns: an environment without
 ``_dispatch_call``, or a call it does not take, runs as before.
-
-With ``error_reply="last_line"`` (``RLVRConfig.tool_error_reply``; ToRL, Li et al. 2025, arXiv 2503.23383), the
-same wrapping also cuts the reply of a call that raised to its last line
-(:func:`trl_rlvr.algorithms.multi_turn.last_error_line`). Whether it raised is the environment's own count
-(``stats["errors"]`` went up during the call, as ``PythonEnvironment`` keeps it), never the reply's text: a cell can
-print a fake traceback, and that is output. Tools of environments without ``stats`` reply as they do.
 """
 
 from __future__ import annotations
 
 import functools
 
-from trl_rlvr.algorithms.multi_turn import last_error_line
 
-
-def dispatch_rounds_ahead(sync_tool_dicts: list, completions: list, error_reply: str = "full") -> None:
+def dispatch_rounds_ahead(sync_tool_dicts: list, completions: list) -> None:
     """Wrap, in place, each environment tool of ``sync_tool_dicts`` (TRL's per-rollout ``{name: bound method}``)
-    so that a call first sends every rollout's pending call of ``completions`` ahead (once per message), and, with
-    ``error_reply="last_line"``, replies to a call that raised with its error's last line."""
+    so that a call first sends every rollout's pending call of ``completions`` ahead (once per message)."""
     sent: dict[int, object] = {}  # id(message) -> message, for the messages whose first call was sent ahead
     dispatchers = [{name: _dispatcher(tool) for name, tool in tools.items()} for tools in sync_tool_dicts]
 
@@ -62,28 +53,8 @@ def dispatch_rounds_ahead(sync_tool_dicts: list, completions: list, error_reply:
 
     for tools, known in zip(sync_tool_dicts, dispatchers):
         for name, tool in list(tools.items()):
-            if error_reply == "last_line" and isinstance(_stats(tool), dict):
-                tools[name] = tool = _cut_error_replies(tool)
             if known[name] is not None:
                 tools[name] = wrap(tool)
-
-
-def _stats(tool):
-    return getattr(getattr(tool, "__self__", None), "stats", None)
-
-
-def _cut_error_replies(tool):
-    """``tool`` (a bound method of an environment with ``stats``) replying, when its call raised (its environment's
-    ``stats["errors"]`` went up), with the last line of the reply."""
-    stats = _stats(tool)
-
-    @functools.wraps(tool)
-    def call(*args, **kwargs):
-        errors = stats.get("errors", 0)
-        reply = tool(*args, **kwargs)
-        return last_error_line(reply) if isinstance(reply, str) and stats.get("errors", 0) > errors else reply
-
-    return call
 
 
 def _dispatcher(tool):

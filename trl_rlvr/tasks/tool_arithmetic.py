@@ -58,7 +58,7 @@ class ToolR1Arguments:
                                       "8 at once peaked at 4.9 GB on a CPU, most of it the vocabulary-wide logits)."})
     tool_timeout: float = field(default=5.0, metadata={"help": "Seconds one tool cell may run (PythonEnvironment)."})
     short_tool_errors: bool = field(default=False, metadata={"help": "A cell that raised replies with the last line "
-                                    "of its traceback only (ToRL; trl_rlvr.algorithms.multi_turn.last_error_line), "
+                                    "of its traceback only (ToRL; PythonEnvironment's error_reply='last_line'), "
                                     "in training and in the evaluation."})
     eval_start: bool = field(default=True, metadata={"help": "Evaluate the RL start (the cold start, or the base "
                              "model) before RL; false: a run from a checkpoint whose start is evaluated already "
@@ -269,38 +269,14 @@ TOOL_STEP_FIELDS = (("rlvr/accuracy", "acc", "{:.2f}"), ("rewards/tool_format/me
 
 
 def tool_environment(script_args):
-    """The environment factory of the tool arm: ``PythonEnvironment`` with the run's cell timeout, or, with
-    ``short_tool_errors``, :func:`short_errors_environment`'s subclass."""
+    """The environment factory of the tool arm: ``PythonEnvironment`` with the run's cell timeout; with
+    ``short_tool_errors``, its ``error_reply="last_line"`` (ToRL's error replies, in training and evaluation)."""
     from functools import partial
 
     from reward_plugins.code_sandbox import PythonEnvironment
 
-    cls = short_errors_environment() if script_args.short_tool_errors else PythonEnvironment
-    return partial(cls, timeout=script_args.tool_timeout)
-
-
-_SHORT_ERRORS = None
-
-
-def short_errors_environment():
-    """``PythonEnvironment`` whose replies to cells that raised are cut to their traceback's last line (ToRL, arXiv
-    2503.23383: :func:`trl_rlvr.algorithms.multi_turn.last_error_line`). Judged by the environment's own error
-    count, never by the reply's text (a cell can print a fake traceback); the same tool schema (docstring)."""
-    global _SHORT_ERRORS
-    if _SHORT_ERRORS is None:
-        from reward_plugins.code_sandbox import PythonEnvironment
-        from trl_rlvr.algorithms.multi_turn import last_error_line
-
-        class ShortErrorsPythonEnvironment(PythonEnvironment):
-            def python(self, code: str) -> str:
-                errors = self.stats["errors"]
-                reply = super().python(code)
-                return last_error_line(reply) if self.stats["errors"] > errors else reply
-
-            python.__doc__ = PythonEnvironment.python.__doc__
-
-        _SHORT_ERRORS = ShortErrorsPythonEnvironment
-    return _SHORT_ERRORS
+    return partial(PythonEnvironment, timeout=script_args.tool_timeout,
+                   error_reply="last_line" if script_args.short_tool_errors else "full")
 
 
 def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_rows, tool: bool):
@@ -403,20 +379,20 @@ ROWS = [
 
 
 def summary_table(arms: dict) -> str:
-    """One column per arm (label -> arm_summary), one row per figure, as text."""
-    labels = list(arms)
-    width = max(16, *(len(label) for label in labels))
-    lines = [f"{'':36s}" + "".join(f"{label:>{width + 2}s}" for label in labels)]
+    """One column per arm (label -> arm_summary), one row per metric of :data:`ROWS`
+    (:func:`trl_rlvr.evaluation.metric_table.text_table`'s layout)."""
+    from trl_rlvr.evaluation.metric_table import text_table
+
+    rows = []
     for name, key, fmt in ROWS:
         if key.endswith(" wordings") and not any(key in (arm or {}) for arm in arms.values()):
             continue  # held-out questions of one kind only (the templates task): no split to show
         cells = []
-        for label in labels:
-            arm = arms[label] or {}
-            value = arm.get(key if key != "pass@n" else f"pass@{arm.get('n')}")
+        for arm in arms.values():
+            value = (arm or {}).get(key if key != "pass@n" else f"pass@{(arm or {}).get('n')}")
             cells.append("-" if value is None else fmt(value))
-        lines.append(f"{name:36s}" + "".join(f"{c:>{width + 2}s}" for c in cells))
-    return "\n".join(lines)
+        rows.append((name, cells))
+    return text_table(list(arms), rows)
 
 
 def save_curves(history, sft_history, path):
