@@ -12,9 +12,9 @@ Measures, in one run and on the same cores:
   (a fork of the clean server) and baseline (a fresh ``python -I -S`` per rollout: the no-harness limit of a
   process-per-rollout design); and the host's cost of ``reset()`` alone;
 * peak RSS of this process, and the RSS of the sandbox's processes at the end;
-* the host's wall time of one tool round over 16 and 64 rollouts, each with one cell that sleeps 0.2 s or one
+* the host's wall time of one tool turn over 16 and 64 rollouts, each with one cell that sleeps 0.2 s or one
   that computes (~0.05 CPU-s), called one rollout after another as TRL 1.16 calls them ("sequential") and with
-  the round's cells sent ahead together (``trl_rlvr.rollouts.tool_round``, what ``RLVRTrainer`` does: "dispatched");
+  the turn's cells sent ahead together (``trl_rlvr.rollouts.tool_turn``, what ``RLVRTrainer`` does: "dispatched");
 * cleanup of a hostile rollout: one that left a directory chain ten times deeper than PATH_MAX and as many
   entries as its filesystem takes; the time until its interpreter (and with it its tmpfs) is gone after
   ``reset()``, and until the next interpreter answers.
@@ -159,17 +159,17 @@ ROUND_CELLS = {
 }
 
 
-def tool_round(envs: list[PythonEnvironment], cell: str, want: str, dispatched: bool) -> float:
-    """Host wall seconds of one tool round: every rollout's call, in TRL's order, over its sync tool dicts
-    (with ``dispatched``, the round's cells first sent ahead by ``trl_rlvr.rollouts.tool_round``, as RLVRTrainer does)."""
-    from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead
+def tool_turn(envs: list[PythonEnvironment], cell: str, want: str, dispatched: bool) -> float:
+    """Host wall seconds of one tool turn: every rollout's call, in TRL's order, over its sync tool dicts
+    (with ``dispatched``, the turn's cells first sent ahead by ``trl_rlvr.rollouts.tool_turn``, as RLVRTrainer does)."""
+    from trl_rlvr.rollouts.tool_turn import dispatch_turns_ahead
 
     tools = [{"python": e.python} for e in envs]
     completions = [[{"role": "assistant", "content": "", "tool_calls": [
         {"type": "function", "function": {"name": "python", "arguments": {"code": cell}}}]}] for _ in envs]  # fmt: skip
     t = time.perf_counter()
     if dispatched:
-        dispatch_rounds_ahead(tools, completions)
+        dispatch_turns_ahead(tools, completions)
     for tool, messages in zip(tools, completions):  # TRL's loop: one rollout after another
         reply = tool["python"](**messages[-1]["tool_calls"][0]["function"]["arguments"])
         messages.append({"role": "tool", "name": "python", "content": reply})
@@ -186,7 +186,7 @@ def rounds(sizes: list[int], repeat: int) -> dict:
             _check(e.python("1"), "1\n")
         for name, (cell, want) in ROUND_CELLS.items():
             for how in ("sequential", "dispatched"):
-                out[f"round{n}_{name}_{how}"] = _med([tool_round(envs, cell, want, how == "dispatched")
+                out[f"round{n}_{name}_{how}"] = _med([tool_turn(envs, cell, want, how == "dispatched")
                                                       for _ in range(repeat)])  # fmt: skip
         for e in envs:
             e._close()
@@ -346,7 +346,7 @@ def main(argv=None) -> int:
     for n in sizes:
         for name in ROUND_CELLS:
             seq, dis = results[f"round{n}_{name}_sequential"], results[f"round{n}_{name}_dispatched"]
-            print(f"tool round of {n:3d} rollouts, {name:7s} cells: sequential {seq[0]:6.2f} s   "
+            print(f"tool turn of {n:3d} rollouts, {name:7s} cells: sequential {seq[0]:6.2f} s   "
                   f"dispatched {dis[0]:6.2f} s ({dis[1]:.2f}-{dis[2]:.2f})")  # fmt: skip
     print(f"hostile rollout ({results['hostile_entries']} entries and a 160-deep chain of 250-char names): gone "
           f"{results['hostile_gone_s']:.3f} s after reset(), next interpreter answered at "

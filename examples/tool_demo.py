@@ -221,7 +221,7 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=4, help="samples per question")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max_new_tokens", type=int, default=48, help="new tokens per model turn")
-    parser.add_argument("--max_tool_calls", type=int, default=2, help="tool rounds per rollout (TRL's "
+    parser.add_argument("--max_tool_calls", type=int, default=2, help="tool turns per rollout (TRL's "
                         "max_tool_calling_iterations)")
     parser.add_argument("--shot", choices=("history", "instruction"), default="history",
                         help="the one-shot tool example as earlier turns, or written out in the user's turn")

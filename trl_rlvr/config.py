@@ -292,8 +292,8 @@ class RLVRConfig(GRPOConfig):
     tool_error_reply: str = field(
         default="full",
         metadata={
-            "help": "'last_line': a tool call that raised in an environment keeping stats (PythonEnvironment: its "
-            "stats['errors'] went up) replies with the last line of its error only, e.g. \"NameError: name 'x' is "
+            "help": "'last_line': a tool call that raised in an environment with an error_reply option "
+            "(PythonEnvironment: its stats['errors'] went up) replies with the last line of its error only, e.g. \"NameError: name 'x' is "
             "not defined\" (ToRL, Li et al. 2025, arXiv 2503.23383); 'full' (default): the environment's reply as "
             "it is.",
             "choices": list(TOOL_ERROR_REPLIES),

@@ -6,7 +6,7 @@ one tool, ``python(code)``. Each rollout gets its own interpreter (a fresh fork 
 with a tmpfs of its own: ``sandbox/interpreter.py``); the host side (``host/interpreter_server.py``) holds the
 server process and, per environment, the pipes and pidfd of its current interpreter, and never runs a cell itself.
 Between calls the interpreter is stopped. ``_dispatch_call`` sends a call's cell ahead of the call (the trainer
-sends a whole tool round at once), and ``python`` then only collects its reply. A cell is charged from its own send
+sends a whole tool turn at once), and ``python`` then only collects its reply. A cell is charged from its own send
 to its own reply, as the host's I/O loop stamps it, whatever the other rollouts' cells do.
 
 Bounds, each a keyword argument of ``PythonEnvironment`` (docs/python_tool.md has the table): a cell's time
@@ -156,8 +156,8 @@ class PythonEnvironment:
 
     def _dispatch_call(self, name: str, arguments: dict) -> None:
         """Send the cell of a tool call that will come (``python(**arguments)``) now, without waiting for its reply;
-        the call itself then collects it. Called by the trainer for every rollout of a tool round before TRL runs
-        the round's calls one after another (``trl_rlvr.rollouts.tool_round``): the cells of a round run together. A
+        the call itself then collects it. Called by the trainer for every rollout of a tool turn before TRL runs
+        the turn's calls one after another (``trl_rlvr.rollouts.tool_turn``): the cells of a turn run together. A
         call that ``python`` would refuse, or a second one while a cell is in flight, is left to the call (which
         counts the refusal: nothing is counted here)."""
         code = arguments.get("code") if name == "python" and isinstance(arguments, dict) else None

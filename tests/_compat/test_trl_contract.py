@@ -152,7 +152,7 @@ def test_the_contract_is_the_adapters_and_small():
 
 
 def test_the_environment_dispatch_hook_is_private_and_has_its_signature():
-    """The tool round sends calls ahead through ``_dispatch_call(name, arguments)``; TRL must keep not offering an
+    """The tool turn sends calls ahead through ``_dispatch_call(name, arguments)``; TRL must keep not offering an
     environment's private methods to the model as tools (the check above reads its discovery)."""
     import inspect
 

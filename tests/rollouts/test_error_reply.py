@@ -71,7 +71,7 @@ def test_the_option_gives_the_old_cuts_bytes_on_every_kind_of_cell(pair):
 
 
 def test_cells_sent_ahead_are_cut_as_the_trainers_rounds_were(pair):
-    """The trainer sends a round's cells ahead (``_dispatch_call``) and TRL's call collects; a cell sent ahead for
+    """The trainer sends a turn's cells ahead (``_dispatch_call``) and TRL's call collects; a cell sent ahead for
     a call that did not come as sent runs and counts within the next call (so that call's reply is cut too, as
     the old wrapper, measuring around the same call, cut it)."""
     full, short = pair

@@ -310,7 +310,7 @@ if __name__ == "__main__":  # one rank of the 2-process test: python -m tests.ro
                f"{out}.rank{rank}.pt")  # fmt: skip
 
 
-def test_a_tool_round_costs_about_its_slowest_call_in_the_trainer(tiny_model_dir):
+def test_a_tool_turn_costs_about_its_slowest_call_in_the_trainer(tiny_model_dir):
     """TRL runs a round's tool calls one rollout after another; RLVRTrainer sends them ahead together, so 8 cells
     that each sleep 0.5 s cost the round about 0.5 s, not 4 s, and each reply is still its own rollout's."""
     import time
@@ -336,9 +336,9 @@ def test_a_tool_round_costs_about_its_slowest_call_in_the_trainer(tiny_model_dir
 
     trainer._generate_single_turn = generate
     _, _, completions = run_recorded(trainer)
-    assert len(marks) == 4  # the first turn, the turn after the tool round
+    assert len(marks) == 4  # the first turn, the turn after the tool turn
     round_s = marks[2] - marks[1]
-    assert round_s < 0.5 * 8 / 2, f"a round of 8 cells of 0.5 s took {round_s:.2f} s"
+    assert round_s < 0.5 * 8 / 2, f"a turn of 8 cells of 0.5 s took {round_s:.2f} s"
     assert len(completions) == 8
     for turns in completions:  # each rollout got its own cell's reply
         calls = [m for m in turns if m.get("tool_calls")]

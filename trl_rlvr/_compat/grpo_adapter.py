@@ -28,7 +28,7 @@ from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
 from trl_rlvr._compat.swaps import swapped, table_held_back
 from trl_rlvr._compat.trl_contract import warn_on_contract_violations
 from trl_rlvr.algorithms.unscorable import total_rewards
-from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead
+from trl_rlvr.rollouts.tool_turn import dispatch_turns_ahead
 from trl_rlvr.sampling.driver import RoundDriver
 from trl_rlvr.sampling.rounds import RoundNotes, RoundRecord, gathered_lengths
 
@@ -130,8 +130,8 @@ class GRPOAdapter:
         return output
 
     def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, *rest, **kwargs):
-        # the round's calls go to their environments together; TRL's sequential calls then collect (tool_round)
-        dispatch_rounds_ahead(self._sync_tool_dicts, completions)
+        # the turn's calls go to their environments together; TRL's sequential calls then collect (tool_turn)
+        dispatch_turns_ahead(self._sync_tool_dicts, completions)
         return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *rest, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list, **kwargs):

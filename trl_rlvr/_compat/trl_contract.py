@@ -72,7 +72,7 @@ ADAPTER = {
         overrides="_generate", params=("prompts",), hook="tool_mask passed to the reward functions"),
     "_tool_call_loop": Touch(
         "the first point where the rollouts' pending tool calls and this batch's tool dicts (_sync_tool_dicts, "
-        "wrapped in place) both exist: the round's calls are sent ahead together (trl_rlvr.rollouts.tool_round)",
+        "wrapped in place) both exist: the turn's calls are sent ahead together (trl_rlvr.rollouts.tool_turn)",
         overrides="_tool_call_loop", params=("prompts", "prompt_ids", "completion_ids", "completions", "logprobs"),
         uses=("_sync_tool_dicts",), used_in=("_generate_and_score_completions", "_tool_call_loop"),
         hook="GRPOConfig.tool_calls_concurrent"),
@@ -158,7 +158,7 @@ MODULE_CONSTANTS = {"trl.kernels.chunked_logprob": ("TOKEN_CHUNK_SIZE", "Chunked
 #: would still decay its moments at learning rate 0. Guarded by test_an_empty_update_leaves_the_optimizer_and_the_weights_alone.
 SHADOWED = ("optimizer.step", "lr_scheduler.step")
 
-#: The method trl_rlvr.rollouts.tool_round calls on an environment (where it has it) to send a tool call ahead ->
+#: The method trl_rlvr.rollouts.tool_turn calls on an environment (where it has it) to send a tool call ahead ->
 #: its parameters. Private on purpose: TRL offers every public method of an environment to the model as a tool (its
 #: discovery skips names with a leading underscore, checked in its source), and the model must not call this one.
 ENVIRONMENT_DISPATCH = ("_dispatch_call", ("name", "arguments"))
@@ -294,7 +294,7 @@ def _class_violations(trainer_cls, where: str) -> list[str]:
                             f"1.16.0, which no longer has {anchor!r} in {where}: compare and update the copy")
     tool_discovery = _source(trainer_cls, "_generate_and_score_completions")
     if tool_discovery and 'not member_name.startswith("_")' not in tool_discovery:
-        problems.append(f"change trl_rlvr.rollouts.tool_round: {cls} may now offer an environment's private methods "
+        problems.append(f"change trl_rlvr.rollouts.tool_turn: {cls} may now offer an environment's private methods "
                         f"({ENVIRONMENT_DISPATCH[0]}) as tools in {where}")
     problems += _metric_problems(trainer_cls, where)
     for module_name, names in MODULE_FUNCTIONS.items():

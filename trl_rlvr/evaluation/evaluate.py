@@ -330,7 +330,7 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     request of its own), scored on its messages as the reward sees them in training, each turn seeded from the
     sample's triple and the turn's number. ``prompt`` must be a conversation;
     the environment's ``reset`` gets the row. ``chat_template``: template text to render with (the tokenizer's own
-    must render tools otherwise); ``max_tool_calling_iterations``: TRL's cap on tool rounds (None: the budget
+    must render tools otherwise); ``max_tool_calling_iterations``: TRL's cap on tool turns (None: the budget
     alone). ``max_new_tokens`` is then the whole completion's budget, tool replies included (TRL's
     ``max_completion_length``). The result's ``tools`` holds the tool metrics
     (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`): tool-call rate, calls per answer, parse

@@ -1,7 +1,7 @@
 """What happens inside a rollout, between the model's turns: a turn's tool calls sent to their environments
-together (:mod:`.tool_round`), so a turn costs its slowest call (TRL 1.16 runs one rollout's call after another).
+together (:mod:`.tool_turn`), so a turn costs its slowest call (TRL 1.16 runs one rollout's call after another).
 
-- :mod:`.tool_round`: the turn's calls sent ahead together;
+- :mod:`.tool_turn`: the turn's calls sent ahead together;
 - :mod:`.error_reply`: ``tool_error_reply`` set on the environments the factory builds (``PythonEnvironment``'s
   ``error_reply``: ToRL's error replies).
 
@@ -9,6 +9,6 @@ The stabilizers that act on a round's scored rollouts (the tool-call cap, void t
 rules of the round pipeline: :mod:`trl_rlvr.sampling.row_rules`.
 """
 
-from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead
+from trl_rlvr.rollouts.tool_turn import dispatch_turns_ahead
 
-__all__ = ["dispatch_rounds_ahead"]
+__all__ = ["dispatch_turns_ahead"]

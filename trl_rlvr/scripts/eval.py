@@ -106,7 +106,7 @@ def _add_tool_arguments(parser: argparse.ArgumentParser) -> None:
                    "e.g. '{\"timeout\": 5}'")
     t.add_argument("--chat_template", default=None, help="the chat template to render with: a .jinja file or a "
                    "template TRL ships (e.g. qwen2_5); needed when the model's own does not render tools")
-    t.add_argument("--max_tool_calling_iterations", type=int, default=None, help="TRL's cap on tool rounds per "
+    t.add_argument("--max_tool_calling_iterations", type=int, default=None, help="TRL's cap on tool turns per "
                    "sample (default: the budget alone)")
 
 

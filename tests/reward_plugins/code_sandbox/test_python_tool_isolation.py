@@ -4,7 +4,7 @@ Each class of attack has a hostile rollout, a correct rollout beside it that mus
 on the same server that must still answer exactly: reaching siblings (their files, the server's objects), breaking
 what is shared, leftovers that outgrow cleanup, CPU between calls, a server killed from outside. Then a property:
 any sequence of cells from a hostile alphabet leaves every concurrent and later rollout's replies identical to a
-run without it. Plus: a tool round costs about its slowest call (the trainer's round dispatch), and
+run without it. Plus: a tool turn costs about its slowest call (the trainer's round dispatch), and
 ``PythonTestsEnvironment`` scores and checks every column ``code_sandbox`` reads.
 """
 
@@ -199,7 +199,7 @@ def test_nothing_of_a_rollout_runs_between_its_calls(envs):
 
 # ------------------------------------------------------------------------------------------------ 5. one round
 def _trl_round(envs_and_codes):
-    """TRL's shapes for one tool round: per rollout a dict of its sync tools, and its messages so far."""
+    """TRL's shapes for one tool turn: per rollout a dict of its sync tools, and its messages so far."""
     tool_dicts = [{"python": e.python} for e, _ in envs_and_codes]
     completions = [[{"role": "assistant", "content": "", "tool_calls": [
         {"type": "function", "function": {"name": "python", "arguments": {"code": code}}}]}]
@@ -207,14 +207,14 @@ def _trl_round(envs_and_codes):
     return tool_dicts, completions
 
 
-def test_a_tool_round_costs_about_its_slowest_call(envs):
-    from trl_rlvr.rollouts.tool_round import dispatch_rounds_ahead
+def test_a_tool_turn_costs_about_its_slowest_call(envs):
+    from trl_rlvr.rollouts.tool_turn import dispatch_turns_ahead
 
     batch = [(envs(), f"import time\ntime.sleep(0.5)\n{k}") for k in range(8)]
     for e, _ in batch:
         e.python("1")  # started
     tool_dicts, completions = _trl_round(batch)
-    dispatch_rounds_ahead(tool_dicts, completions)
+    dispatch_turns_ahead(tool_dicts, completions)
     t = time.monotonic()
     replies = []
     for tools, messages in zip(tool_dicts, completions):  # TRL's loop: one rollout after another

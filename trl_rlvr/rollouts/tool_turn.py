@@ -1,15 +1,15 @@
-"""A tool round costs the slowest call, not the sum: the round's calls are sent to their environments together.
+"""A tool turn costs the slowest call, not the sum: the turn's calls are sent to their environments together.
 
-TRL 1.16's ``GRPOTrainer._tool_call_loop`` runs a synchronous tool one rollout after another, so a round of cells
+TRL 1.16's ``GRPOTrainer._tool_call_loop`` runs a synchronous tool one rollout after another, so a turn of cells
 that each wait a second costs the trainer ``batch`` seconds. This module does not copy that loop: it wraps the
 batch's synchronous tools (``trainer._sync_tool_dicts``, built per batch before the loop) so that the first call
-of each round first hands every rollout's pending call to its environment (``environment._dispatch_call(name,
+of each turn first hands every rollout's pending call to its environment (``environment._dispatch_call(name,
 arguments)``, for environments that define it: ``PythonEnvironment`` sends the cell to its interpreter and returns
 at once). TRL's own calls, in its order, then only collect replies that are ready or on their way.
 
 A rollout's pending call is the first tool call of its last message when that message is the model's and no tool
 has answered it yet (``completions[i][-1]``): TRL appends tool results after a rollout's calls have run, so the
-rollouts still to run in a round are exactly those. Only the first call of a message is sent ahead; more calls in
+rollouts still to run in a turn are exactly those. Only the first call of a message is sent ahead; more calls in
 one message run as TRL calls them. Nothing changes what a call returns: an environment without
 ``_dispatch_call``, or a call it does not take, runs as before.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 
 
-def dispatch_rounds_ahead(sync_tool_dicts: list, completions: list) -> None:
+def dispatch_turns_ahead(sync_tool_dicts: list, completions: list) -> None:
     """Wrap, in place, each environment tool of ``sync_tool_dicts`` (TRL's per-rollout ``{name: bound method}``)
     so that a call first sends every rollout's pending call of ``completions`` ahead (once per message)."""
     sent: dict[int, object] = {}  # id(message) -> message, for the messages whose first call was sent ahead
