@@ -135,7 +135,7 @@ def test_the_contract_is_the_adapters_and_small():
     declared = {name for touch in trl_contract.ADAPTER.values()
                 for name in (*touch.uses, touch.overrides, touch.calls) if name}
     declared |= {"_get_output_dir", "_reference_logps", "_score_round", "_round_notes", "_generation_has_signal",
-                 "_skip_empty_updates", "_round_driver", "_make_round_driver", "_adapt_to_trl"}  # ours
+                 "_skip_empty_updates", "_round_driver", "_make_round_driver", "_adapt_to_trl", "_pad_token_id"}  # ours
     used = set(re.findall(r"self\._[a-z_]+|trainer\._[a-z_]+", inspect_module.getsource(grpo_adapter)))
     undeclared = sorted(n.split(".", 1)[1] for n in used if n.split(".", 1)[1] not in declared)
     assert not undeclared, f"private names the adapter uses without a contract entry: {undeclared}"

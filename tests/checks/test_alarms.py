@@ -233,8 +233,10 @@ def test_the_level_alarms_fire_on_stuck_runs_and_not_on_runs_that_learn(seed, ru
 def _recorded_histories():
     from pathlib import Path
 
-    results = Path(__file__).resolve().parents[1] / "examples" / "results"
-    return sorted(p for p in results.glob("*.json") if "history" in json.loads(p.read_text()))
+    results = Path(__file__).resolve().parents[2] / "examples" / "results"
+    found = sorted(p for p in results.glob("*.json") if "history" in json.loads(p.read_text()))
+    assert found, f"no recorded run with a history in {results}"  # else the test below would run no case
+    return found
 
 
 @pytest.mark.parametrize("path", _recorded_histories(), ids=lambda p: p.name)

@@ -77,7 +77,7 @@ class GRPOAdapter:
         return metrics_to_log(self, mode)
 
     @property
-    def pad_token_id(self) -> int:
+    def _pad_token_id(self) -> int:
         return self._tokenizer.pad_token_id
 
     # -- one generation batch: the round driver's rounds --------------------------------------------------------
@@ -92,7 +92,7 @@ class GRPOAdapter:
             score_round=self._score_round, compute_advantages=self.compute_advantages, accelerator=self.accelerator,
             metrics=self._metrics, success_index=self.success_reward_index, reward_weights=self.reward_weights,
             reward_func_names=self.reward_func_names, scale_rewards=self.scale_rewards,
-            mask_truncated_completions=self.mask_truncated_completions, pad_token_id=self.pad_token_id,
+            mask_truncated_completions=self.mask_truncated_completions, pad_token_id=self._pad_token_id,
             shuffle=self.shuffle_dataset, rules=self.row_rules, trl_advantages=trl_advantages,
         )
 
@@ -142,7 +142,7 @@ class GRPOAdapter:
         model_written = ([len(ids) for ids in completion_ids_list] if notes.tool_mask is None
                          else [sum(mask) for mask in notes.tool_mask])
         notes.lengths, notes.truncated = gathered_lengths(self.accelerator, completion_ids_list, model_written,
-                                                          {*self.eos_token_ids, self.pad_token_id})
+                                                          {*self.eos_token_ids, self._pad_token_id})
         notes.rewards_per_func = self.transform_rewards(rewards_per_func, completions, notes.notes)
         notes.rewards = total_rewards(notes.rewards_per_func, self.reward_weights)  # summed once
         notes.reward_metrics = tuple(self._pending_metrics)  # log_metric counters, flushed by TRL after this

@@ -98,7 +98,7 @@ ADAPTER = {
         "where rlvr/ metrics go (TRL's _metrics[mode]); the round driver holds back what dynamic sampling's rounds "
         "append there until the trained rows are known",
         uses=("_metrics",), used_in=("_generate_and_score_completions", "log")),
-    "pad_token_id": Touch("the pad id of gathered rows (TRL's _tokenizer)", uses=("_tokenizer",)),
+    "_pad_token_id": Touch("the pad id of gathered rows (TRL's _tokenizer)", uses=("_tokenizer",)),
     "training_step": Touch(
         "TRL's fused LM head in tiles sized for a CPU (MODULE_CONSTANTS), around the step's forward and backward",
         overrides="training_step", params=("model", "inputs", "num_items_in_batch")),
