@@ -5,7 +5,7 @@ of processes, before (every row of every process all-gathered, then filtered) an
         [--json PATH] [--smoke]
 
 Each process count runs as one ``accelerate launch`` of N CPU processes (gloo), as the multi-process tests do. Every
-process builds ``RLVRTrainer`` (dynamic_sampling=True) on the tiny test model and runs ``_generate_informative_batch``
+process builds ``RLVRTrainer`` (dynamic_sampling=True) on the tiny test model and runs its round driver's ``generation_batch``
 ``--batches`` times for each of the two strategies, on synthetic rounds: TRL's generation and scoring is replaced by
 rows of TRL's shapes (``--rows`` answers per process, G=4, prompts of 64 tokens, completions up to ``--width``
 tokens, process r's ``width - r`` so that padding across processes is exercised; ids, masks, old log-probs), with
