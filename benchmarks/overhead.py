@@ -286,8 +286,8 @@ def main(argv=None) -> dict:
                   f"{s['ratio_min_max'][1]:.3f}; pooled medians {s['ratio_pooled_medians']:.3f}; "
                   f"{s['grpo_median_s'] * 1000:.1f} vs {s['rlvr_median_s'] * 1000:.1f} ms)")
     if own:
-        print(f"  time in RLVRTrainer's own per-step code (rollout metrics, total rewards, population-std advantages, "
-              f"exact token counts): median {results['own_code_median_s'] * 1000:.2f} ms/step = "
+        print(f"  time in RLVRTrainer's own per-step code (transform_rewards, the round driver's decisions, "
+              f"advantages, token count and rollout metrics, the exact per-step token counts): median {results['own_code_median_s'] * 1000:.2f} ms/step = "
               f"{100 * results['own_code_fraction_of_grpo_step']:.2f}% of the GRPO step (timed directly, so much "
               f"less sensitive to other load)")
     print(f"  same answers in both trainers: {results['same_answers']} (mean answer length "
