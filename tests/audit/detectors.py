@@ -184,8 +184,10 @@ PREDICATES = {
 RESIDUAL = {
     # the model: a tiny one built from a config, not the run's weights (a released policy has more)
     "model_under_50m_parameters": lambda c: _trainer(c).model.num_parameters() < 50_000_000,
-    # the two seams where the audit's request enters the run: code that is not the libraries'
-    "generate_not_the_libraries": lambda c: not _library_code(type(_trainer(c).model).generate, "transformers"),
+    # where the audit's request enters the run, and the tiny model's head: code that is not the libraries'
+    "model_code_not_the_libraries": lambda c: not (
+        _library_code(type(_trainer(c).model).generate, "transformers")
+        and _library_code(getattr(_trainer(c).model.forward, "__func__", None), "trl")),
     "batch_samples_not_the_libraries": lambda c: not _library_code(type(_trainer(c)).get_batch_samples,
                                                                    "transformers"),
     # time: an audit's process is seconds old at its calls; a run's reward is called for hours

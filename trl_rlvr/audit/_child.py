@@ -23,7 +23,9 @@ What of TRL and transformers this relies on beyond their documented API, named h
 rewards of the generation, in the rows' order); TRL's generation without vLLM or continuous batching calling the
 policy's ``generate(input_ids=..., attention_mask=..., generation_config=...)`` and taking the completion as what
 follows the left-padded prompts (``GRPOTrainer._generate_single_turn``); transformers' ``Trainer.get_batch_samples``
-drawing an optimizer step's batches from the epoch iterator before ``training_step`` (``Trainer._inner_training_loop``).
+drawing an optimizer step's batches from the epoch iterator before ``training_step`` (``Trainer._inner_training_loop``);
+TRL's fused LM head (``add_fused_lm_head``: the model's ``forward(..., labels=..., fused_lm_head=True)`` returning a
+``FusedCausalLMOutput``), which the tiny model computes over the batch's own tokens (:func:`_tokens_head`).
 """
 
 from __future__ import annotations
@@ -134,7 +136,8 @@ def _rows_a_run_accepts(reward, rows: list[dict]) -> list[dict]:
 
 #: TRL and transformers names this process relies on beyond their documented API (the module docstring says how).
 PRIVATE_NAMES = ("trl.GRPOTrainer._logs", "trl.GRPOTrainer._generate_single_turn (calls model.generate)",
-                 "transformers.Trainer.get_batch_samples")
+                 "transformers.Trainer.get_batch_samples",
+                 "trl.trainer.utils.add_fused_lm_head (model(..., fused_lm_head=True) -> FusedCausalLMOutput)")
 
 
 def _trainer(reward, run: dict, rows: list[dict], messages: bool):
@@ -163,6 +166,41 @@ def _trainer(reward, run: dict, rows: list[dict], messages: bool):
 #: ChatML, for a tokenizer without a chat template in an audit of conversational prompts.
 _CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _tokens_head(trainer) -> None:
+    """The tiny policy's log-probabilities, as TRL's fused LM head gives them (``model(..., labels=...,
+    fused_lm_head=True)``), over the batch's own token ids (and the first 64) rather than the whole vocabulary.
+
+    TRL's head scores every position against every token of the vocabulary, which on a CPU costs seconds per call
+    for a released tokenizer's 32,000 to 256,000 tokens, and minutes for a call of completions cut at
+    ``max_completion_length``; this one costs what the batch's tokens cost. It is the audit's model's own forward
+    (the model is the audit's, :data:`PRIVATE_NAMES`): the loss, its backward, the gradient norm and the optimizer
+    step are TRL's and torch's, on these log-probabilities."""
+    import types
+
+    import torch
+    from trl.trainer.utils import FusedCausalLMOutput
+
+    model, fused, temperature = trainer.model, trainer.model.forward, trainer.args.temperature
+
+    def forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+        if not fused_lm_head or shift_labels is not None:
+            return fused(*args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels,
+                         num_items_in_batch=num_items_in_batch, **kwargs)
+        hidden = self.base_model(*args, **{**kwargs, "use_cache": False}).last_hidden_state[:, :-1]
+        labels = labels[:, 1:]
+        mask = labels != -100
+        weight = self.get_output_embeddings().weight
+        ids = torch.unique(torch.cat([labels[mask], torch.arange(min(64, weight.size(0)), device=labels.device)]))
+        logp = torch.log_softmax((hidden @ weight[ids].T).float() / temperature, dim=-1)
+        where = torch.searchsorted(ids, labels.clamp(min=0)).clamp(max=ids.numel() - 1)
+        log_probs = logp.gather(-1, where.unsqueeze(-1)).squeeze(-1).masked_fill(~mask, 0)
+        entropy = -(logp.exp() * logp).sum(-1).masked_fill(~mask, 0)
+        loss = -log_probs.sum() / (mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch)
+        return FusedCausalLMOutput(loss=loss, log_probs=log_probs, entropy=entropy, label_mask=mask)
+
+    model.forward = types.MethodType(forward, model)
 
 
 class _End(BaseException):
@@ -267,6 +305,7 @@ def _seams(session: Session) -> None:
             return generate(self, *args, **kwargs)
         return session.generated(kwargs["input_ids"] if "input_ids" in kwargs else args[0])
 
+    _tokens_head(session.trainer)
     get_batch_samples.__qualname__, get_batch_samples.__doc__ = draw.__qualname__, draw.__doc__
     generate_completions.__name__ = generate_completions.__qualname__ = "generate"
     generate_completions.__doc__ = generate.__doc__
