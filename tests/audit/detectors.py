@@ -250,6 +250,15 @@ def spy(prompts=None, completions=None, completion_ids=None, trainer_state=None,
 spy.reward_kind = "format"
 
 
+def matches_answer(prompts=None, completions=None, answer=None, **kwargs):
+    """1.0 where the completion is its row's ``answer``: it scores as labelled only when each completion comes with
+    its own row."""
+    return [float(t == a) for t, a in zip(_texts(completions), answer)]
+
+
+matches_answer.reward_kind = "format"
+
+
 #: A training script run as a plain ``python train.py`` (tests/audit: the reference the audit is compared with).
 TRAIN_SCRIPT = '''
 import sys

@@ -229,6 +229,17 @@ def test_no_detector_predicate_tells_the_audit_from_training(seed, tokenizer, tm
     assert _audited(verdicts, RESIDUAL) == sorted(RESIDUAL)
 
 
+def test_each_completion_comes_with_its_own_row(tmp_path):
+    """The rows the run's sampler drew are replaced by the call's: a reward that compares each completion with its
+    row's column scores every case as labelled (with the rows of other cases, it would reject right answers)."""
+    rows = [{"id": f"{w}{k}", "class": "c", "completion": f"x{k}", "expected": int(w == "right"),
+             "columns": {"answer": f"x{k}" if w == "right" else f"x{k + 1}"}} for k in range(12)
+            for w in ("right", "wrong")]
+    report = audit_reward("tests.audit.detectors:matches_answer", cases=[_cases(tmp_path, rows)], builtin=False,
+                          kind="format", seed=9, variants=0)
+    assert report.passed, report.reasons()
+
+
 #: Detectors audited end to end by default (the reported attack among them); the rest of the battery is slow.
 _FAST_DETECTORS = ("log_metric_not_bound_to_a_trainer", "state_not_the_trainers", "ids_do_not_decode_to_completions",
                    "argv_names_audit", "no_training_step_on_the_stack")
