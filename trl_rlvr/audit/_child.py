@@ -260,7 +260,9 @@ class Session:
         items = (items * -(-size // len(items)))[:size]
         limit = self.trainer.args.max_completion_length  # where generation stops
         self._ids = [list(it["ids"])[:limit] for it in items]
-        columns = [c for c in self.trainer.train_dataset.column_names if c != "prompt"]
+        # the call's columns (one format of the corpus's, as one dataset of a run has), not the union the train
+        # dataset holds: a reward gets the keyword arguments of the rows of its call
+        columns = sorted({c for it in items for c in it.get("columns", {})})
         return [{"prompt": self._prompt(it.get("prompt") or ""),
                  **{c: it.get("columns", {}).get(c) for c in columns}} for it in items]
 
@@ -305,7 +307,6 @@ def _seams(session: Session) -> None:
             return generate(self, *args, **kwargs)
         return session.generated(kwargs["input_ids"] if "input_ids" in kwargs else args[0])
 
-    _tokens_head(session.trainer)
     get_batch_samples.__qualname__, get_batch_samples.__doc__ = draw.__qualname__, draw.__doc__
     generate_completions.__name__ = generate_completions.__qualname__ = "generate"
     generate_completions.__doc__ = generate.__doc__
@@ -337,6 +338,7 @@ def serve(session: Session, build) -> None:
             session.failed(e)
             session.waiting = session.read()
     _seams(session)
+    _tokens_head(session.trainer)
     while True:
         try:
             session.trainer.train()
