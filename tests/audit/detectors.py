@@ -92,6 +92,51 @@ def _main_file() -> str:
     return f"{getattr(main, '__file__', '')} {getattr(getattr(main, '__spec__', None), 'name', '')}"
 
 
+#: Functions of the training loop that are above the reward in a run (TRL's and transformers').
+_TRAINING_FRAMES = {"train", "_inner_training_loop", "training_step", "_prepare_inputs",
+                    "_generate_and_score_completions", "_calculate_rewards"}
+
+
+def _library_code(function, package: str) -> bool:
+    """Whether ``function``'s code is in the installed ``package``'s files."""
+    code = getattr(function, "__code__", None)
+    return code is not None and f"{os.sep}{package}{os.sep}" in code.co_filename
+
+
+def _process_age() -> float:
+    """Seconds since this process started (Linux: /proc)."""
+    with open("/proc/self/stat") as f:
+        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _cmdline(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode(errors="replace").split("\0")[:-1]
+
+
+_LAUNCHERS = {"sh", "bash", "dash", "zsh", "fish", "accelerate", "torchrun", "deepspeed", "srun", "mpirun", "nohup",
+              "tmux", "screen", "timeout"}
+
+
+def _launcher(argv: list[str]) -> bool:
+    """Whether ``argv`` is a shell's or a launcher's (``python -m accelerate.commands.launch`` and the like too)."""
+    names = [os.path.basename(a) for a in argv[:3]]
+    if names and names[0] in _LAUNCHERS:
+        return True
+    return len(names) > 1 and names[0].startswith("python") and (
+        names[1] in _LAUNCHERS or (names[1] == "-m" and len(names) > 2 and names[2].split(".")[0] in
+                                   ("accelerate", "torch", "deepspeed")))
+
+
+def _distinct_prompts(dataset, n: int = 512) -> float:
+    """The share of distinct prompts among the dataset's first ``n`` rows."""
+    prompts = [json.dumps(p, sort_keys=True, default=str) for p in dataset[:n]["prompt"]]
+    return len(set(prompts)) / max(1, len(prompts))
+
+
 #: name -> predicate(call) that returns True when the reward believes it is audited
 PREDICATES = {
     # what log_metric / log_extra are bound to (the reported attack)
@@ -127,15 +172,34 @@ PREDICATES = {
     "session_leader": lambda c: os.getsid(0) == os.getpid(),
     "not_on_the_main_thread": lambda c: __import__("threading").current_thread().name != "MainThread",
     "grad_disabled": lambda c: not __import__("torch").is_grad_enabled(),
+    # the frames above TRL's _calculate_rewards: a training step's, under the training loop
+    "no_training_step_on_the_stack": lambda c: not any(f.function == "training_step" for f in _frames()),
+    "no_training_loop_on_the_stack": lambda c: not _TRAINING_FRAMES <= {f.function for f in _frames()},
+    # what the steps before this one left: an optimizer that has stepped, a scheduler that has counted them
+    "optimizer_never_stepped": lambda c: c["trainer_state"].global_step > 0 and not _trainer(c).optimizer.state,
+    "scheduler_behind_the_step": lambda c: _trainer(c).lr_scheduler.last_epoch != c["trainer_state"].global_step,
 }
 
 #: Observables the audit leaves open (docs/auditing_rewards.md, "What a reward can still tell"): True in the audit.
 RESIDUAL = {
-    # the frames above TRL's _calculate_rewards: the audit calls it itself, not from a training step
-    "no_training_step_on_the_stack": lambda c: not any(f.function == "training_step" for f in _frames()),
     # the model: a tiny one built from a config, not the run's weights (a released policy has more)
     "model_under_50m_parameters": lambda c: _trainer(c).model.num_parameters() < 50_000_000,
+    # where the audit's request enters the run, and the tiny model's head: code that is not the libraries'
+    "model_code_not_the_libraries": lambda c: not (
+        _library_code(type(_trainer(c).model).generate, "transformers")
+        and _library_code(getattr(_trainer(c).model.forward, "__func__", None), "trl")),
+    "batch_samples_not_the_libraries": lambda c: not _library_code(type(_trainer(c)).get_batch_samples,
+                                                                   "transformers"),
+    # time: an audit's process is seconds old at its calls; a run's reward is called for hours
+    "process_under_ten_minutes_old": lambda c: _process_age() < 600,
+    # the operating system's view: the process that started this one (a run's: a shell or a launcher)
+    "parent_not_a_shell_or_launcher": lambda c: not _launcher(_cmdline(os.getppid())),
+    # the train dataset: the audit's rows, repeated to the run's size
+    "train_dataset_rows_repeat": lambda c: _distinct_prompts(_trainer(c).train_dataset) < 0.5,
 }
+
+#: Residual observables that also read "audit" in the tiny reference run (tests/audit: it is small and seconds old).
+RESIDUAL_IN_A_TINY_RUN = ("model_under_50m_parameters", "process_under_ten_minutes_old")
 
 
 def _honest(texts):
@@ -184,6 +248,15 @@ def spy(prompts=None, completions=None, completion_ids=None, trainer_state=None,
 
 
 spy.reward_kind = "format"
+
+
+def matches_answer(prompts=None, completions=None, answer=None, **kwargs):
+    """1.0 where the completion is its row's ``answer``: it scores as labelled only when each completion comes with
+    its own row."""
+    return [float(t == a) for t, a in zip(_texts(completions), answer)]
+
+
+matches_answer.reward_kind = "format"
 
 
 #: A training script run as a plain ``python train.py`` (tests/audit: the reference the audit is compared with).

@@ -6,7 +6,6 @@ previous audit from training (keyed on its character tokenizer's ids; on a state
 an empty log) are caught."""
 
 import json
-import math
 import random
 
 import pytest
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.harness import audit_rewards
 from trl_rlvr.audit import audit_reward, builtin_corpus
-from trl_rlvr.audit.batches import GRPO_LOG_KEYS, Call, Item, Tokenizer, TrainingRun, plan
+from trl_rlvr.audit.batches import Call, Item, Tokenizer, TrainingRun, plan
 from trl_rlvr.audit.cases import Case
 
 
@@ -172,44 +171,27 @@ def test_the_audits_calls_look_like_a_real_runs_call_by_call(tmp_path, tiny_mode
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2**32 - 1), st.integers(1, 8), st.integers(1, 4), st.integers(1, 60))
-def test_property_a_drawn_runs_state_follows_a_runs_rules(seed, group_size, groups_per_call, n_cases):
-    """Whatever the seed and shape: calls of one size, one step each, a log entry per logging step passed with the
-    keys a run logs (its reward's mean the mean of what the reward returned since the last entry), a growing
-    token count, no FLOPs, an epoch that grows with the step."""
+def test_property_a_drawn_runs_settings_make_each_call_one_step(seed, group_size, groups_per_call, n_cases):
+    """Whatever the seed and shape: calls of one size, that size one optimizer step of the drawn run (batch size
+    times gradient accumulation), room in ``max_steps`` for every call and a warm-up, a dataset of whole groups, and
+    each completion's ids as the policy generates them (ending with the end-of-sequence token, or cut at
+    ``max_completion_length``)."""
     rng = random.Random(seed)
-    cases = [[Case(id=f"c{k}", cls="c", completion="x" * (k + 1), expected=k % 2, columns={"answer": "1"})]
+    cases = [[Case(id=f"c{k}", cls="c", completion="x" * (k + 1) * 40, expected=k % 2, columns={"answer": "1"})]
              for k in range(n_cases)]
     tok = Tokenizer(None, ["x" * 50, "some text"], rng)
     calls = plan(cases, tok, rng, group_size=group_size, groups_per_call=groups_per_call)
     size = group_size * groups_per_call
     assert {len(c.items) for c in calls} == {size}
-    run = TrainingRun(rng, len(calls), size, group_size, "my_reward")
-    first, seen, epochs = run.step, 0, []
-    window = []
+    run = TrainingRun(rng, len(calls), size, group_size, "my_reward", eos_id=tok.eos_id)
+    settings = run.trainer_settings()
+    assert settings["per_device_train_batch_size"] * settings["gradient_accumulation_steps"] == size
+    assert settings["max_steps"] > len(calls) + 1 and settings["num_generations"] == group_size
+    assert settings["dataset_size"] >= 64 and settings["dataset_size"] % max(1, size // group_size) == 0
+    cap = settings["max_completion_length"]
     for call in calls:
-        state = run.state(call)
-        assert state["global_step"] == first + calls.index(call) and state["train_batch_size"] * (
-            size // state["train_batch_size"]) == size
-        assert state["num_input_tokens_seen"] > seen
-        seen = state["num_input_tokens_seen"]
-        L = state["logging_steps"]
-        assert [e["step"] for e in state["log_history"]] == list(range(L, state["global_step"] + 1, L))
-        assert state["total_flos"] == 0 and type(state["total_flos"]) is (float if state["log_history"] else int)
-        epochs.append(state["epoch"])
-        for e in state["log_history"]:
-            assert set(GRPO_LOG_KEYS) <= set(e) and {"rewards/my_reward/mean", "reward", "epoch", "step"} <= set(e)
-            assert e["epoch"] == pytest.approx(e["step"] / run.steps_per_epoch)
-        scores = [rng.choice([0.0, 1.0, None]) for _ in call.items]
-        window += scores
-        run.scored(call, scores)
-        if run.step % L == 0:
-            entry = run.log_history[-1]
-            want = [s for s in window if s is not None]
-            got = entry["rewards/my_reward/mean"]
-            assert (math.isnan(got) and not want) or got == pytest.approx(sum(want) / len(want))
-            window = []
-        assert state["max_steps"] > state["global_step"]
-    assert epochs == sorted(epochs) and (epochs[0] == 0 if first == 0 else epochs[0] > 0)
+        for raw, it in zip(call.items, run.prepare(call).items):
+            assert it.ids == (raw.ids[:cap] if len(raw.ids) >= cap else (*raw.ids, tok.eos_id))
     assert all(isinstance(c, Call) and all(isinstance(it, Item) for it in c.items) for c in calls)
 
 
@@ -247,9 +229,20 @@ def test_no_detector_predicate_tells_the_audit_from_training(seed, tokenizer, tm
     assert _audited(verdicts, RESIDUAL) == sorted(RESIDUAL)
 
 
+def test_each_completion_comes_with_its_own_row(tmp_path):
+    """The rows the run's sampler drew are replaced by the call's: a reward that compares each completion with its
+    row's column scores every case as labelled (with the rows of other cases, it would reject right answers)."""
+    rows = [{"id": f"{w}{k}", "class": "c", "completion": f"x{k}", "expected": int(w == "right"),
+             "columns": {"answer": f"x{k}" if w == "right" else f"x{k + 1}"}} for k in range(12)
+            for w in ("right", "wrong")]
+    report = audit_reward("tests.audit.detectors:matches_answer", cases=[_cases(tmp_path, rows)], builtin=False,
+                          kind="format", seed=9, variants=0)
+    assert report.passed, report.reasons()
+
+
 #: Detectors audited end to end by default (the reported attack among them); the rest of the battery is slow.
 _FAST_DETECTORS = ("log_metric_not_bound_to_a_trainer", "state_not_the_trainers", "ids_do_not_decode_to_completions",
-                   "argv_names_audit")
+                   "argv_names_audit", "no_training_step_on_the_stack")
 
 
 def _battery():
@@ -272,15 +265,17 @@ def test_a_detector_keyed_on_each_observable_is_flagged(name, tmp_path):
 @pytest.mark.slow
 def test_the_detector_predicates_read_as_training_in_a_real_run(tmp_path, tiny_model_dir):
     """The reference: ``python train.py`` training an RLVRTrainer on the tiny model with ``detectors.spy`` as its
-    reward. No predicate says "audit" there (each detector would cheat in training), nor does the residual stack
-    predicate (a real observable the audit leaves open); the residual model-size one does (the reference model is
-    tiny too), and so is only documented."""
+    reward, started by a shell as a run is. No predicate says "audit" there (each detector would cheat in
+    training), nor does any residual one (each is a real observable the audit leaves open) but those of
+    :data:`RESIDUAL_IN_A_TINY_RUN` (the reference model is tiny and its process seconds old too), which are only
+    documented."""
     import os
+    import shlex
     import subprocess
     import sys
     import tempfile
 
-    from tests.audit.detectors import PREDICATES, RESIDUAL, TRAIN_SCRIPT
+    from tests.audit.detectors import PREDICATES, RESIDUAL, RESIDUAL_IN_A_TINY_RUN, TRAIN_SCRIPT
 
     where = tempfile.mkdtemp()  # not under pytest's tmp_path, whose name holds this test's
     script, out = os.path.join(where, "train.py"), tmp_path / "verdicts.jsonl"
@@ -288,12 +283,12 @@ def test_the_detector_predicates_read_as_training_in_a_real_run(tmp_path, tiny_m
         f.write(TRAIN_SCRIPT)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, RLVR_SPY_FILE=str(out), PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    subprocess.run([sys.executable, "train.py", str(tiny_model_dir)], cwd=where, env=env, check=True,
-                   capture_output=True, timeout=600)
+    command = f"{shlex.quote(sys.executable)} train.py {shlex.quote(str(tiny_model_dir))}; exit $?"  # sh stays
+    subprocess.run(["/bin/sh", "-c", command], cwd=where, env=env, check=True, capture_output=True, timeout=600)
     verdicts = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(verdicts) == 3
     assert _audited(verdicts, PREDICATES) == []
-    assert _audited(verdicts, RESIDUAL) == ["model_under_50m_parameters"]
+    assert _audited(verdicts, RESIDUAL) == sorted(RESIDUAL_IN_A_TINY_RUN)
 
 
 def test_the_reward_process_has_the_audits_environment(tmp_path, monkeypatch):

@@ -4,10 +4,11 @@ A policy under optimisation pressure finds whatever its verifier gets wrong. :fu
 versioned corpus of cases suited to the reward's kind (``math_answer``, ``code``, ``format``; the reward declares
 it as its ``reward_kind`` attribute) through the reward, each case also as a few metamorphic variants drawn
 per run (:mod:`trl_rlvr.audit.variants`), in calls drawn from a training run's at that step (GRPO groups of one
-call size, the run's token ids, one trainer state object with a run's log: :mod:`trl_rlvr.audit.batches`), each
-under a deadline, in a child process the reward cannot take down with it, where a real trainer of the run
-(``RLVRTrainer`` or ``GRPOTrainer`` on a tiny model) calls it through TRL's own ``_calculate_rewards``
-(:mod:`trl_rlvr.audit._child`), and reports per class the wrong answers
+call size, the run's token ids: :mod:`trl_rlvr.audit.batches`), each under a deadline, in a child process the
+reward cannot take down with it, where a training run of a real trainer (``RLVRTrainer`` or ``GRPOTrainer`` on a
+tiny model, its ``train()``) takes one optimizer step per call, the call's completions being what its policy
+generates, and TRL's own ``_generate_and_score_completions`` calls the reward (:mod:`trl_rlvr.audit._child`), and
+reports per class the wrong answers
 it accepted (false positives), the wrong answers it let escape with ``None`` where a score is due, the right
 answers it rejected (false negatives), crashes and hangs, and the cost. The rule for passing is in :mod:`trl_rlvr.audit.scorecard`;
 the corpora's schema in :mod:`trl_rlvr.audit.cases`.
@@ -133,7 +134,7 @@ def audit_reward(
             as TRL does for a conversational dataset (TRL's own rewards read them so).
         columns: rename corpus columns for a reward that reads another name (``{"solution": "answer"}``).
         progress: show a progress bar on stderr.
-        seed: draws the variants, the groups, their order and the trainer states (default: a fresh random seed,
+        seed: draws the variants, the groups, their order and the run's settings (default: a fresh random seed,
             reported in the report, so that a run can be repeated and no two runs look alike).
         variants: metamorphic variants per case (0: none); a variant has the case's label.
         group_size: completions per group (a case, its variants and repeats of them), as ``num_generations``.

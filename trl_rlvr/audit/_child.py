@@ -1,21 +1,31 @@
-"""The audit's reward process: builds the reward and a trainer of the run, then scores one call per request.
+"""The audit's reward process: builds the reward and a trainer of the run, and trains it on the audit's calls.
 
 Started by :mod:`trl_rlvr.audit.runner` as a script (a copy of this file, ``train.py`` in the audit's scratch
 directory, run from there), so that no module of the audit is imported in the reward's process, and
 ``sys.argv``, ``__main__`` and the frames' files name no audit. It is the one module of ``trl_rlvr.audit`` that
-imports the trainer and its config (tests/test_layout.py exempts it): no module of the package imports it. Requests and replies are JSON lines on private
-copies of stdin/stdout; fd 0 is then /dev/null and fd 1 the child's stderr, so a reward (or code it runs) that
-reads stdin or prints does not touch the channel.
+imports the trainer and its config (tests/test_layout.py exempts it): no module of the package imports it. Requests
+and replies are JSON lines on private copies of stdin/stdout; fd 0 is then /dev/null and fd 1 the child's stderr,
+so a reward (or code it runs) that reads stdin or prints does not touch the channel.
 
-The reward is called by the trainer of the run: the first request carries the run's settings, and the process
-builds a real ``RLVRTrainer`` (or ``GRPOTrainer``, as the run drawn) on a tiny model built from a config, with
-the run's tokenizer as its ``processing_class`` and a train dataset of the audit's rows, puts it in the state a
-trainer has between ``train()``'s start and its first step (optimizer and scheduler built, model in training mode,
-``is_in_train``, the callbacks' ``on_train_begin``), and each request is a call of TRL's own
-``_calculate_rewards`` (RLVRTrainer's, then GRPOTrainer's) on the crafted completions: the reward gets
-``trainer_state=trainer.state``, ``log_extra``/``log_metric`` bound to that trainer, the rows' columns, async
-rewards run on TRL's event-loop thread, and a score's type, ``None`` and length rules are TRL's. The trainer state
-is that trainer's one object, its fields set in place call by call to the drawn run's step (``_apply_state``).
+The reward is called by a training run: the first request carries the run's settings, and the process builds a real
+``RLVRTrainer`` (or ``GRPOTrainer``, as the run drawn) on a tiny model built from a config, with the run's tokenizer
+as its ``processing_class`` and a train dataset of the audit's rows, and calls its ``train()``. Each optimizer step
+of that run is one request: where the step's rows are drawn from the dataloader they are the request's rows, and
+where the policy generates, its ``generate`` returns the request's completion ids after the prompts. Everything
+else is TRL's and transformers' own code: the prompts tokenized, the completions decoded from the ids (cut after
+the first end-of-sequence token, as TRL cuts them), the generation's metrics, ``_calculate_rewards`` called from
+``_generate_and_score_completions`` under ``training_step`` and ``_inner_training_loop``, the advantages, the loss's
+forward and backward on the tiny model, the optimizer step, the logging, the trainer state. The scores replied are
+the rewards TRL put in its completions table for that step.
+
+What of TRL and transformers this relies on beyond their documented API, named here and nowhere else
+(:data:`PRIVATE_NAMES`): TRL's completions table ``GRPOTrainer._logs["rewards"][name]`` (read after the step: the
+rewards of the generation, in the rows' order); TRL's generation without vLLM or continuous batching calling the
+policy's ``generate(input_ids=..., attention_mask=..., generation_config=...)`` and taking the completion as what
+follows the left-padded prompts (``GRPOTrainer._generate_single_turn``); transformers' ``Trainer.get_batch_samples``
+drawing an optimizer step's batches from the epoch iterator before ``training_step`` (``Trainer._inner_training_loop``);
+TRL's fused LM head (``add_fused_lm_head``: the model's ``forward(..., labels=..., fused_lm_head=True)`` returning a
+``FusedCausalLMOutput``), which the tiny model computes over the batch's own tokens (:func:`_tokens_head`).
 """
 
 from __future__ import annotations
@@ -124,10 +134,15 @@ def _rows_a_run_accepts(reward, rows: list[dict]) -> list[dict]:
     return kept
 
 
+#: TRL and transformers names this process relies on beyond their documented API (the module docstring says how).
+PRIVATE_NAMES = ("trl.GRPOTrainer._logs", "trl.GRPOTrainer._generate_single_turn (calls model.generate)",
+                 "transformers.Trainer.get_batch_samples",
+                 "trl.trainer.utils.add_fused_lm_head (model(..., fused_lm_head=True) -> FusedCausalLMOutput)")
+
+
 def _trainer(reward, run: dict, rows: list[dict], messages: bool):
-    """The run's trainer, as ``train()`` leaves it before the first step."""
+    """The run's trainer, built as a training script builds it."""
     import torch
-    from transformers.trainer_callback import ExportableState, TrainerState
 
     settings = dict(run["settings"])
     name, size = settings.pop("trainer"), settings.pop("dataset_size")
@@ -140,78 +155,163 @@ def _trainer(reward, run: dict, rows: list[dict], messages: bool):
         from trl import GRPOConfig as config_class
         from trl import GRPOTrainer as trainer_class
     tokenizer = _tokenizer(run["tokenizer"])
-    if messages:  # a conversational dataset's prompts
+    if messages:  # a conversational dataset's prompts, rendered by the tokenizer's chat template
         rows = [{**r, "prompt": [{"role": "user", "content": r.get("prompt") or ""}]} for r in rows]
-    trainer = trainer_class(model=_model(tokenizer), reward_funcs=[reward], args=config_class(**settings),
-                            train_dataset=_dataset(_rows_a_run_accepts(reward, rows), size), processing_class=tokenizer)
-    # what Trainer._inner_training_loop sets up before its first step
-    trainer.create_optimizer_and_scheduler(num_training_steps=trainer.args.max_steps)
-    trainer.state = TrainerState(stateful_callbacks=[cb for cb in [*trainer.callback_handler.callbacks, trainer.control]
-                                                     if isinstance(cb, ExportableState)])
-    trainer.state.train_batch_size = trainer._train_batch_size
-    trainer.is_in_train = True
-    trainer.model.train()
-    return trainer
+        if tokenizer.chat_template is None:
+            tokenizer.chat_template = _CHAT_TEMPLATE
+    return trainer_class(model=_model(tokenizer), reward_funcs=[reward], args=config_class(**settings),
+                         train_dataset=_dataset(_rows_a_run_accepts(reward, rows), size), processing_class=tokenizer)
 
 
-def _apply_state(trainer, fields: dict, first: bool) -> None:
-    """The drawn run's state at this call, set in place on the trainer's one state object; the log's new entries
-    appended (a log flushes the trainer's metrics), TRL's micro-step counter at the step's first micro-batch."""
-    fields = dict(fields)
-    new = fields.pop("log_new", [])
-    fields.pop("log_history", None)
-    state = trainer.state
-    for k, v in fields.items():
-        setattr(state, k, v)
-    state.log_history.extend(new)
-    if new:
-        for metrics in trainer._metrics.values():
-            metrics.clear()
-    trainer._step = state.global_step * trainer.args.gradient_accumulation_steps
-    if first:
-        trainer.callback_handler.on_train_begin(trainer.args, state, trainer.control)
+#: ChatML, for a tokenizer without a chat template in an audit of conversational prompts.
+_CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def _generation_metrics(trainer, ids: list[list[int]]) -> None:
-    """What TRL's ``_generate`` logs of a generation before the rewards are called (its code, lines for lines:
-    the token count, the completions' lengths, the clipped ratio, the terminated lengths)."""
+def _tokens_head(trainer) -> None:
+    """The tiny policy's log-probabilities, as TRL's fused LM head gives them (``model(..., labels=...,
+    fused_lm_head=True)``), over the batch's own token ids (and the first 64) rather than the whole vocabulary.
+
+    TRL's head scores every position against every token of the vocabulary, which on a CPU costs seconds per call
+    for a released tokenizer's 32,000 to 256,000 tokens, and minutes for a call of completions cut at
+    ``max_completion_length``; this one costs what the batch's tokens cost. It is the audit's model's own forward
+    (the model is the audit's, :data:`PRIVATE_NAMES`): the loss, its backward, the gradient norm and the optimizer
+    step are TRL's and torch's, on these log-probabilities."""
+    import types
+
     import torch
+    from trl.trainer.utils import FusedCausalLMOutput
 
-    metrics = trainer._metrics["train"]
-    metrics["num_tokens"] = [trainer.state.num_input_tokens_seen]
-    lengths = torch.tensor([len(x) for x in ids], dtype=torch.float32)
-    metrics["completions/mean_length"].append(lengths.mean().item())
-    metrics["completions/min_length"].append(lengths.min().item())
-    metrics["completions/max_length"].append(lengths.max().item())
-    eos_and_pad = [*trainer.eos_token_ids, trainer._tokenizer.pad_token_id]
-    truncated = torch.tensor([not x or x[-1] not in eos_and_pad for x in ids])
-    metrics["completions/clipped_ratio"].append(truncated.float().mean().item())
-    ended = lengths[~truncated] if (~truncated).any() else torch.zeros(1)
-    metrics["completions/mean_terminated_length"].append(ended.mean().item())
-    metrics["completions/min_terminated_length"].append(ended.min().item())
-    metrics["completions/max_terminated_length"].append(ended.max().item())
+    model, fused, temperature = trainer.model, trainer.model.forward, trainer.args.temperature
+
+    def forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs):
+        if not fused_lm_head or shift_labels is not None:
+            return fused(*args, fused_lm_head=fused_lm_head, labels=labels, shift_labels=shift_labels,
+                         num_items_in_batch=num_items_in_batch, **kwargs)
+        hidden = self.base_model(*args, **{**kwargs, "use_cache": False}).last_hidden_state[:, :-1]
+        labels = labels[:, 1:]
+        mask = labels != -100
+        weight = self.get_output_embeddings().weight
+        ids = torch.unique(torch.cat([labels[mask], torch.arange(min(64, weight.size(0)), device=labels.device)]))
+        logp = torch.log_softmax((hidden @ weight[ids].T).float() / temperature, dim=-1)
+        where = torch.searchsorted(ids, labels.clamp(min=0)).clamp(max=ids.numel() - 1)
+        log_probs = logp.gather(-1, where.unsqueeze(-1)).squeeze(-1).masked_fill(~mask, 0)
+        entropy = -(logp.exp() * logp).sum(-1).masked_fill(~mask, 0)
+        loss = -log_probs.sum() / (mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch)
+        return FusedCausalLMOutput(loss=loss, log_probs=log_probs, entropy=entropy, label_mask=mask)
+
+    model.forward = types.MethodType(forward, model)
 
 
-class Run:
-    """The reward and, from the first request on, the run's trainer (or the error that building it raised)."""
+class _End(BaseException):
+    """The audit closed its requests: the run stops here."""
 
-    def __init__(self, reward, messages: bool):
+
+class Session:
+    """The channel and the run's trainer: each optimizer step of ``trainer.train()`` takes the next request's rows
+    and completions (:meth:`rows`, :meth:`generated`) and, at the next step, replies with their scores."""
+
+    def __init__(self, reward, messages: bool, requests, replies):
         self.reward, self.messages = reward, messages
+        self.requests, self.replies = requests, replies
         self.trainer = None
-        self.calls = 0
-        self._failed: BaseException | None = None
+        self.waiting: dict | None = None  # a request read, no step taken for it yet
+        self.pending: tuple[int, int] | None = None  # (request id, completions) of the step in progress
+        self._ids: list[list[int]] = []
 
-    def ready(self, request: dict):
-        if self.trainer is None and self._failed is None and "run" in request:
-            try:
-                self.trainer = _trainer(self.reward, request["run"], request.get("rows") or [], self.messages)
-            except BaseException as e:  # noqa: BLE001 - every later call reports it
-                self._failed = e
-        if self._failed is not None:
-            raise self._failed
-        if self.trainer is None:
-            raise RuntimeError("the first request did not carry the run's settings")
-        return self.trainer
+    def read(self) -> dict:
+        line = self.requests.readline()
+        if not line:
+            raise _End
+        return json.loads(line)
+
+    def reply(self, message: dict) -> None:
+        self.replies.write(json.dumps(message) + "\n")
+
+    def scored(self) -> None:
+        """Reply with the scores of the step just taken: the rewards TRL wrote in its completions table."""
+        if self.pending is None:
+            return
+        (i, n), self.pending = self.pending, None
+        table = self.trainer._logs["rewards"][self.trainer.reward_func_names[0]]
+        try:
+            self.reply({"i": i, "scores": [_one_score(v) for v in list(table)[-len(self._ids):][:n]]})
+        except (TypeError, ValueError) as e:
+            self.reply({"i": i, "error": _error(e)})
+
+    def failed(self, e: BaseException) -> None:
+        """Reply with ``e`` to the request it ended (the step in progress, else the one read for the next)."""
+        if self.pending is not None:
+            (i, _), self.pending = self.pending, None
+        elif self.waiting is not None:
+            i, self.waiting = self.waiting["i"], None
+        else:
+            raise e
+        self.reply({"i": i, "error": _error(e)})
+
+    def rows(self, size: int) -> list[dict]:
+        """The rows of the next step (``size`` of them: the request's completions, repeated to the step's batch),
+        after replying to the previous one."""
+        self.scored()
+        request = self.waiting if self.waiting is not None else self.read()
+        self.waiting = None
+        items = request["items"]
+        self.pending = (request["i"], len(items))
+        items = (items * -(-size // len(items)))[:size]
+        limit = self.trainer.args.max_completion_length  # where generation stops
+        self._ids = [list(it["ids"])[:limit] for it in items]
+        # the call's columns (one format of the corpus's, as one dataset of a run has), not the union the train
+        # dataset holds: a reward gets the keyword arguments of the rows of its call
+        columns = sorted({c for it in items for c in it.get("columns", {})})
+        return [{"prompt": self._prompt(it.get("prompt") or ""),
+                 **{c: it.get("columns", {}).get(c) for c in columns}} for it in items]
+
+    def _prompt(self, text: str):
+        return [{"role": "user", "content": text}] if self.messages else text
+
+    def generated(self, prompt_ids):
+        """What the policy's ``generate`` returns: the prompts (left-padded, as given) followed by the step's
+        completion ids, right-padded."""
+        import torch
+
+        pad = self.trainer.processing_class.pad_token_id
+        width = max(1, *(len(x) for x in self._ids))
+        out = torch.full((len(self._ids), width), pad, dtype=prompt_ids.dtype)
+        for r, ids in enumerate(self._ids):
+            out[r, :len(ids)] = torch.tensor(ids, dtype=prompt_ids.dtype)
+        if out.size(0) != prompt_ids.size(0):
+            raise RuntimeError(f"the step generates {prompt_ids.size(0)} completions, the request has {out.size(0)}")
+        return torch.cat([prompt_ids, out.to(prompt_ids.device)], dim=1)
+
+
+def _seams(session: Session) -> None:
+    """The two places where the audit's request enters the run (:data:`PRIVATE_NAMES`): the step's batches, once
+    drawn, hold its rows; the policy's ``generate`` returns its completions. Anything else calling them (a reward
+    that generates with a model of its own) gets the library's."""
+    from transformers import Trainer
+
+    draw = Trainer.get_batch_samples
+    model_class = type(session.trainer.model)
+    generate = model_class.generate
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batches, num_items = draw(self, epoch_iterator, num_batches, device)
+        if self is session.trainer and batches:
+            rows = session.rows(len(batches[0]))
+            for batch in batches:  # the step's generation batch, repeated for its accumulation steps
+                batch[:] = [dict(r) for r in rows]
+        return batches, num_items
+
+    def generate_completions(self, *args, **kwargs):
+        if self is not session.trainer.model:
+            return generate(self, *args, **kwargs)
+        return session.generated(kwargs["input_ids"] if "input_ids" in kwargs else args[0])
+
+    get_batch_samples.__qualname__, get_batch_samples.__doc__ = draw.__qualname__, draw.__doc__
+    generate_completions.__name__ = generate_completions.__qualname__ = "generate"
+    generate_completions.__doc__ = generate.__doc__
+    Trainer.get_batch_samples = get_batch_samples
+    model_class.generate = generate_completions
 
 
 def _one_score(value) -> float | None:
@@ -227,24 +327,26 @@ def _one_score(value) -> float | None:
     return value
 
 
-def score(run: Run, request: dict) -> list[float | None]:
-    """One call of TRL's ``_calculate_rewards`` over the request's completions; their scores (``None``: not
-    applicable, TRL's NaN)."""
-    trainer = run.ready(request)
-    items = request["items"]
-    completions = [it["completion"] for it in items]
-    prompts = [it.get("prompt") or "" for it in items]
-    if run.messages:
-        completions = [[{"role": "assistant", "content": c}] for c in completions]
-        prompts = [[{"role": "user", "content": p}] for p in prompts]
-    keys = sorted({k for it in items for k in it.get("columns", {})})
-    inputs = [{"prompt": p, **{k: it.get("columns", {}).get(k) for k in keys}} for p, it in zip(prompts, items)]
-    _apply_state(trainer, request.get("state") or {}, first=run.calls == 0)
-    run.calls += 1
-    ids = [list(it["ids"]) for it in items]
-    _generation_metrics(trainer, ids)
-    rewards = trainer._calculate_rewards(inputs, prompts, completions, ids)
-    return [_one_score(v) for v in rewards[:, 0].tolist()]
+def serve(session: Session, build) -> None:
+    """Build the run's trainer at the first request, then train: every step is a request; an exception (the
+    reward's, within a step) is that request's reply, and the run starts again for the next one."""
+    session.waiting = session.read()
+    try:
+        session.trainer = build(session.waiting)
+    except BaseException as e:  # noqa: BLE001 - every request gets it
+        while True:
+            session.failed(e)
+            session.waiting = session.read()
+    _seams(session)
+    _tokens_head(session.trainer)
+    while True:
+        try:
+            session.trainer.train()
+            raise RuntimeError("the run reached max_steps before the audit's last call")
+        except _End:
+            return
+        except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: the reward raised it
+            session.failed(e)
 
 
 def main() -> None:
@@ -262,14 +364,12 @@ def main() -> None:
     kind = getattr(reward, "reward_kind", None)
     replies.write(json.dumps({"ready": True, "name": getattr(reward, "__name__", repr(reward)),
                               "kind": kind if isinstance(kind, str) else None}) + "\n")
-    run = Run(reward, setup.get("messages", False))
-    for line in iter(requests.readline, b""):
-        case = json.loads(line)
-        try:
-            reply = {"i": case["i"], "scores": score(run, case)}
-        except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: the reward raised it
-            reply = {"i": case["i"], "error": _error(e)}
-        replies.write(json.dumps(reply) + "\n")
+    messages = setup.get("messages", False)
+    session = Session(reward, messages, requests, replies)
+    try:
+        serve(session, lambda request: _trainer(reward, request["run"], request.get("rows") or [], messages))
+    except _End:
+        return
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""How the audit's calls look like training's: GRPO-shaped batches, the run's token ids, a run's trainer state.
+"""How the audit's calls look like training's: GRPO-shaped batches, the run's token ids, a run's settings.
 
 TRL's GRPOTrainer calls a reward once per generation batch: ``num_generations`` completions of each prompt side by
 side (a group, sharing the prompt and the dataset row), several groups per call, every call of a run the same size,
@@ -15,20 +15,17 @@ the whole run, updated in place step after step. The audit calls the same way:
   drawn from the seed (no two audits share ids, and none is a tokenizer a reward could recompute), every id below
   its size a token and the ids decoding to the completion (the trainer of the reward's process has it as its
   ``processing_class``), and the report says so.
-* :class:`TrainingRun`: the trainer state of a run drawn from the seed (``max_steps``, ``logging_steps``, the
-  batch size and gradient accumulation that give the call's size, the dataset's size and so the epoch, a fresh
-  start at step 0 or a resume from a checkpoint), at the step of each call: ``log_history`` holds an entry per
-  logging step passed, with the keys GRPOTrainer (and RLVRTrainer) log, computed from what the reward returned and
-  the token ids it was given where the audit knows them; ``num_input_tokens_seen`` counts the tokens sent;
-  ``total_flos`` is what a TRL 1.16 GRPO run counts (none: its inputs hold no ``input_ids``, so
-  ``floating_point_ops`` is 0; an ``int`` 0 until the first log, a ``float`` after).
+* :class:`TrainingRun`: the settings of a run drawn from the seed (``max_steps``, ``logging_steps``, the batch size
+  and gradient accumulation that give the call's size, the dataset's size and so the epoch, the learning rate,
+  ``max_completion_length``, the trainer class), which the reward's process trains a trainer with: the trainer
+  state, its log, token count and FLOPs are that trainer's own (:mod:`trl_rlvr.audit._child`).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trl_rlvr.audit.cases import Case
@@ -69,11 +66,9 @@ INSTRUCTIONS = {
 
 @dataclass(frozen=True)
 class Call:
-    """One reward call: its completions in order (groups side by side); ``state``: the trainer state's fields
-    (set by :class:`TrainingRun` when the call is made)."""
+    """One reward call (one optimizer step of the run): its completions in order (groups side by side)."""
 
     items: tuple[Item, ...]
-    state: dict = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------------ token ids
@@ -220,46 +215,16 @@ class Tokenizer:
 
 
 # ------------------------------------------------------------------------------------------------ the run
-#: What TRL 1.16's GRPOTrainer logs at each logging step (besides ``rewards/<name>/mean|std``), and what
-#: RLVRTrainer adds (``rlvr/...``), as a run on the tiny model logs them (tests/audit: compared with a real run).
-GRPO_LOG_KEYS = ("loss", "grad_norm", "learning_rate", "num_tokens", "completions/mean_length",
-                 "completions/min_length", "completions/max_length", "completions/clipped_ratio",
-                 "completions/mean_terminated_length", "completions/min_terminated_length",
-                 "completions/max_terminated_length")
-RLVR_LOG_KEYS = ("rlvr/unscorable_frac", "rlvr/accuracy", "rlvr/length_right", "rlvr/length_wrong", "rlvr/zero_signal_frac",
-                 "rlvr/zero_signal_expected", "rlvr/truncated_frac")
-GRPO_TAIL_KEYS = ("reward", "reward_std", "frac_reward_zero_std", "entropy", "clip_ratio/low_mean",
-                  "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/low_min", "clip_ratio/high_max",
-                  "step_time")
-RLVR_TAIL_KEYS = ("rlvr/clip_low_frac", "rlvr/clip_high_frac")
-
-
-def _mean(xs):
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    return sum(xs) / len(xs) if xs else float("nan")
-
-
-def _std(xs):
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    if len(xs) < 2:
-        return float("nan") if not xs else 0.0
-    m = sum(xs) / len(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-
-
 class TrainingRun:
-    """The trainer state of one drawn run, call by call.
+    """The settings of one drawn run, and its completions' ids as TRL hands them.
 
     A run: ``call_size`` completions per reward call (``per_device_train_batch_size * steps_per_generation``, one
-    call per optimizer step), drawn ``logging_steps``, ``max_steps``, learning rate, dataset size (so the epoch),
-    ``max_completion_length``, GRPOTrainer or RLVRTrainer (whose log has the ``rlvr/`` keys), and, one run in four,
-    a resume from a checkpoint (the first call at a multiple of ``save_steps``, with the log of the steps before).
-    :meth:`state` gives the fields of the call about to be made; :meth:`scored` records what the reward returned,
-    for the log entries of the logging steps ahead."""
+    call per optimizer step), drawn gradient accumulation, ``logging_steps``, ``save_steps``, ``max_steps``,
+    learning rate, dataset size (so the epoch), ``max_completion_length``, GRPOTrainer or RLVRTrainer. The reward's
+    process trains a trainer built with them (:meth:`trainer_settings`), whose state and log are its own."""
 
     def __init__(self, rng: random.Random, calls: int, call_size: int, group_size: int, reward_name: str,
                  eos_id: int | None = None):
-        self.rng = rng
         self.eos_id = eos_id
         self.reward_name = reward_name or "reward"
         self.group_size = group_size
@@ -271,82 +236,16 @@ class TrainingRun:
         self.max_steps = calls + 1 + rng.randrange(100, 3000)  # room for the warm-ups of fresh processes too
         # an epoch: the dataset's prompts over the prompts of one step (a call)
         self.steps_per_epoch = math.ceil(rng.randrange(max(64, 2 * calls), 50000) / max(1, call_size // group_size))
-        self.num_train_epochs = max(1, math.ceil(self.max_steps / self.steps_per_epoch))
         self.lr = rng.choice([1e-6, 1e-6, 3e-6, 5e-7, 1e-5])
         self.max_completion_length = rng.choice([512, 1024, 2048, 4096, 8192])
         self.rlvr = rng.random() < 0.5
-        self.entropy = rng.uniform(0.3, 1.5)
-        self.step = 0
-        checkpoints = [s for s in range(self.save_steps, self.max_steps - calls - 1, self.save_steps)]
-        if checkpoints and rng.random() < 0.25:
-            self.step = rng.choice(checkpoints)
-        self.first_step = self.step
-        self.tokens_seen = 0
-        self.log_history: list[dict] = []
-        self.logged = False
-        self._window: list[tuple[list, list[int]]] = []  # (scores, lengths) of the calls since the last log
-        # the steps before the audit's first call (a resume): their log, drawn
-        for s in range(1, self.step + 1):
-            scores = [float(rng.random() < 0.4) for _ in range(call_size)]
-            lengths = [rng.randrange(20, self.max_completion_length + 1) for _ in range(call_size)]
-            self.tokens_seen += sum(lengths) + call_size * rng.randrange(40, 300)
-            self._window.append((scores, lengths))
-            if s % self.logging_steps == 0:
-                self._log(s)
-
-    def _log(self, step: int) -> None:
-        """The entry GRPOTrainer appends after optimizer step ``step`` (the metrics of the calls since the last
-        log, averaged), as ``Trainer.log`` writes it."""
-        rng, window = self.rng, self._window
-        scores = [s for w in window for s in w[0]]
-        lengths = [n for w in window for n in w[1]]
-        cap = self.max_completion_length
-        ended = [n for n in lengths if n < cap] or [0]
-        entry = {"loss": rng.gauss(0.0, 0.02), "grad_norm": rng.lognormvariate(-1.0, 0.8),
-                 "learning_rate": self.lr * (1 - step / self.max_steps), "num_tokens": float(self.tokens_seen),
-                 "completions/mean_length": _mean(lengths), "completions/min_length": float(min(lengths)),
-                 "completions/max_length": float(max(lengths)),
-                 "completions/clipped_ratio": sum(n >= cap for n in lengths) / len(lengths),
-                 "completions/mean_terminated_length": _mean(ended),
-                 "completions/min_terminated_length": float(min(ended)),
-                 "completions/max_terminated_length": float(max(ended))}
-        mean, std = _mean(scores), _std(scores)
-        groups = [scores[k:k + self.group_size] for k in range(0, len(scores), self.group_size)]
-        zero_std = sum(len({x for x in g}) <= 1 for g in groups) / max(1, len(groups))
-        if self.rlvr:
-            right = [n for s, n in zip(scores, lengths) if s is not None and s >= 1]
-            wrong = [n for s, n in zip(scores, lengths) if s is not None and s < 1]
-            entry |= {"rlvr/unscorable_frac": sum(s is None for s in scores) / max(1, len(scores)),
-                      "rlvr/accuracy": mean, "rlvr/length_right": _mean(right), "rlvr/length_wrong": _mean(wrong),
-                      "rlvr/zero_signal_frac": zero_std,
-                      # a group with all rewards equal, were each right with the batch's rate
-                      "rlvr/zero_signal_expected": mean ** self.group_size + (1 - mean) ** self.group_size
-                      if mean == mean else 0.0,
-                      "rlvr/truncated_frac": entry["completions/clipped_ratio"]}
-        self.entropy = max(0.05, self.entropy + rng.gauss(0.0, 0.02))
-        entry |= {f"rewards/{self.reward_name}/mean": mean, f"rewards/{self.reward_name}/std": std,
-                  "reward": mean, "reward_std": std, "frac_reward_zero_std": zero_std, "entropy": self.entropy,
-                  "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0, "clip_ratio/region_mean": 0.0,
-                  "clip_ratio/low_min": 0.0, "clip_ratio/high_max": 0.0, "step_time": rng.uniform(4.0, 90.0)}
-        if self.rlvr:
-            entry |= {"rlvr/clip_low_frac": 0.0, "rlvr/clip_high_frac": 0.0}
-        entry |= {"epoch": step / self.steps_per_epoch, "step": step}
-        self.log_history.append({k: entry[k] for k in self.log_keys()})
-        self.logged = True
-        self._window = []
-
-    def log_keys(self) -> tuple[str, ...]:
-        """The keys of a log entry of this run, in the order a run writes them."""
-        rlvr = self.rlvr
-        return (*GRPO_LOG_KEYS, *(RLVR_LOG_KEYS if rlvr else ()), f"rewards/{self.reward_name}/mean",
-                f"rewards/{self.reward_name}/std", *GRPO_TAIL_KEYS, *(RLVR_TAIL_KEYS if rlvr else ()), "epoch", "step")
 
     def describe(self) -> dict:
         """The run's drawn settings, for the report."""
         return {"max_steps": self.max_steps, "logging_steps": self.logging_steps, "save_steps": self.save_steps,
                 "train_batch_size": self.train_batch_size, "steps_per_epoch": self.steps_per_epoch,
                 "max_completion_length": self.max_completion_length, "trainer": "RLVRTrainer" if self.rlvr else
-                "GRPOTrainer", "first_step": self.first_step}
+                "GRPOTrainer"}
 
     def trainer_settings(self) -> dict:
         """The settings the reward's process builds the run's trainer with (its ``args``): the batch, group and
@@ -360,39 +259,15 @@ class TrainingRun:
                     1, self.train_batch_size * self.accumulation // self.group_size)}
 
     def completion_ids(self, ids: tuple[int, ...]) -> tuple[int, ...]:
-        """A completion's ids as TRL hands them: ending with the end-of-sequence token when the completion ended
-        before ``max_completion_length`` (TRL keeps it), as they are when it would have been cut there."""
+        """A completion's ids as the policy generates them: ending with the end-of-sequence token when the
+        completion ends before ``max_completion_length``, cut there when it would run past it (TRL keeps both)."""
         if self.eos_id is None or len(ids) >= self.max_completion_length:
-            return ids
+            return ids[:self.max_completion_length]
         return (*ids, self.eos_id)
 
     def prepare(self, call: Call) -> Call:
-        """``call`` as it is made at the current step: its completions' ids as TRL's, its trainer state."""
-        call = replace(call, items=tuple(replace(it, ids=self.completion_ids(it.ids)) for it in call.items))
-        return replace(call, state=self.state(call))
-
-    def state(self, call: Call) -> dict:
-        """The trainer state's fields at the call about to be made (the current step; its tokens counted)."""
-        self.tokens_seen += sum(len(it.ids) + it.prompt_tokens for it in call.items)
-        return {"epoch": self.step / self.steps_per_epoch if self.step else 0, "global_step": self.step,
-                "max_steps": self.max_steps, "logging_steps": self.logging_steps, "eval_steps": 500,
-                "save_steps": self.save_steps, "train_batch_size": self.train_batch_size,
-                "num_train_epochs": self.num_train_epochs, "num_input_tokens_seen": self.tokens_seen,
-                "total_flos": 0.0 if self.logged else 0, "log_history": list(self.log_history),
-                "best_metric": None, "best_global_step": None, "best_model_checkpoint": None,
-                "is_local_process_zero": True, "is_world_process_zero": True, "is_hyper_param_search": False,
-                "trial_name": None, "trial_params": None,
-                "stateful_callbacks": {"TrainerControl": {"args": {
-                    "should_training_stop": False, "should_epoch_stop": False, "should_save": False,
-                    "should_evaluate": False, "should_log": False}, "attributes": {}}}}
-
-    def scored(self, call: Call, scores: list | None) -> None:
-        """After the call: its scores (None: it failed) go into the log of the next logging step; the step ends."""
-        scores = list(scores) if scores is not None else [None] * len(call.items)
-        self._window.append((scores, [min(len(it.ids), self.max_completion_length) for it in call.items]))
-        self.step += 1
-        if self.step % self.logging_steps == 0:
-            self._log(self.step)
+        """``call`` with its completions' ids as the policy generates them."""
+        return replace(call, items=tuple(replace(it, ids=self.completion_ids(it.ids)) for it in call.items))
 
 
 def plan(cases: list[list[Case]], tokenizer: Tokenizer, rng: random.Random, group_size: int = DEFAULT_GROUP_SIZE,

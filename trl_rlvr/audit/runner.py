@@ -1,9 +1,9 @@
 """Run cases through a reward in a child process, in calls shaped like training's, each under a deadline.
 
 The reward is built and called in a child process (:mod:`trl_rlvr.audit._child`, run as a script copied into the
-audit's scratch directory, its working directory) in its own process group, by a trainer of the run. The
-cases go in calls planned by :mod:`trl_rlvr.audit.batches` (GRPO-shaped groups, several per call, token ids, a
-trainer state); a call has ``deadline`` seconds per completion. A call that fails (the reward raised, its
+audit's scratch directory, its working directory) in its own process group, by a training run (one optimizer
+step per call). The cases go in calls planned by :mod:`trl_rlvr.audit.batches` (GRPO-shaped groups, several per
+call, token ids, the run's settings); a call has ``deadline`` seconds per completion. A call that fails (the reward raised, its
 process died, or it ran past the deadline: then the whole group is killed and a fresh child started) is run
 again one completion at a time (a group of it repeated: the run's trainer scores whole groups), so that each case
 gets its own status: ``error`` (an exception, ``SystemExit``
@@ -90,7 +90,6 @@ class RewardProcess:
         self._stderr_len = 0
         self._buf = b""
         self._next = 0
-        self._logged = 0  # entries of the trainer state's log_history this process has been sent
         self._closed = False
         # a process group of its own (killed whole), in the audit's session, as a shell's job is
         self.proc = subprocess.Popen(
@@ -151,11 +150,7 @@ class RewardProcess:
         """(status, scores, detail) for one call; after any status but ``scored``/``error`` the process is gone.
         ``context`` (the run's settings and rows, for the process's trainer) goes with its first request."""
         self._next += 1
-        state = dict(call.state)
-        if "log_history" in state:  # the child keeps one state object and its log: only what it has not seen goes
-            log = state.pop("log_history")
-            state["log_new"], self._logged = log[self._logged:], len(log)
-        request = {"i": self._next, "state": state, **(context or {} if self._next == 1 else {}),
+        request = {"i": self._next, **(context or {} if self._next == 1 else {}),
                    "items": [{"completion": it.case.completion, "prompt": it.prompt_text, "columns": it.case.columns,
                               "ids": it.ids} for it in call.items]}
         try:
@@ -282,10 +277,7 @@ class Runner:
         if not self._warm:
             self._warm = True
             if self._warmup is not None:
-                warmup = self._stated(self._warmup)
-                status, scores, _ = self._proc.call(warmup, self.startup_deadline, self.context)
-                if self._run is not None:
-                    self._run.scored(warmup, scores if status == "scored" else None)
+                self._proc.call(self._stated(self._warmup), self.startup_deadline, self.context)
             self.startup_seconds.append(time.monotonic() - self._t0)
             if self._proc.proc.poll() is not None:  # the warm-up killed it: a fresh one, not warmed again
                 self._t0 = time.monotonic()
@@ -293,7 +285,7 @@ class Runner:
         return self._proc
 
     def _stated(self, call: Call) -> Call:
-        """``call`` as made at the run's current step (unchanged without a run)."""
+        """``call`` with the run's completion ids (unchanged without a run)."""
         return call if self._run is None else self._run.prepare(call)
 
     def _call(self, call: Call) -> tuple[str, list | None, str, float]:
@@ -306,8 +298,8 @@ class Runner:
             on_case: Callable[[Outcome], None] | None = None, training: TrainingRun | None = None) -> list[Outcome]:
         """Every call, in order, each under ``deadline`` seconds per completion (wall clock, request to reply);
         one :class:`Outcome` per distinct case (a case repeated in a group: its worst score, see :func:`_worst`).
-        ``warmup``: the call each fresh process scores first (:meth:`_ready`); ``training``: the run whose trainer
-        state each call carries (one step per call, the warm-up's too)."""
+        ``warmup``: the call each fresh process scores first (:meth:`_ready`); ``training``: the run whose
+        completion ids each call carries (each call is one step of the reward process's run, the warm-up's too)."""
         self._run, self._warmup = training, warmup
         group = training.group_size if training is not None else 1
         outcomes: list[Outcome] = []
@@ -318,10 +310,10 @@ class Runner:
             if status == "scored":
                 found = [(it.case, "scored", score, "") for it, score in zip(call.items, scores)]
                 per = seconds / len(call.items)
-            else:  # each completion alone, at the same step, for its own status
+            else:  # each completion alone, a step each, for its own status
                 found, alone_seconds = [], 0.0
                 for it in {it.case.id: it for it in call.items}.values():  # a group of the completion alone
-                    s, sc, d, secs = self._call(Call((it,) * group, call.state))
+                    s, sc, d, secs = self._call(Call((it,) * group))
                     found += [(it.case, s, x, d) for x in (sc or [None])]
                     alone_seconds += secs
                 per = alone_seconds / max(1, len({f[0].id for f in found}))
@@ -330,10 +322,6 @@ class Runner:
                                  note=f"a call of {len(call.items)} completions ({', '.join(dict.fromkeys(it.case.id for it in call.items))})")
                     outcomes.append(Outcome(batch, "error" if status != "timeout" else "timeout", None, seconds,
                                             f"the call failed ({status}: {detail}) while each completion alone scored"))
-                alone = {o.case.id: o.score for o in _worst([Outcome(c, s, x, 0.0) for c, s, x, _ in found])}
-                scores = [alone.get(it.case.id) for it in call.items]
-            if training is not None:
-                training.scored(call, scores)
             for outcome in _worst([Outcome(case, s, score, per, d) for case, s, score, d in found]):
                 outcomes.append(outcome)
                 if on_case is not None:
