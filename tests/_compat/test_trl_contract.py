@@ -151,6 +151,16 @@ def test_the_contract_is_the_adapters_and_small():
     assert size <= 50, size
 
 
+def test_the_audit_child_declares_what_the_contract_checks():
+    """The audit's child run names its private touches itself (it imports no package module); the contract checks
+    the same names against the installed TRL."""
+    from trl_rlvr.audit import _child
+
+    declared = " ".join(_child.PRIVATE_NAMES)
+    assert all(name in declared for name in trl_contract.AUDIT)
+    assert all(any(name in entry for name in trl_contract.AUDIT) for entry in _child.PRIVATE_NAMES)
+
+
 def test_the_environment_dispatch_hook_is_private_and_has_its_signature():
     """The tool turn sends calls ahead through ``_dispatch_call(name, arguments)``; TRL must keep not offering an
     environment's private methods to the model as tools (the check above reads its discovery)."""

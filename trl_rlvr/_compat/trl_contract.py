@@ -169,9 +169,12 @@ VLLM_GENERATION_METHODS = ("sync_weights", "_iter_named_params", "generate")
 VLLM_GENERATION_ATTRIBUTES = ("llm", "mode", "enable_sleep_mode")
 VLLM_RUNNER_RELOAD = ("reload_weights", ("weights_iterator", "is_checkpoint_format"))
 
-#: What the audit's child run (trl_rlvr/audit/_child.py) calls and reads of the trainer it builds, to call the reward
-#: through TRL's own code path.
-AUDIT = ("_calculate_rewards", "_metrics", "_tokenizer", "_train_batch_size", "_step")
+#: What the audit's child run (trl_rlvr/audit/_child.py, its PRIVATE_NAMES) relies on to run a real training step
+#: over the corpus's completions -> where it must be: TRL's completions table (read for the step's scores), TRL's
+#: generation calling the policy's ``generate`` (the completions handed in), transformers' batch draw (the corpus's
+#: rows), TRL's fused LM head (computed by the tiny model over the batch's own tokens).
+AUDIT = {"_logs": "GRPOTrainer.__init__", "_generate_single_turn": "GRPOTrainer",
+         "get_batch_samples": "Trainer", "add_fused_lm_head": "trl.trainer.utils"}
 
 
 def trl_round_metrics(trainer_cls=None) -> set[str]:
@@ -304,7 +307,23 @@ def _class_violations(trainer_cls, where: str) -> list[str]:
     if trl_loss_types() is None:
         problems.append(f"change trl_rlvr.config: GRPOConfig.loss_type's help no longer lists the supported values "
                         f"in {where}")
-    return problems + _vllm_generation_violations(where)
+    return problems + _vllm_generation_violations(where) + _audit_violations(trainer_cls, where)
+
+
+def _audit_violations(trainer_cls, where: str) -> list[str]:
+    import importlib
+
+    problems = []
+    for name, home in AUDIT.items():
+        if home == "GRPOTrainer.__init__":
+            present = f"self.{name} =" in _source(trainer_cls, "__init__")
+        elif home in ("GRPOTrainer", "Trainer"):
+            present = callable(getattr(trainer_cls, name, None))
+        else:
+            present = hasattr(importlib.import_module(home), name)
+        if not present:
+            problems.append(f"change trl_rlvr/audit/_child.py: {home}.{name} is gone in {where}")
+    return problems
 
 
 def _vllm_generation_violations(where: str) -> list[str]:
