@@ -118,7 +118,7 @@ def test_the_option_is_checked_and_the_tool_schema_is_unchanged():
     ("full", "full", "full"),
 ])
 def test_tool_error_reply_sets_the_option_on_the_trainers_environments(tiny_model_dir, config, factory, expected):
-    from tests.test_tool_rollouts import make_trainer
+    from tests.rollouts.test_tool_rollouts import make_trainer
 
     trainer = make_trainer(tiny_model_dir, tool_error_reply=config,
                            environment_factory=partial(PythonEnvironment, error_reply=factory))
