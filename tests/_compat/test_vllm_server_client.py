@@ -134,7 +134,7 @@ def test_a_server_without_the_extension_is_told_how_to_start(monkeypatch, tmp_pa
     class Response:
         status_code, text = 500, "'CPUWorker' object has no attribute 'trl_rlvr_weight_sync'"
 
-    monkeypatch.setattr(vllm_server.requests, "post", lambda *a, **k: Response())
+    monkeypatch.setattr("requests.post", lambda *a, **k: Response())
     with pytest.raises(RuntimeError, match="trl_rlvr.scripts.vllm_serve"):
         bare_client().init_communicator("cpu")
 

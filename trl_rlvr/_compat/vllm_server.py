@@ -42,7 +42,6 @@ import struct
 import tempfile
 import time
 
-import requests
 import torch
 from trl.generation.vllm_client import VLLMClient
 
@@ -75,6 +74,8 @@ def weights_dir() -> str:
 def collective_rpc(base_url: str, method: str, *args: str, timeout: float = 60.0) -> list:
     """Call ``method(*args)`` on every worker of the vLLM server (its dev-mode ``/collective_rpc``); one result per
     worker. No retry: a reload that failed is reported, not sent again."""
+    import requests  # TRL's client needs it too; imported here so that building any trainer does not
+
     response = requests.post(f"{base_url}/collective_rpc", json={"method": method, "args": list(args)},
                              timeout=timeout)
     if response.status_code == 404:
