@@ -1,20 +1,21 @@
-"""RLVRTrainer in TRL's vLLM server mode, against a real vLLM server process on a CPU: 2 steps with dynamic sampling.
+"""RLVRTrainer in TRL's vLLM server mode, against a real vLLM server process on a CPU: 2 steps with dynamic sampling,
+with full fine-tuning and with LoRA (TRL merges the adapter into the weights it pushes), on one server.
 
 Optional: skipped without vLLM (its own venv, as tests/engines/test_vllm_cpu.py; `.ci/run` runs this file there).
 The server is started as a user starts it, `python -m trl_rlvr.scripts.vllm_serve --model DIR` (a subprocess, on
 a free local port); the trainer has no CUDA device, so its weights go to the server through a safetensors file
-and the server's reload (trl_rlvr/_compat/vllm_server.py) instead of TRL's NCCL group. The run must show that
+and the server's reload (trl_rlvr/_compat/vllm_server.py) instead of TRL's NCCL group. Each run must show that
 - the server generated every completion of every round: its own counters (requests, generated tokens) grew by
   exactly what the trainer's client received, one client call per dynamic-sampling round, and the training
   model's `generate` was never called;
-- the server received every weight push: after each push the served `model.norm.weight` equals the trainer's
-  (in the served dtype: vLLM's CPU backend serves a float32 checkpoint in bfloat16),
-  and at the second step (after an update at a large learning rate) it has moved, so equality needs the push;
-  after each push the served log-probs of a probe text agree with the trainer's (the repacked linear layers took
-  the new weights too);
+- the server received every weight push (steps 0 and 1): after each push the served `model.norm.weight` equals the
+  trainer's (in the served dtype: vLLM's CPU backend serves a float32 checkpoint in bfloat16; full fine-tuning has
+  moved it at step 1, so equality needs the push), and the served log-probs of a probe text agree with the
+  trainer's, which the first update (at a large learning rate) moved far (the repacked linear layers, LoRA's
+  merged ones included, took the new weights);
 - the log-probs TRL's importance-sampling correction uses come from the server: every trained row's
   `sampling_per_token_logps` equals the log-probs the server returned for that completion.
-Cost: one server start (about 1-2.5 min on 2 shared cores) and 2 short steps.
+Cost: one server start (about 1-2.5 min on 2 shared cores) and 2 x 2 short steps.
 """
 
 import importlib.util
@@ -33,24 +34,34 @@ PROBE_TEXT = "q7: 12 + 30 = 42, so the answer is 42."
 AGREE = 0.1  # nats/token: vLLM's CPU kernels against the training model on the same weights
 
 
-def train_against_the_server(model_dir: str, server) -> dict:
+def norm_weight(model) -> torch.Tensor:
+    """The final norm's weight (under PEFT its name has the wrapper's prefix)."""
+    return next(p for n, p in model.named_parameters() if n.endswith(NORM)).detach()
+
+
+def train_against_the_server(model_dir: str, server, lora: bool) -> dict:
+    from peft import LoraConfig
+
     from tests.harness.dynamic_sampling_harness import mixed_reward
     from tests.harness.loss_harness import make_trainer
-    from trl_rlvr._compat.vllm_server import FileWeightSyncClient, served_parameter_matches
+    from trl_rlvr._compat.vllm_server import served_parameter_matches
 
     trainer = make_trainer(
         model_dir, reward_funcs=[mixed_reward], use_vllm=True, vllm_mode="server",
         vllm_server_base_url=server.base_url, use_cpu=True, dynamic_sampling=True, learning_rate=5e-2,
         max_steps=2, per_device_train_batch_size=8, max_completion_length=8,
+        peft_config=LoraConfig(r=4, lora_alpha=32, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+        if lora else None,
     )
     client = trainer.vllm_generation.vllm_client
-    record = {"client": type(client), "file_dir": client.file_dir, "generations": [], "pushes": [], "batches": []}
+    record = {"client": type(client), "file_dir": client.file_dir, "lora": lora, "generations": [], "pushes": [],
+              "batches": []}
 
     def hf_generate(*args, **kwargs):
         raise AssertionError("the training model's generate was called: the server was not used")
 
     trainer.model.generate = hf_generate
-    initial_norm = dict(trainer.model.named_parameters())[NORM].detach().clone()
+    initial_norm, initial_probe = norm_weight(trainer.model).clone(), trained_probe(trainer)
     generate, push, compute_loss = client.generate, client.update_named_params, trainer.compute_loss
 
     def recorded_generate(prompts, n=1, **kwargs):
@@ -60,12 +71,15 @@ def train_against_the_server(model_dir: str, server) -> dict:
 
     def recorded_push(metadata, named_params):
         push(metadata, named_params)
-        trained = dict(trainer.model.named_parameters())[NORM].detach()
+        trained = norm_weight(trainer.model)
         before_probe = server.counters()  # the probe is a request too: left out of the step's counts
+        probe = trained_probe(trainer)
         record["pushes"].append({"step": trainer.state.global_step,
                                  "equal": served_parameter_matches(server.base_url, NORM, trained),
-                                 "moved": (trained - initial_norm).abs().max().item(), "timing": client.last_push,
-                                 "probe_gap": probe_gap(trainer, client)})
+                                 "norm_moved": (trained - initial_norm).abs().max().item(),
+                                 "probe_moved": (probe - initial_probe).abs().max().item(),
+                                 "probe_gap": (served_probe(trainer, client) - probe).abs().max().item(),
+                                 "timing": client.last_push})
         for key, value in server.counters().items():
             probes[key] += value - before_probe[key]
 
@@ -82,30 +96,41 @@ def train_against_the_server(model_dir: str, server) -> dict:
     trainer.train()
     record["counted"] = {k: v - before[k] - probes[k] for k, v in server.counters().items()}
     record["log_history"] = trainer.state.log_history
-    assert isinstance(client, FileWeightSyncClient)
     return record
 
 
-def probe_gap(trainer, client) -> float:
-    """Largest |served - trained| log-prob of the probe text's tokens (nats): right after a push, the served model's
-    linear layers (repacked on a CPU, not readable as parameters) hold the trainer's weights too."""
+def served_probe(trainer, client) -> torch.Tensor:
+    """The server's log-probs of the probe text's tokens (TRL's client)."""
     ids = trainer.processing_class(PROBE_TEXT)["input_ids"]
-    served = [p[0] for p in client.get_sequence_logprobs([ids], [1], top_logprobs=1)["actual_logprobs"][0]]
+    return torch.tensor([p[0] for p in client.get_sequence_logprobs([ids], [1], top_logprobs=1)["actual_logprobs"][0]])
+
+
+def trained_probe(trainer) -> torch.Tensor:
+    """The training model's log-probs of the probe text's tokens (with its LoRA adapter, if any)."""
+    ids = trainer.processing_class(PROBE_TEXT)["input_ids"]
     with torch.no_grad():
         logits = trainer.model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
-    trained = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
-    return (torch.tensor(served) - trained).abs().max().item()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
 @pytest.fixture(scope="module")
-def server_run(tmp_path_factory):
+def server_runs(tmp_path_factory):
+    """One server; a full fine-tuning run, then a LoRA run (each pushes its own weights from step 0)."""
     from trl_rlvr.testing import build_tiny_model
     from trl_rlvr.testing.vllm_server import served
 
     # vLLM's CPU attention wants head sizes from 32 up: 4 heads of 64.
     model_dir = str(build_tiny_model(tmp_path_factory.mktemp("tiny_server"), hidden_size=256))
     with served(model_dir, max_model_len=256, log_dir=str(tmp_path_factory.mktemp("server_log"))) as server:
-        yield train_against_the_server(model_dir, server)
+        yield {name: train_against_the_server(model_dir, server, lora=name == "lora") for name in RUNS}
+
+
+RUNS = ("full", "lora")
+
+
+@pytest.fixture(params=RUNS)
+def server_run(request, server_runs):
+    return server_runs[request.param]
 
 
 def test_the_server_generated_every_completion_of_every_round(server_run):
@@ -125,8 +150,12 @@ def test_the_server_received_every_weight_push(server_run):
     assert [p["step"] for p in pushes] == [0, 1]  # TRL pushes once per step, before the step's first generation
     for push in pushes:
         assert push["equal"], "the served weights are not the trainer's after a push"
-    assert pushes[1]["moved"] > 1e-3  # the first update moved the weight: equality at step 1 needed the push
+    # After the first update the probe's log-probs moved far (LoRA: TRL merged the adapter into the pushed
+    # weights); the server agrees with the trainer within its kernels' rounding, so it has the new weights.
+    assert pushes[1]["probe_moved"] > 2 * AGREE, pushes
     assert all(p["probe_gap"] < AGREE for p in pushes), [p["probe_gap"] for p in pushes]
+    if not server_run["lora"]:
+        assert pushes[1]["norm_moved"] > 1e-3  # full fine-tuning moves the norm: its equality needs the push
 
 
 def test_the_importance_ratio_uses_the_servers_logprobs(server_run):
