@@ -58,6 +58,14 @@ class GRPOAdapter:
     _round_notes: RoundNotes | None = None  # the round TRL is generating: noted by _generate, _calculate_rewards
     _generation_has_signal: bool | None = None  # of the generation batch TRL's _buffered_inputs holds
 
+    def __init__(self, *args, **kwargs):
+        # TRL's server mode opens an NCCL group with the vLLM server while GRPOTrainer.__init__ runs; a trainer
+        # without CUDA gets TRL's client with a file-based weight push instead (_compat.vllm_server)
+        from trl_rlvr._compat.vllm_server import server_client_without_nccl
+
+        with server_client_without_nccl(kwargs.get("args")):
+            super().__init__(*args, **kwargs)
+
     def _adapt_to_trl(self) -> None:
         """After ``GRPOTrainer.__init__``: the contract checked, the back-ends TRL runs on a CPU adapted."""
         warn_on_contract_violations(self)

@@ -17,7 +17,8 @@ GRPOAdapter._tool_call_loop: ...").
 
 Also declared here: TRL code re-implemented (:data:`COPIED_PATHS`, with the line ranges it copies), the module
 constant and helpers used (:data:`MODULE_CONSTANTS`, :data:`MODULE_FUNCTIONS`), what :mod:`.vllm_cpu` uses of TRL's
-``VLLMGeneration`` and vLLM, the optimizer steps shadowed for an empty update (:data:`SHADOWED`), the environment
+``VLLMGeneration`` and vLLM, what :mod:`.vllm_server` replaces of TRL's server-mode client
+(:data:`VLLM_SERVER_CLIENT`), the optimizer steps shadowed for an empty update (:data:`SHADOWED`), the environment
 dispatch name (:data:`ENVIRONMENT_DISPATCH`), what the audit's child run calls (:data:`AUDIT`). The metric names TRL
 logs, by what they describe, are :mod:`trl_rlvr.sampling.trained_metrics`'s, checked against TRL's source here.
 :func:`warn_on_contract_violations` runs the check when ``RLVRTrainer`` is built (the class part once per process, a
@@ -146,7 +147,9 @@ COPIED_PATHS = {
 }
 
 #: Module-level helpers imported from TRL.
-MODULE_FUNCTIONS = {"trl.trainer.utils": ("use_adapter", "nanstd")}  # nanstd: TRL's metrics of the trained rows
+MODULE_FUNCTIONS = {"trl.trainer.utils": ("use_adapter", "nanstd"),  # nanstd: TRL's metrics of the trained rows
+                    # `trl vllm-serve`'s parser and command, which trl_rlvr.scripts.vllm_serve extends
+                    "trl.scripts.vllm_serve": ("build_command", "make_parser")}
 
 #: Module constants of TRL swapped for one training step -> (constant, the class whose methods must read it as a
 #: module global for the swap to mean anything). ``TOKEN_CHUNK_SIZE``: the token tile of TRL's fused LM head, read
@@ -168,6 +171,12 @@ ENVIRONMENT_DISPATCH = ("_dispatch_call", ("name", "arguments"))
 VLLM_GENERATION_METHODS = ("sync_weights", "_iter_named_params", "generate")
 VLLM_GENERATION_ATTRIBUTES = ("llm", "mode", "enable_sleep_mode")
 VLLM_RUNNER_RELOAD = ("reload_weights", ("weights_iterator", "is_checkpoint_format"))
+
+#: TRL's server-mode client where the trainer has no CUDA device (trl_rlvr._compat.vllm_server): the module global
+#: ``VLLMGeneration._init_vllm`` builds its client from (swapped for a subclass while GRPOTrainer.__init__ runs), and
+#: the client methods the subclass overrides -> their parameters (TRL calls both; on CUDA they call TRL's own).
+VLLM_SERVER_CLIENT = ("trl.generation.vllm_generation", "VLLMClient")
+VLLM_CLIENT_OVERRIDES = {"init_communicator": ("device",), "update_named_params": ("metadata", "named_params")}
 
 #: What the audit's child run (trl_rlvr/audit/_child.py, its PRIVATE_NAMES) relies on to run a real training step
 #: over the corpus's completions -> where it must be: TRL's completions table (read for the step's scores), TRL's
@@ -333,8 +342,26 @@ def _vllm_generation_violations(where: str) -> list[str]:
                 for m in VLLM_GENERATION_METHODS if not callable(getattr(VLLMGeneration, m, None))]
     # source text: vLLM is absent where the main suite runs
     class_source = "".join(_source(VLLMGeneration, m) for m in ("__init__", "_init_vllm"))
-    return problems + [f"change trl_rlvr._compat.vllm_cpu: VLLMGeneration no longer sets .{a} in {where}"
-                       for a in VLLM_GENERATION_ATTRIBUTES if f"self.{a} =" not in class_source]
+    problems += [f"change trl_rlvr._compat.vllm_cpu: VLLMGeneration no longer sets .{a} in {where}"
+                 for a in VLLM_GENERATION_ATTRIBUTES if f"self.{a} =" not in class_source]
+    return problems + _vllm_server_client_violations(VLLMGeneration, where)
+
+
+def _vllm_server_client_violations(generation_cls, where: str) -> list[str]:
+    """What of :data:`VLLM_SERVER_CLIENT` and :data:`VLLM_CLIENT_OVERRIDES` the installed TRL breaks: the client
+    no longer built from the module global, its overridden methods gone, renamed or no longer called."""
+    import importlib
+
+    module_name, name = VLLM_SERVER_CLIENT
+    client_cls = getattr(importlib.import_module(module_name), name, None)
+    if client_cls is None:
+        return [f"change trl_rlvr._compat.vllm_server: {module_name}.{name} is gone in {where}"]
+    problems = [f"change trl_rlvr._compat.vllm_server: {p}" for method, params in VLLM_CLIENT_OVERRIDES.items()
+                if (p := _signature_problem(client_cls, method, params, where))]
+    calls = {"_init_vllm": (f"{name}(", "init_communicator("), "sync_weights": ("update_named_params(",)}
+    return problems + [f"change trl_rlvr._compat.vllm_server: VLLMGeneration.{method} no longer calls {call[:-1]} "
+                       f"in {where}" for method, needed in calls.items() for call in needed
+                       if call not in _source(generation_cls, method)]
 
 
 def module_constant_violations(where: str, constants: dict | None = None) -> list[str]:
@@ -403,13 +430,23 @@ _warned: set[tuple[str, ...]] = set()
 
 
 def vllm_contract_violations() -> list[str]:
-    """What trl_rlvr._compat.vllm_cpu relies on of the installed vLLM: its CPU model runner's reload path."""
+    """What trl_rlvr._compat.vllm_cpu relies on of the installed vLLM: its CPU model runner's reload path; for server
+    mode, worker extensions (``--worker-extension-cls``) and the dev-mode ``/collective_rpc`` endpoint."""
+    import importlib.util
+
     import vllm
+    from vllm.config import ParallelConfig
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
+    problems = []
     name, params = VLLM_RUNNER_RELOAD
     method = getattr(CPUModelRunner, name, None)
     if not callable(method):
-        return [f"vLLM {vllm.__version__}: the model runner has no {name}()"]
-    missing = [p for p in params if p not in inspect.signature(method).parameters]
-    return [f"vLLM {vllm.__version__}: {name}() lacks {missing}"] if missing else []
+        problems.append(f"vLLM {vllm.__version__}: the model runner has no {name}()")
+    elif missing := [p for p in params if p not in inspect.signature(method).parameters]:
+        problems.append(f"vLLM {vllm.__version__}: {name}() lacks {missing}")
+    if "worker_extension_cls" not in getattr(ParallelConfig, "__dataclass_fields__", {}):
+        problems.append(f"vLLM {vllm.__version__}: no worker_extension_cls (trl_rlvr.scripts.vllm_serve's extension)")
+    if importlib.util.find_spec("vllm.entrypoints.serve.dev.rpc.api_router") is None:
+        problems.append(f"vLLM {vllm.__version__}: no dev-mode /collective_rpc router (the file weight push)")
+    return problems

@@ -16,10 +16,16 @@ weights). Two things it leaves to the caller:
 
 `adapt_weight_sync(generation)` replaces the `sync_weights` of one TRL `VLLMGeneration` object (no global patch;
 a plain GRPOTrainer is untouched), and only in colocate mode with vLLM's engine on a CPU.
+
+Server mode uses the same reload on the server's side: :class:`WeightReloadExtension` is a vLLM worker extension
+(``--worker-extension-cls``) whose method the trainer calls through the server's ``/collective_rpc`` endpoint with
+the path of a safetensors file (trl_rlvr._compat.vllm_server).
 """
 
 from __future__ import annotations
 
+import os
+import time
 import types
 
 _ADAPTED = "_trl_rlvr_cpu_weight_sync"
@@ -49,17 +55,24 @@ def tied_output_layers(model) -> list:
             and module.weight.numel() > 0 and owners.get(module.weight.data_ptr(), 0) > 1]
 
 
+def reload_weights(runner, weights) -> None:
+    """Load ``weights`` ((name, tensor) pairs in the checkpoint's names) into the model of a vLLM model runner, in
+    place, through the runner's reload path; on a CPU, re-pack a tied output layer from its updated weight too.
+    The caller resets the prefix cache."""
+    runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+    if runner.device.type == "cpu":
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+        for layer in tied_output_layers(runner.get_model()):
+            dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
+
+
 def sync_weights_on_cpu(generation) -> None:
     """Push the training model's current weights into a CPU vLLM engine through the runner's reload path.
 
     Every process walks the parameters (`_iter_named_params` gathers ZeRO-3/FSDP shards, a collective), as in TRL.
     """
-    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-
-    runner = model_runner(generation)
-    runner.reload_weights(weights_iterator=generation._iter_named_params(), is_checkpoint_format=True)
-    for layer in tied_output_layers(runner.get_model()):
-        dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
+    reload_weights(model_runner(generation), generation._iter_named_params())
     generation.llm.reset_prefix_cache()
 
 
@@ -75,3 +88,41 @@ def adapt_weight_sync(generation) -> bool:
     generation.sync_weights = types.MethodType(sync_weights_on_cpu, generation)
     setattr(generation, _ADAPTED, True)
     return True
+
+
+class WeightReloadExtension:
+    """A vLLM worker extension (``vllm serve ... --worker-extension-cls
+    trl_rlvr._compat.vllm_cpu.WeightReloadExtension``): the server side of the weight push without NCCL.
+
+    vLLM mixes this class into its worker class; with ``VLLM_SERVER_DEV_MODE=1`` the server's ``/collective_rpc``
+    endpoint calls its methods on every worker, with string arguments only. The trainer writes the weights as one
+    safetensors file (in shared memory, on the server's machine) and calls :meth:`trl_rlvr_reload_weights` with its
+    path. The names carry a ``trl_rlvr_`` prefix: vLLM refuses an extension whose names its worker already has.
+    """
+
+    def trl_rlvr_weight_sync(self, probe: str) -> dict:
+        """The handshake before the first push: the first bytes of the trainer's probe file at ``probe`` (the
+        trainer checks this worker sees its files), and the worker's device."""
+        with open(probe) as file:
+            return {"probe": file.read(64), "device": str(self.model_runner.device)}
+
+    def trl_rlvr_reload_weights(self, path: str) -> dict:
+        """Load the safetensors file at ``path`` (checkpoint names, as TRL's client streams them) into the served
+        model in place (:func:`reload_weights`); returns the tensors loaded and the seconds the reload took."""
+        from safetensors import safe_open
+
+        if not (path.endswith(".safetensors") and os.path.isfile(path)):
+            raise ValueError(f"trl_rlvr_reload_weights: {path!r} is not a safetensors file on the server's machine")
+        start = time.perf_counter()
+        with safe_open(path, framework="pt") as weights:
+            names = list(weights.keys())
+            reload_weights(self.model_runner, ((name, weights.get_tensor(name)) for name in names))
+        return {"tensors": len(names), "seconds": time.perf_counter() - start}
+
+    def trl_rlvr_parameter(self, name: str) -> dict:
+        """The served model's parameter ``name`` (vLLM's name): its dtype (``"bfloat16"``: vLLM's CPU backend serves a
+        float32 checkpoint in bfloat16 unless told ``--dtype float32``) and its values, flattened, as floats; what
+        the tests compare with the trainer's. On a CPU only parameters that keep their layout (embeddings, norms)
+        can be read: linear weights are repacked."""
+        param = dict(self.model_runner.get_model().named_parameters())[name].detach()
+        return {"dtype": str(param.dtype).removeprefix("torch."), "values": param.float().flatten().tolist()}
