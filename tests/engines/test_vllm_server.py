@@ -117,7 +117,7 @@ def trained_probe(trainer) -> torch.Tensor:
 def server_runs(tmp_path_factory):
     """One server; a full fine-tuning run, then a LoRA run (each pushes its own weights from step 0)."""
     from trl_rlvr.testing import build_tiny_model
-    from trl_rlvr.testing.vllm_server import served
+    from trl_rlvr.testing.served_vllm import served
 
     # vLLM's CPU attention wants head sizes from 32 up: 4 heads of 64.
     model_dir = str(build_tiny_model(tmp_path_factory.mktemp("tiny_server"), hidden_size=256))
