@@ -234,17 +234,16 @@ def _StepCallback(trainer, peaks):
 
 
 # ------------------------------------------------------------------------------------------------ the trainers
-def plain_grpo_trainer(model, reward_funcs=None, args=None, rlvr_class=None, **kwargs):
+def plain_grpo_trainer(model, reward_funcs=None, args=None, **kwargs):
     """TRL's ``GRPOTrainer`` with the same ``RLVRConfig`` and rewards as ``RLVRTrainer`` would get (registry names
     resolved, the overlong penalty appended with its weight): TRL's algorithm, our settings."""
     import copy
 
     from trl import GRPOTrainer
 
-    if rlvr_class is None:  # run_main_case swaps trl_rlvr.trainer.RLVRTrainer for this function: it passes the class
-        from trl_rlvr.trainer import RLVRTrainer as rlvr_class
+    from trl_rlvr.trainer import trainer_reward_funcs
 
-    funcs = rlvr_class._resolve_reward_funcs(reward_funcs, args)
+    funcs = trainer_reward_funcs(reward_funcs, args)
     if args.overlong_buffer_length is not None:
         args = copy.copy(args)
         weights = args.reward_weights if args.reward_weights is not None else [1.0] * (len(funcs) - 1)
@@ -293,7 +292,7 @@ def run_main_case(opts) -> dict:
     peaks = Peaks()
     built = {}
     if opts.trl:
-        trainer_module.RLVRTrainer = functools.partial(plain_grpo_trainer, rlvr_class=trainer_module.RLVRTrainer)
+        trainer_module.RLVRTrainer = plain_grpo_trainer
     original_build = recipe.build_trainer
 
     def build_trainer(*args, **kwargs):

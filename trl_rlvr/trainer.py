@@ -92,7 +92,7 @@ class RLVRTrainer(GRPOAdapter, GRPOTrainer):
     ):
         silence_trl_generation_notice()
         args = _rlvr_config(model, args)
-        reward_funcs = _resolve_reward_funcs(reward_funcs, args)
+        reward_funcs = trainer_reward_funcs(reward_funcs, args)
         check_tool_settings(args, train_dataset, environment_factory)  # pre-load, as the dataset check
         check_dataset_columns(train_dataset, reward_funcs or [], environment_factory=environment_factory)
         environment_factory = with_error_reply(environment_factory, args.tool_error_reply)  # PythonEnvironment's option
@@ -229,8 +229,9 @@ def _rlvr_config(model, args) -> RLVRConfig:
     return args
 
 
-def _resolve_reward_funcs(reward_funcs, args: RLVRConfig):
-    """Registry names -> plugins; append the overlong penalty when ``overlong_buffer_length`` is set."""
+def trainer_reward_funcs(reward_funcs, args: RLVRConfig):
+    """The reward functions RLVRTrainer trains with: registry names -> plugins, DAPO's overlong penalty appended when
+    ``overlong_buffer_length`` is set (weighted by ``overlong_penalty_factor``)."""
     funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [] if reward_funcs is None else [reward_funcs]
     if any(isinstance(f, str) for f in funcs):
         funcs = resolve_reward_funcs(funcs, args.reward_options)
