@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from tests.sampling.test_driver import FLAT, INFORMATIVE, G, _args, driver_settings, scripted_rounds
+from tests.sampling.test_driver import FLAT, INFORMATIVE, G, _args, driver_settings, make_driver, scripted_rounds
 from trl_rlvr import RLVRConfig
 from trl_rlvr.algorithms.multi_turn import score_as_wrong
 from trl_rlvr.sampling import row_rules
@@ -95,17 +95,10 @@ class TakeOutRow(RowRule):
         return RowDecision(**{self.how: mask})
 
 
-def _driver(rounds, rules, **args):
-    metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-    config = _args(**args)
-    return RoundDriver(config, [{"prompt": f"q{i}"} for i in range(40)],
-                       **driver_settings(config, scripted_rounds(rounds, metrics), metrics, rules)), metrics
-
-
 @pytest.mark.parametrize("dynamic_sampling", [False, True])
 def test_a_row_out_of_the_loss_has_advantage_zero_no_loss_token_and_no_count(dynamic_sampling):
     rounds = [INFORMATIVE + INFORMATIVE]
-    driver, _ = _driver(rounds, [TakeOutRow([1, 6])], dynamic_sampling=dynamic_sampling)
+    driver, _ = make_driver(rounds, rules=[TakeOutRow([1, 6])], dynamic_sampling=dynamic_sampling)
     batch, generation = (driver.informative_batch(8) if dynamic_sampling else
                          driver.one_round([{"prompt": "q"}] * 8, None))
     assert batch["advantages"][[1, 6]].tolist() == [0.0, 0.0]
@@ -116,8 +109,8 @@ def test_a_row_out_of_the_loss_has_advantage_zero_no_loss_token_and_no_count(dyn
 
 
 def test_a_zeroed_row_keeps_its_loss_tokens_and_decisions_merge():
-    driver, _ = _driver([INFORMATIVE + INFORMATIVE], [TakeOutRow([0], "zero_advantage"), TakeOutRow([5])],
-                        dynamic_sampling=False)
+    driver, _ = make_driver([INFORMATIVE + INFORMATIVE], rules=[TakeOutRow([0], "zero_advantage"), TakeOutRow([5])],
+                            dynamic_sampling=False)
     batch, _ = driver.one_round([{"prompt": "q"}] * 8, None)
     assert batch["advantages"][[0, 5]].tolist() == [0.0, 0.0]
     assert batch["completion_mask"][0].all() and not batch["completion_mask"][5].any()

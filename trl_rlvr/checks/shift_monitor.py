@@ -31,6 +31,7 @@ import time
 import torch
 from transformers import TrainerCallback
 
+from trl_rlvr.algorithms.losses import loss_mask
 from trl_rlvr.algorithms.policy_shift import shift_alarm, shift_metrics, shift_sums
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class PolicyShiftCallback(TrainerCallback):
         sums = torch.zeros(7, dtype=torch.float64, device=trainer.accelerator.device)
         for batch, old in recorded:
             new = self.score(batch)
-            mask = batch["completion_mask"] if batch.get("tool_mask") is None else batch["completion_mask"] * batch["tool_mask"]
+            mask = loss_mask(batch)
             advantages = batch["advantages"] if batch["advantages"].dim() == 1 else batch["advantages"][:, 0]
             part = shift_sums(old, new, mask, advantages).to(sums.device)
             sums = torch.cat([sums[:6] + part[:6], torch.maximum(sums[6:], part[6:])])

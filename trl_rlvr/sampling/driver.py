@@ -176,7 +176,7 @@ class RoundDriver:
 
     def decide(self, record: RoundRecord) -> RowDecision:
         """The round's keep-time decision: every row rule's, merged."""
-        return RowDecision.merge([rule.keep(record) for rule in self.rules], len(record.rewards))
+        return RowDecision.merge([rule.keep(record) for rule in self.rules])
 
     def kept_rows(self, record: RoundRecord, decision: RowDecision) -> torch.Tensor:
         """(N,) bool: the rows the rules keep of each sampled group, of the groups with signal (with dynamic

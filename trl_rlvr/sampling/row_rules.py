@@ -75,7 +75,7 @@ class RowDecision:
     out_of_loss: torch.Tensor | None = None  # (N,) bool: advantage 0, completion mask 0, not in the token count
 
     @staticmethod
-    def merge(decisions: list[RowDecision], rows: int) -> RowDecision:
+    def merge(decisions: list[RowDecision]) -> RowDecision:
         """One decision: the rows every rule keeps; the rows any rule zeroes or takes out."""
         def combine(name: str, op) -> torch.Tensor | None:
             masks = [getattr(d, name).cpu().bool() for d in decisions if getattr(d, name) is not None]

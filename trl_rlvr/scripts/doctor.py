@@ -101,7 +101,9 @@ def measure(trainer, prompts: int | None = None) -> dict:
     metrics = {k: v[-1] for k, v in trainer.metrics_to_log("train").items() if v}
     counters = {name: {k.split("/", 1)[1]: float(v) for k, v in metrics.items() if k.startswith(f"{name}/")}
                 for name in names}
-    mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
+    from trl_rlvr.algorithms.losses import loss_mask
+
+    mask = loss_mask(output)
     truncated, lengths = completion_flags(output["completion_ids"],
                                           {*trainer.eos_token_ids, trainer.processing_class.pad_token_id})
     success_index = trainer.success_reward_index
