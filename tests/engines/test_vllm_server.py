@@ -14,7 +14,8 @@ and the server's reload (trl_rlvr/_compat/vllm_server.py) instead of TRL's NCCL 
   trainer's, which the first update (at a large learning rate) moved far (the repacked linear layers, LoRA's
   merged ones included, took the new weights);
 - the log-probs TRL's importance-sampling correction uses come from the server: every trained row's
-  `sampling_per_token_logps` equals the log-probs the server returned for that completion.
+  `sampling_per_token_logps` equals the log-probs the server returned for that completion (a partial batch's
+  filler rows carry no loss token, so no ratio: they are checked to be fillers, advantage 0).
 Cost: one server start (about 1-2.5 min on 2 shared cores) and 2 x 2 short steps.
 """
 
@@ -85,7 +86,7 @@ def train_against_the_server(model_dir: str, server, lora: bool) -> dict:
 
     def recorded_compute_loss(model, inputs, *args, **kwargs):
         record["batches"].append({k: inputs[k].detach().clone() for k in
-                                  ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask",
+                                  ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages",
                                    "sampling_per_token_logps", "importance_sampling_ratio") if k in inputs})
         return compute_loss(model, inputs, *args, **kwargs)
 
@@ -168,13 +169,17 @@ def test_the_importance_ratio_uses_the_servers_logprobs(server_run):
     for batch in server_run["batches"]:
         assert "importance_sampling_ratio" in batch  # TRL's correction is on for this batch
         for row in range(batch["completion_ids"].shape[0]):
-            prompt = tuple(batch["prompt_ids"][row][batch["prompt_mask"][row].bool()].tolist())
             keep = batch["completion_mask"][row].bool()
+            if not keep.any():  # a filler of a partial batch (TRL shuffles it anywhere): no loss token, no ratio
+                assert batch["advantages"][row] == 0, f"row {row}: out of the loss but with an advantage"
+                continue
+            prompt = tuple(batch["prompt_ids"][row][batch["prompt_mask"][row].bool()].tolist())
             completion = tuple(batch["completion_ids"][row][keep].tolist())
             used = batch["sampling_per_token_logps"][row][keep].tolist()
             candidates = served.get((prompt, completion), [])
             assert any(len(c) == len(used) and all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(c, used))
-                       for c in candidates), f"row {row}: its sampling log-probs are not the server's"
+                       for c in candidates), (f"row {row}: its sampling log-probs {used} are not the server's for "
+                                              f"{prompt=}, {completion=}: {candidates}")
             checked += 1
     assert checked > 0
     logged = [h for h in server_run["log_history"] if "sampling/importance_sampling_ratio/mean" in h]
