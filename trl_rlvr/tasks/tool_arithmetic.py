@@ -238,9 +238,10 @@ def tool_tokenizer(path, template_file):
 
 # ------------------------------------------------------------------------------------------------ stages
 def cold_start(model_path, tokenizer, script_args, training_args, out_dir, tools):
-    """SFT on ``sft_traces`` tool-calling traces (assistant-only loss, :func:`trl_rlvr.sft.supervised_fine_tune`);
-    the model and tokenizer saved to ``out_dir``. Returns the log history."""
-    from trl_rlvr.sft import supervised_fine_tune
+    """SFT on ``sft_traces`` tool-calling traces (assistant-only loss,
+    :func:`trl_rlvr.supervised.fine_tune.supervised_fine_tune`); the model and tokenizer saved to ``out_dir``.
+    Returns the log history."""
+    from trl_rlvr.supervised.fine_tune import supervised_fine_tune
     from trl_rlvr.tasks.word_problems import cold_start_traces, composed_cold_start_traces
 
     make = composed_cold_start_traces if script_args.task == "composed" else cold_start_traces
@@ -251,7 +252,7 @@ def cold_start(model_path, tokenizer, script_args, training_args, out_dir, tools
 
 def sft_settings(script_args, training_args):
     """The cold start's SFT settings (``sft_*`` options; the run's seed, device, precision and model kwargs)."""
-    from trl_rlvr.sft import SFTSettings
+    from trl_rlvr.supervised.fine_tune import SFTSettings
 
     return SFTSettings(epochs=script_args.sft_epochs, learning_rate=script_args.sft_learning_rate,
                        batch_size=script_args.sft_batch_size, micro_batch_size=script_args.sft_micro_batch_size,

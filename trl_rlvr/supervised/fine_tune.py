@@ -1,6 +1,6 @@
 """Supervised fine-tuning on conversations with TRL's ``SFTTrainer``, assistant-only loss: the one SFT step of the
 tool job's cold start (:func:`trl_rlvr.tasks.tool_arithmetic.cold_start`) and of rejection-sampling fine-tuning
-(:mod:`trl_rlvr.rft`).
+(:mod:`trl_rlvr.supervised.rejection_sampling`).
 
 A row is a conversation (``messages``: only the assistant turns carry loss; tool replies and prompts do not: the
 chat template's ``{% generation %}`` marks, TRL's ``assistant_only_loss``) or a prompt-completion pair of strings
