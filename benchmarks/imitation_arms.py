@@ -111,23 +111,30 @@ def tool_schemas() -> list[dict]:
     return [get_json_schema(PythonEnvironment.python)]
 
 
-def traces_for_tokens(tokenizer, script_args, extra_tokens: int) -> tuple[int, int]:
-    """How many cold-start traces SFT on as many tokens (x epochs) as the 24-trace cold start plus ``extra_tokens``
-    -> (traces, their tokens per epoch). ``ValueError`` past the 1000 traces kept out of the held-out questions."""
+def traces_for_tokens(tokenizer, script_args, extra_tokens: float) -> tuple[int, int]:
+    """The fewest cold-start traces (never fewer than ``sft_traces``) whose tokens x epochs reach the cold start's
+    plus ``extra_tokens`` -> (traces, their tokens per epoch). ``ValueError`` past the 1000 traces kept out of the
+    held-out questions."""
     from trl_rlvr.tasks.word_problems import composed_cold_start_traces
 
+    schemas = tool_schemas()
     traces = composed_cold_start_traces(TRACE_POOL, seed=script_args.dataset_seed,
                                         system_prompt=script_args.system_prompt)
-    lengths = [len(tokenizer.apply_chat_template(t["messages"], tools=tool_schemas(), tokenize=True,
-                                                 return_dict=False)) for t in traces]
-    target = sum(lengths[:script_args.sft_traces]) + extra_tokens / script_args.sft_epochs
-    total = 0
-    for k, length in enumerate(lengths, start=1):
-        total += length
+
+    def tokens(trace) -> int:
+        return len(tokenizer.apply_chat_template(trace["messages"], tools=schemas, tokenize=True, return_dict=False))
+
+    count = script_args.sft_traces
+    total = sum(tokens(t) for t in traces[:count])
+    target = total + extra_tokens / script_args.sft_epochs
+    for trace in traces[count:]:
         if total >= target:
-            return k, total
-    raise ValueError(f"{extra_tokens} training tokens need more than the {TRACE_POOL} cold-start traces kept out "
-                     "of the held-out questions")
+            break
+        total, count = total + tokens(trace), count + 1
+    if total < target:
+        raise ValueError(f"{extra_tokens} training tokens need more than the {TRACE_POOL} cold-start traces kept out "
+                         "of the held-out questions")
+    return count, total
 
 
 def rft_stage(job: ToolJob, start: Path, budget: int, train_rows) -> tuple[Path, dict]:

@@ -179,3 +179,23 @@ def test_the_imitation_arms_take_the_rl_stages_budget_from_its_run():
         budget_of(given)
     assert budget_of(SimpleNamespace(rl_metrics=str(COMMITTED_RL), generated_tokens=5, trained_tokens=None)) == \
         {**budget, "generated_tokens": 5, "source": str(COMMITTED_RL)}
+
+
+def test_the_more_traces_arm_takes_the_fewest_traces_that_reach_the_budget(tmp_path):
+    from types import SimpleNamespace
+
+    from benchmarks.imitation_arms import tool_schemas, traces_for_tokens
+    from trl_rlvr.tasks.tool_arithmetic import SYSTEM_PROMPT, TEMPLATE, tool_tokenizer
+    from trl_rlvr.tasks.word_problems import composed_cold_start_traces
+    from trl_rlvr.testing import build_tiny_chatml_model
+
+    tokenizer = tool_tokenizer(str(build_tiny_chatml_model(tmp_path / "m")), str(TEMPLATE))
+    args = SimpleNamespace(dataset_seed=0, system_prompt=SYSTEM_PROMPT, sft_traces=24, sft_epochs=2.0)
+    lengths = [len(tokenizer.apply_chat_template(t["messages"], tools=tool_schemas(), tokenize=True, return_dict=False))
+               for t in composed_cold_start_traces(60, seed=0, system_prompt=SYSTEM_PROMPT)]
+    assert traces_for_tokens(tokenizer, args, 0) == (24, sum(lengths[:24]))
+    extra = 2.0 * sum(lengths[24:40])  # 16 more traces' tokens, over two epochs
+    assert traces_for_tokens(tokenizer, args, extra) == (40, sum(lengths[:40]))
+    assert traces_for_tokens(tokenizer, args, extra + 1)[0] == 41
+    with pytest.raises(ValueError, match="1000 cold-start traces"):
+        traces_for_tokens(tokenizer, args, 10**9)
