@@ -127,9 +127,9 @@ def split_samples(rows: list[dict], per_question: list[dict], settings: RFTSetti
     accepted, rejected = [], []
     for record in per_question:
         row = rows[record["index"]]
+        reference = row.get("solution", row.get("answer"))
         kept: set[str] = set()
         for j, completion in enumerate(record["completions"]):
-            reference = row.get("solution", row.get("answer"))
             out = {**conversation(row["prompt"], completion), **({"tools": json.dumps(tools)} if tools else {}),
                    "question_index": record["index"], "sample_index": j, "iteration": iteration,
                    "reference": None if reference is None else str(reference), "tokens": record["lengths"][j]}
