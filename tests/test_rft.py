@@ -9,6 +9,8 @@ import json
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.harness.tool_eval_harness import boxed_product, questions
 from trl_rlvr.supervised.fine_tune import SFTSettings
@@ -88,6 +90,54 @@ def test_accepted_samples_passed_the_reward_and_rejected_ones_did_not(sampled):
         calls = [m for m in answer_of(row, 1) if m["role"] == "assistant" and m.get("tool_calls")]
         assert calls and all(c["tool_calls"][0]["function"]["name"] == "python" for c in calls)
     assert strict_metrics["generated_tokens"] == metrics["generated_tokens"] > strict_metrics["accepted_tokens"] > 0
+
+
+@st.composite
+def evaluations(draw):
+    """Per-question records as evaluate_sampled(keep_completions=True) writes them, with tool counts."""
+    questions = draw(st.integers(1, 4))
+    n = draw(st.integers(1, 5))
+    records = []
+    for q in range(questions):
+        flag = st.lists(st.booleans(), min_size=n, max_size=n)
+        texts = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=n, max_size=n))  # duplicates are likely
+        records.append({"index": q, "right_flags": draw(flag), "finished": draw(flag), "lengths": [3] * n,
+                        "completions": [[{"role": "assistant", "content": t}] for t in texts],
+                        "tool": {"parse_failures": [int(x) for x in draw(flag)],
+                                 "call_failures": [int(x) for x in draw(flag)]}})
+    rows = [{"prompt": [{"role": "user", "content": f"q{q}"}], "answer": str(q)} for q in range(questions)]
+    return rows, records
+
+
+@settings(max_examples=60, deadline=None)
+@given(evaluations(), st.booleans(), st.booleans(), st.booleans(), st.sampled_from([None, 1, 2]))
+def test_every_sample_is_kept_or_rejected_for_the_first_rule_it_breaks(data, finished, clean, unique, cap):
+    from trl_rlvr.supervised.rejection_sampling import split_samples
+
+    rows, records = data
+    config = RFTSettings(require_finished=finished, require_clean_tool_calls=clean, unique=unique,
+                         max_per_prompt=cap)
+    accepted, rejected = split_samples(rows, records, config)
+    assert len(accepted) + len(rejected) == sum(len(r["right_flags"]) for r in records)
+    for row in accepted + rejected:
+        record, j = records[row["question_index"]], row["sample_index"]
+        broken = [rule for rule, bad in (
+            ("reward", not record["right_flags"][j]), ("unfinished", finished and not record["finished"][j]),
+            ("tool_calls", clean and (record["tool"]["parse_failures"][j] or record["tool"]["call_failures"][j])),
+        ) if bad]
+        assert row.get("rejected") == (broken[0] if broken else row.get("rejected")), row
+        if not broken:
+            assert row.get("rejected") in (None, "duplicate", "over_cap")
+        assert row["messages"][-1] == record["completions"][j][0] and row["reference"] == str(row["question_index"])
+    for q in range(len(records)):
+        mine = [r["messages"][-1]["content"] for r in accepted if r["question_index"] == q]
+        assert cap is None or len(mine) <= cap
+        assert not unique or len(mine) == len(set(mine))
+        for row in rejected:  # a duplicate repeats a kept answer; over the cap only once the cap is full
+            if row["question_index"] == q and row["rejected"] == "duplicate":
+                assert row["messages"][-1]["content"] in mine
+            if row["question_index"] == q and row["rejected"] == "over_cap":
+                assert len(mine) == cap
 
 
 def test_acceptance_needs_every_reward_above_its_threshold():
