@@ -20,7 +20,8 @@ group train nothing), or is given
     python -m benchmarks.imitation_arms --arm more_traces --rl_metrics OUT/tool_r1_metrics.json --seed 42
     python -m benchmarks.imitation_arms --smoke     # both arms, one short round each, on a tiny random model (CI)
 
-Every option of the recipe (``ToolR1Arguments``, ``RLVRConfig``, ``trl.ModelConfig``) is accepted. Writes
+Every option of the recipe (``ToolR1Arguments``, ``RLVRConfig``, ``trl.ModelConfig``) is accepted (``--passk_samples
+64``: pass@k up to 64 on the first ``passk_questions`` held-out questions, as the recipe). Writes
 ``tool_r1_<arm>_metrics.json`` (the arm's evaluation, its table, the budget and what it spent, timings) to
 ``output_dir``.
 """
@@ -214,7 +215,7 @@ def write_outputs(job: ToolJob, budget: dict, spent: dict) -> dict:
     shown, heading = shown_arms(arms, None, args.smoke, job.base_path)
     table = summary_table(shown)
     metrics = {"arm": args.arm, "model": job.base_path, "budget": budget, "spent": spent, "arms": arms,
-               "table": table, "cold_start_history": job.sft_history,
+               "table": table, "passk_large": job.large_k(), "cold_start_history": job.sft_history,
                "evaluations": {label: {k: v for k, v in r.items() if k != "per_question"}
                                for label, r in job.evals.items()},
                "timings_s": {k: round(v, 1) for k, v in job.timings.items()}, "script_args": asdict(args)}
