@@ -16,7 +16,8 @@ and the server's reload (trl_rlvr/_compat/vllm_server.py) instead of TRL's NCCL 
 - the log-probs TRL's importance-sampling correction uses come from the server: every trained row's
   `sampling_per_token_logps` equals the log-probs the server returned for that completion (a partial batch's
   filler rows carry no loss token, so no ratio: they are checked to be fillers, advantage 0).
-Cost: one server start (about 1-2.5 min on 2 shared cores) and 2 x 2 short steps.
+Cost: one server start (about 1-2.5 min on 2 shared cores; shared with test_vllm_server_eval.py, tests/engines/conftest.py)
+and 2 x 2 short steps.
 """
 
 import importlib.util
@@ -115,15 +116,11 @@ def trained_probe(trainer) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def server_runs(tmp_path_factory):
-    """One server; a full fine-tuning run, then a LoRA run (each pushes its own weights from step 0)."""
-    from trl_rlvr.testing import build_tiny_model
-    from trl_rlvr.testing.served_vllm import served
-
-    # vLLM's CPU attention wants head sizes from 32 up: 4 heads of 64.
-    model_dir = str(build_tiny_model(tmp_path_factory.mktemp("tiny_server"), hidden_size=256))
-    with served(model_dir, max_model_len=256, log_dir=str(tmp_path_factory.mktemp("server_log"))) as server:
-        yield {name: train_against_the_server(model_dir, server, lora=name == "lora") for name in RUNS}
+def server_runs(vllm_server):
+    """On the shared server (tests/engines/conftest.py): a full fine-tuning run, then a LoRA run (each pushes its own
+    weights from step 0)."""
+    model_dir, server = vllm_server
+    return {name: train_against_the_server(model_dir, server, lora=name == "lora") for name in RUNS}
 
 
 RUNS = ("full", "lora")
