@@ -41,10 +41,6 @@ class ServedEngine:
         self.config = server_config(client)
 
     @property
-    def base_url(self) -> str:
-        return self.client.base_url
-
-    @property
     def max_model_len(self) -> int | float:
         """The server's context ceiling (its ``max_model_len``; unbounded where its config does not say)."""
         return (self.config.get("model_config") or {}).get("max_model_len") or float("inf")
