@@ -17,7 +17,8 @@ and the server's reload (trl_rlvr/_compat/vllm_server.py) instead of TRL's NCCL 
 - the log-probs TRL's importance-sampling correction uses come from the server: every trained row's
   `sampling_per_token_logps` equals the log-probs the server returned for that completion (a partial batch's
   filler rows carry no loss token, so no ratio: they are checked to be fillers, advantage 0).
-Cost: one server start (about 1-2.5 min on 2 shared cores), 2 x 2 short steps, and one 2-process launch of 2 steps.
+Cost: one server start (about 1-2.5 min on 2 shared cores; shared with test_vllm_server_eval.py, tests/engines/conftest.py),
+2 x 2 short steps, and one 2-process launch of 2 steps.
 """
 
 import importlib.util
@@ -116,22 +117,11 @@ def trained_probe(trainer) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """One server for every run of this file (each run pushes its own weights from step 0)."""
-    from trl_rlvr.testing import build_tiny_model
-    from trl_rlvr.testing.served_vllm import served
-
-    # vLLM's CPU attention wants head sizes from 32 up: 4 heads of 64.
-    model_dir = str(build_tiny_model(tmp_path_factory.mktemp("tiny_server"), hidden_size=256))
-    with served(model_dir, max_model_len=256, log_dir=str(tmp_path_factory.mktemp("server_log"))) as running:
-        running.model_dir = model_dir
-        yield running
-
-
-@pytest.fixture(scope="module")
-def server_runs(server):
-    """A full fine-tuning run, then a LoRA run, in this process."""
-    return {name: train_against_the_server(server.model_dir, server, lora=name == "lora") for name in RUNS}
+def server_runs(vllm_server):
+    """On the shared server (tests/engines/conftest.py): a full fine-tuning run, then a LoRA run (each pushes its own
+    weights from step 0)."""
+    model_dir, server = vllm_server
+    return {name: train_against_the_server(model_dir, server, lora=name == "lora") for name in RUNS}
 
 
 RUNS = ("full", "lora")
@@ -194,15 +184,16 @@ def test_the_importance_ratio_uses_the_servers_logprobs(server_run):
     assert len(logged) == 2
 
 
-def test_two_training_processes_share_the_server(server, tmp_path):
+def test_two_training_processes_share_the_server(vllm_server, tmp_path):
     """`accelerate launch` with 2 processes (gloo), dynamic and selective sampling, the policy's reward and
     boxed_math: TRL's main process makes one server call per round for both processes, which take the same
     decisions; every push reaches the server."""
     from tests.harness.launch import launch_on_cpu
 
+    model_dir, server = vllm_server
     out = tmp_path / "run"
     before = server.counters()
-    launch_on_cpu("--module", "tests.harness.dynamic_sampling_harness", server.model_dir, out, "2",
+    launch_on_cpu("--module", "tests.harness.dynamic_sampling_harness", model_dir, out, "2",
                   "use_vllm=True", "vllm_mode=server", f"vllm_server_base_url={server.base_url}", "use_cpu=True",
                   "selective_sampling=True", "learning_rate=5e-2", "extra_rewards=boxed_math")
     counted = {k: v - before[k] for k, v in server.counters().items()}
