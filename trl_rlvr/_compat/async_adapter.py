@@ -1,0 +1,110 @@
+"""Every private piece of TRL 1.16's asynchronous GRPO trainer (``trl.experimental.async_grpo``) that
+:class:`trl_rlvr.async_grpo.RLVRAsyncTrainer` touches, in one module (the synchronous adapter is separate).
+
+- ``_AsyncRolloutLoop._score_group`` (the spawned rollout process scores a group): :class:`RLVRRolloutLoop` calls it,
+  then sets the RLVR advantages on the rows it returns (:func:`trl_rlvr.async_grpo.rescore.rescore_rows`); reads the
+  loop's ``reward_func_names`` and ``_push_metrics``;
+- ``AsyncRolloutWorker._loop_cls`` / ``_loop_kwargs`` (what the worker spawns, read at ``start()``): pointed at
+  :class:`RLVRRolloutLoop` with its ``rlvr_scoring`` by :func:`use_rlvr_scoring`;
+- the packed batch ``AsyncGRPOTrainer.compute_loss`` reads (keys ``attention_mask``, ``token_index``,
+  ``input_ids``, ``position_ids``, ``shift_labels``, ``old_log_probs``, ``advantages``, ``segment_id``, ``tree_*``)
+  and its forward with ``fused_lm_head=True``: :func:`packed_forward`, the same steps;
+- the trainer's per-step accounting fields (``_step_*``, ``_last_forward_time_s``) its step metrics read:
+  :func:`record_step_accounting`, the same arithmetic;
+- ``async_grpo_trainer.get_peak_flops_per_device`` calls ``torch.cuda`` unconditionally: :func:`cpu_constructible`
+  stands in for it (NaN: unknown) while a trainer is built on a machine without CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import NamedTuple
+
+import torch
+from trl.experimental.async_grpo import async_grpo_trainer as _trainer_module
+from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
+
+from trl_rlvr.async_grpo.rescore import GroupScoring, rescore_rows
+
+
+class RLVRRolloutLoop(_AsyncRolloutLoop):
+    """TRL's rollout loop whose groups get the RLVR advantages (and, with dynamic sampling, only informative groups
+    are queued)."""
+
+    def __init__(self, *, rlvr_scoring: GroupScoring | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.rlvr_scoring = rlvr_scoring
+
+    async def _score_group(self, group):
+        samples = await super()._score_group(group)
+        if self.rlvr_scoring is None:
+            return samples
+        rows = [len(sequences) for sequences in group.completions_sequences]
+        samples, metrics = rescore_rows(samples, rows, list(self.reward_func_names), self.rlvr_scoring)
+        self._push_metrics(metrics)
+        return samples
+
+
+def use_rlvr_scoring(rollout_worker, scoring: GroupScoring) -> bool:
+    """Make TRL's own rollout worker spawn :class:`RLVRRolloutLoop` with ``scoring``; True if it did. Another
+    worker (one passed as ``rollout_worker``, or None off rank 0) is left as it is."""
+    if type(rollout_worker) is not AsyncRolloutWorker or getattr(rollout_worker, "_process", None) is not None:
+        return False
+    rollout_worker._loop_cls = RLVRRolloutLoop
+    rollout_worker._loop_kwargs["rlvr_scoring"] = scoring
+    return True
+
+
+@contextlib.contextmanager
+def cpu_constructible():
+    """While building the trainer without CUDA, TRL's peak-FLOPs lookup (a CUDA device name) answers NaN."""
+    if torch.cuda.is_available():
+        yield
+        return
+    original = _trainer_module.get_peak_flops_per_device
+    _trainer_module.get_peak_flops_per_device = lambda *args, **kwargs: float("nan")
+    try:
+        yield
+    finally:
+        _trainer_module.get_peak_flops_per_device = original
+
+
+class PackedForward(NamedTuple):
+    log_probs: torch.Tensor  # (K,) of the loss tokens, with gradient
+    entropy: torch.Tensor  # (K,)
+    old_log_probs: torch.Tensor  # (K,) the behaviour policy's (vLLM's)
+    advantages: torch.Tensor  # (K,)
+    segment_id: torch.Tensor  # (K,) completion of each token in this process's row
+    outputs: object  # the model's outputs (aux_loss for MoE models)
+
+
+def packed_forward(trainer, model, inputs: dict) -> PackedForward:
+    """The forward of ``AsyncGRPOTrainer.compute_loss`` on one packed micro-batch, as TRL 1.16 writes it."""
+    mask_bool = inputs["attention_mask"].bool()
+    selected = inputs["token_index"] >= 0
+    tree_kwargs = {key: inputs[key][inputs[key] >= 0]
+                   for key in ("tree_kv_index", "tree_cu_seqlens_q", "tree_cu_seqlens_k")}
+    tree_kwargs["tree_max_seqlen_q"], tree_kwargs["tree_max_seqlen_k"] = inputs["tree_max_seqlens"][0].tolist()
+    router_kwargs = {"output_router_logits": True} if trainer.aux_loss_enabled else {}
+    start = time.time()
+    outputs = model(input_ids=inputs["input_ids"][mask_bool].unsqueeze(0),
+                    position_ids=inputs["position_ids"][mask_bool].unsqueeze(0),
+                    shift_labels=inputs["shift_labels"][mask_bool].unsqueeze(0), fused_lm_head=True,
+                    **router_kwargs, **tree_kwargs)
+    token_index = inputs["token_index"][selected]
+    trainer._last_forward_time_s = time.time() - start
+    return PackedForward(outputs.log_probs.flatten()[token_index], outputs.entropy.flatten()[token_index],
+                         inputs["old_log_probs"][selected], inputs["advantages"][selected],
+                         inputs["segment_id"][selected], outputs)
+
+
+def record_step_accounting(trainer, inputs: dict) -> None:
+    """The per-step counts ``AsyncGRPOTrainer.compute_loss`` accumulates for its step metrics (TRL 1.16)."""
+    n_forward_tokens = float(inputs["global_n_forward_tokens"][0])
+    mean_seq_len = float(inputs["mean_seq_len"][0])
+    trainer._step_forward_tokens += n_forward_tokens
+    trainer._step_trained_tokens += float(inputs["global_n_tokens"][0])
+    trainer._step_seq_len_weighted += mean_seq_len * n_forward_tokens
+    trainer._step_samples += n_forward_tokens / mean_seq_len
+    trainer._step_forward_s += trainer._last_forward_time_s
