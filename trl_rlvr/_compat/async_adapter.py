@@ -12,7 +12,10 @@
 - the trainer's per-step accounting fields (``_step_*``, ``_last_forward_time_s``) its step metrics read:
   :func:`record_step_accounting`, the same arithmetic;
 - ``async_grpo_trainer.get_peak_flops_per_device`` calls ``torch.cuda`` unconditionally: :func:`cpu_constructible`
-  stands in for it (NaN: unknown) while a trainer is built on a machine without CUDA.
+  stands in for it (NaN: unknown) while a trainer is built on a machine without CUDA;
+- ``packing.TREE_ATTENTION``, the attention TRL's model runs with, is FlashAttention-3 from the Hub (GPU only):
+  :func:`use_cpu_tree_attention` registers :func:`cpu_tree_attention`, the same computation in plain PyTorch, under
+  that name on a machine without CUDA.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import NamedTuple
 import torch
 from trl.experimental.async_grpo import async_grpo_trainer as _trainer_module
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
+from trl.experimental.async_grpo.packing import TREE_ATTENTION
 
 from trl_rlvr.async_grpo.rescore import GroupScoring, rescore_rows
 
@@ -108,3 +112,44 @@ def record_step_accounting(trainer, inputs: dict) -> None:
     trainer._step_seq_len_weighted += mean_seq_len * n_forward_tokens
     trainer._step_samples += n_forward_tokens / mean_seq_len
     trainer._step_forward_s += trainer._last_forward_time_s
+
+
+def cpu_tree_attention(module, query, key, value, attention_mask, *, tree_kv_index, tree_cu_seqlens_q,
+                       tree_cu_seqlens_k, tree_max_seqlen_q=None, tree_max_seqlen_k=None, scaling=None,
+                       sliding_window=None, softcap=None, **kwargs):
+    """TRL's tree attention (``packing.tree_attention``) without FlashAttention: segment ``s``'s queries (packed
+    positions ``cu_q[s]:cu_q[s+1]``) attend causally, aligned at the end, to the keys of its root-to-segment path
+    (``tree_kv_index[cu_k[s]:cu_k[s+1]]``), as ``flash_attn_varlen_func(causal=True)`` does. (1, L, H, D) out."""
+    q = query[0]  # (H, L, D)
+    k = key[0].index_select(1, tree_kv_index)  # (H_kv, K, D)
+    v = value[0].index_select(1, tree_kv_index)
+    if k.shape[0] != q.shape[0]:  # grouped-query attention
+        k, v = (x.repeat_interleave(q.shape[0] // x.shape[0], dim=0) for x in (k, v))
+    scale = scaling if scaling is not None else q.shape[-1] ** -0.5
+    cu_q, cu_k = tree_cu_seqlens_q.tolist(), tree_cu_seqlens_k.tolist()
+    out = q.new_empty(q.shape[1], q.shape[0], q.shape[2])  # (L, H, D)
+    for s in range(len(cu_q) - 1):
+        qs, ks, vs = q[:, cu_q[s]:cu_q[s + 1]], k[:, cu_k[s]:cu_k[s + 1]], v[:, cu_k[s]:cu_k[s + 1]]
+        n_q, n_k = qs.shape[1], ks.shape[1]
+        scores = (qs.float() @ ks.float().transpose(1, 2)) * scale
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        rows = torch.arange(n_q, device=q.device)[:, None] + (n_k - n_q)
+        cols = torch.arange(n_k, device=q.device)[None, :]
+        allowed = cols <= rows
+        if sliding_window:
+            allowed &= cols > rows - sliding_window
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        out[cu_q[s]:cu_q[s + 1]] = (torch.softmax(scores, dim=-1) @ vs.float()).to(q.dtype).transpose(0, 1)
+    return out.unsqueeze(0), None
+
+
+def use_cpu_tree_attention() -> bool:
+    """On a machine without CUDA, run TRL's tree attention name with :func:`cpu_tree_attention`; True if it did.
+    (TRL registers its FlashAttention-3 version when a trainer is built: call this after.)"""
+    if torch.cuda.is_available():
+        return False
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(TREE_ATTENTION, cpu_tree_attention)
+    return True

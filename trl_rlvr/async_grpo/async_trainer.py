@@ -24,6 +24,7 @@ from trl_rlvr._compat.async_adapter import (
     cpu_constructible,
     packed_forward,
     record_step_accounting,
+    use_cpu_tree_attention,
     use_rlvr_scoring,
 )
 from trl_rlvr.algorithms.packed_loss import local_answer_count, packed_loss
@@ -59,6 +60,7 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
                              peft_config=peft_config, tools=tools, environment_factory=environment_factory,
                              rollout_worker=rollout_worker, weight_transfer=weight_transfer)
         self.reward_funcs = reward_funcs
+        use_cpu_tree_attention()  # without CUDA: TRL's tree attention in plain PyTorch (TRL's needs FlashAttention-3)
         self.uses_rlvr_scoring = use_rlvr_scoring(self.rollout_worker, self.group_scoring)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
