@@ -18,6 +18,7 @@ from trl_rlvr.async_grpo import async_trainer as trainer_module  # noqa: E402
 class StubWorker:
     def __init__(self):
         self.rollout_buffer = queue.Queue()
+        self.metrics_queue = queue.Queue()  # read by AsyncGRPOTrainer.log, though not in its RolloutWorkerProtocol
 
     def start(self): ...
     def stop(self): ...

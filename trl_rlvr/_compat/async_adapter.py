@@ -13,6 +13,8 @@
   :func:`record_step_accounting`, the same arithmetic;
 - ``async_grpo_trainer.get_peak_flops_per_device`` calls ``torch.cuda`` unconditionally: :func:`cpu_constructible`
   stands in for it (NaN: unknown) while a trainer is built on a machine without CUDA;
+- the trainer's ``_rollout_dataset`` (TRL's ``RolloutQueueDataset``: its ``queue`` and per-row ``max_staleness``
+  check): :func:`admit_groups_whole` puts a group filter between it and the queue (:class:`AdmittingQueue`);
 - ``packing.TREE_ATTENTION``, the attention TRL's model runs with, is FlashAttention-3 from the Hub (GPU only):
   :func:`use_cpu_tree_attention` registers :func:`cpu_tree_attention`, the same computation in plain PyTorch, under
   that name on a machine without CUDA.
@@ -152,4 +154,33 @@ def use_cpu_tree_attention() -> bool:
     from transformers import AttentionInterface
 
     AttentionInterface.register(TREE_ATTENTION, cpu_tree_attention)
+    return True
+
+
+class AdmittingQueue:
+    """The rollout queue as TRL's ``RolloutQueueDataset`` reads it (``get(timeout=)``, ``qsize()``), passing only the
+    rows :meth:`trl_rlvr.sampling.group_filter.GroupFilter.admit_row` admits: a group trained whole or not at all."""
+
+    def __init__(self, inner, group_filter, model_version_fn):
+        self.inner, self.group_filter, self.model_version_fn = inner, group_filter, model_version_fn
+
+    def get(self, timeout=None):
+        while True:
+            sample = self.inner.get(timeout=timeout)  # queue.Empty passes through: TRL's health check runs on it
+            if self.group_filter.admit_row(sample.group_id, sample.model_version, self.model_version_fn()):
+                return sample
+
+    def qsize(self) -> int:
+        return self.inner.qsize()
+
+
+def admit_groups_whole(trainer, group_filter) -> bool:
+    """Between the trainer's ``RolloutQueueDataset`` (rank 0) and its queue, ``group_filter``'s group admission; the
+    dataset's own per-row check is widened to the filter's bound for a follower (``max_staleness + 1``), which the
+    filter already enforces. True if installed (False off rank 0, before the dataloader exists)."""
+    dataset = getattr(trainer, "_rollout_dataset", None)
+    if dataset is None:
+        return False
+    dataset.queue = AdmittingQueue(dataset.queue, group_filter, dataset.model_version_fn)
+    dataset.max_staleness = group_filter.max_staleness + 1
     return True

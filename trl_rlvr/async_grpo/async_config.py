@@ -45,7 +45,7 @@ class RLVRAsyncConfig(AsyncGRPOConfig):
     ``stale_is_clip_min``, ``stale_is_clip_max`` (default 3.0, TRL's synchronous ``vllm_importance_sampling_clip_max``).
     Rewards: ``reward_weights``, ``reward_options``, ``success_reward``, ``correctness_rewards``, ``overlong_buffer_length``,
     ``overlong_penalty_factor``. Advantages: ``scale_rewards`` (``group`` or ``none``), ``advantage_baseline``,
-    ``advantage_std``.
+    ``advantage_std``. Dynamic sampling: ``dynamic_sampling``, ``dynamic_sampling_tolerance``.
     """
 
     loss_normalization: str = _as_in_rlvr_config("loss_normalization", "per_batch_token",
@@ -85,6 +85,13 @@ class RLVRAsyncConfig(AsyncGRPOConfig):
                           "'batch' does not exist here: a group is scored alone, before its batch exists.",
                   "choices": list(GROUP_SCALES)},
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "DAPO's dynamic sampling in the rollout process: a group whose scored rewards do not differ "
+                          "(by more than dynamic_sampling_tolerance) is dropped before it is queued, and the next "
+                          "prompt is generated in its place; counted in rlvr/ds_dropped_groups_total."},
+    )
+    dynamic_sampling_tolerance: float = _as_in_rlvr_config("dynamic_sampling_tolerance")
     advantage_baseline: str = _as_in_rlvr_config("advantage_baseline")
     advantage_std: str = _as_in_rlvr_config("advantage_std")
 
@@ -109,5 +116,7 @@ class RLVRAsyncConfig(AsyncGRPOConfig):
         _choice("scale_rewards", self.scale_rewards, GROUP_SCALES)
         _choice("advantage_baseline", self.advantage_baseline, BASELINES)
         _choice("advantage_std", self.advantage_std, STD_KINDS)
+        if not self.dynamic_sampling_tolerance >= 0:
+            raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance!r}")
         if self.overlong_buffer_length is not None:
             validate_overlong(self.max_completion_length, self.overlong_buffer_length, self.overlong_penalty_factor)

@@ -21,6 +21,7 @@ import torch
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from trl_rlvr._compat.async_adapter import (
+    admit_groups_whole,
     cpu_constructible,
     packed_forward,
     record_step_accounting,
@@ -40,6 +41,7 @@ from trl_rlvr.async_grpo.async_config import RLVRAsyncConfig
 from trl_rlvr.async_grpo.rescore import GroupScoring
 from trl_rlvr.rewards.registry import resolve_reward_funcs
 from trl_rlvr.rewards.roles import correctness_check_indices, success_reward_index
+from trl_rlvr.sampling.group_filter import GroupFilter
 
 
 class RLVRAsyncTrainer(AsyncGRPOTrainer):
@@ -62,6 +64,22 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
         self.reward_funcs = reward_funcs
         use_cpu_tree_attention()  # without CUDA: TRL's tree attention in plain PyTorch (TRL's needs FlashAttention-3)
         self.uses_rlvr_scoring = use_rlvr_scoring(self.rollout_worker, self.group_scoring)
+        self.group_filter = GroupFilter(max_staleness=args.max_staleness, dynamic_sampling=False)
+
+    def get_train_dataloader(self):
+        # TRL's dataloader, its queue read through the group filter: a group is admitted (trained whole) or dropped
+        # at its first row, never older than max_staleness then (trl_rlvr.sampling.group_filter)
+        dataloader = super().get_train_dataloader()
+        admit_groups_whole(self, self.group_filter)
+        return dataloader
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        counts = self.group_filter.counts
+        if self.accelerator.is_main_process:
+            for name in ("stale", "rows_dropped_stale", "refills_requested"):
+                self._metrics["train"][f"rlvr/queue_{name}_total"].append(float(getattr(counts, name)))
+            self.group_filter.counts = type(counts)()
+        super().log(logs, start_time)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args = self.args
@@ -121,7 +139,8 @@ def group_scoring_of(reward_funcs: list, weights: tuple[float, ...], args: RLVRA
     success = success_reward_index(reward_funcs, names, args.success_reward)
     checks = correctness_check_indices(names, args.correctness_rewards, success)
     return GroupScoring(weights=weights, correctness_checks=tuple(checks), scale_rewards=args.scale_rewards,
-                        baseline=args.advantage_baseline, std=args.advantage_std)
+                        baseline=args.advantage_baseline, std=args.advantage_std,
+                        dynamic_sampling=args.dynamic_sampling, tolerance=args.dynamic_sampling_tolerance)
 
 
 def _rlvr_async_config(model, args) -> RLVRAsyncConfig:
