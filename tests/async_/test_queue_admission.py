@@ -40,3 +40,13 @@ def test_groups_are_admitted_whole_at_their_first_row(tiny_model_dir, tmp_path):
     trainer.log(logged)
     assert logged["rlvr/queue_stale_total"] == 1.0 and logged["rlvr/queue_refills_requested_total"] == 1.0
     assert trainer.group_filter.counts.stale == 0  # counted per logging window
+
+
+def test_the_stale_is_alarm_is_logged(tiny_model_dir, tmp_path, caplog):
+    trainer = make_trainer(tiny_model_dir, tmp_path, reward_options={"boxed_math": {"prestart": False}})
+    trainer.model.train()
+    for ess in (0.2, 0.4):  # one logging window: mean 0.3
+        trainer._metrics["train"]["stale_is/ess_frac"].append(ess)
+    with caplog.at_level("WARNING", logger="trl_rlvr.async_grpo.async_trainer"):
+        trainer.log({})
+    assert "effective sample size is 30%" in caplog.text

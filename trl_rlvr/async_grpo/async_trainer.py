@@ -17,6 +17,8 @@ Every private piece of TRL it touches is in :mod:`trl_rlvr._compat.async_adapter
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
@@ -34,6 +36,7 @@ from trl_rlvr.algorithms.stale_is import (
     STALE_IS_SUMS,
     corrected_token_loss,
     log_importance_ratio,
+    stale_is_alarm,
     stale_is_metrics,
     stale_is_sums,
 )
@@ -42,6 +45,8 @@ from trl_rlvr.async_grpo.rescore import GroupScoring
 from trl_rlvr.rewards.registry import resolve_reward_funcs
 from trl_rlvr.rewards.roles import correctness_check_indices, success_reward_index
 from trl_rlvr.sampling.group_filter import GroupFilter
+
+logger = logging.getLogger(__name__)
 
 
 class RLVRAsyncTrainer(AsyncGRPOTrainer):
@@ -79,7 +84,10 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
             for name in ("stale", "rows_dropped_stale", "refills_requested"):
                 self._metrics["train"][f"rlvr/queue_{name}_total"].append(float(getattr(counts, name)))
             self.group_filter.counts = type(counts)()
-        super().log(logs, start_time)
+        super().log(logs, start_time)  # TRL reduces the window's metrics into logs
+        alarm = stale_is_alarm(logs) if self.args.stale_is_mode is not None else None
+        if alarm and self.accelerator.is_main_process:
+            logger.warning("step %s: %s", self.state.global_step, alarm)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args = self.args
