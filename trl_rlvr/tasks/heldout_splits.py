@@ -30,8 +30,8 @@ from trl_rlvr.tasks.word_problems import (
     OPERATIONS,
     SUBJECTS,
     _composed,
+    composed_row,
     composed_rows,
-    compute,
     format_number,
     operands,
     problems,
@@ -111,10 +111,7 @@ def novel_rows(n: int, seed: int, exclude=frozenset()) -> list[dict]:
         queues[op].pop()
         seen.add((a, op, b))
         question = compose_novel_question(op, frame, form, fmt, a, b, rng.choice(SUBJECTS), rng.choice(OBJECTS))
-        answer = str(compute(a, op, b))
-        rows.append({"question": question, "answer": answer, "solution": answer, "a": a, "op": op, "b": b,
-                     "wording": f"novel|{op}|{frame}|{form}|{NUMBER_FORMATS[op][fmt]}", "frame": frame, "form": form,
-                     "number_format": NUMBER_FORMATS[op][fmt]})
+        rows.append(composed_row(question, a, op, b, frame, form, fmt, kind="novel|"))
     return rows
 
 
