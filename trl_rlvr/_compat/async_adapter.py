@@ -13,6 +13,9 @@
   :func:`record_step_accounting`, the same arithmetic;
 - ``async_grpo_trainer.get_peak_flops_per_device`` calls ``torch.cuda`` unconditionally: :func:`cpu_constructible`
   stands in for it (NaN: unknown) while a trainer is built on a machine without CUDA;
+- ``async_grpo_trainer.WeightTransferClient`` (the NCCL weight sync TRL builds when no ``weight_transfer`` is given;
+  NCCL needs CUDA): :func:`cpu_constructible` builds :class:`FileWeightTransfer` in its place without CUDA, with the
+  same arguments (its ``weight_update_info`` manifest: names, dtype names, shapes);
 - the trainer's ``_rollout_dataset`` (TRL's ``RolloutQueueDataset``: its ``queue`` and per-row ``max_staleness``
   check): :func:`admit_groups_whole` puts a group filter between it and the queue (:class:`AdmittingQueue`);
 - ``packing.TREE_ATTENTION``, the attention TRL's model runs with, is FlashAttention-3 from the Hub (GPU only):
@@ -23,6 +26,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from typing import NamedTuple
 
@@ -31,6 +35,7 @@ from trl.experimental.async_grpo import async_grpo_trainer as _trainer_module
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
 from trl.experimental.async_grpo.packing import TREE_ATTENTION
 
+from trl_rlvr._compat.vllm_server import check_file_weight_sync, make_weights_dir, push_weights_file
 from trl_rlvr.async_grpo.rescore import GroupScoring, rescore_rows
 
 
@@ -52,28 +57,74 @@ class RLVRRolloutLoop(_AsyncRolloutLoop):
         return samples
 
 
-def use_rlvr_scoring(rollout_worker, scoring: GroupScoring) -> bool:
-    """Make TRL's own rollout worker spawn :class:`RLVRRolloutLoop` with ``scoring``; True if it did. Another
-    worker (one passed as ``rollout_worker``, or None off rank 0) is left as it is."""
+def use_rlvr_scoring(rollout_worker, scoring: GroupScoring, loop_cls: type = RLVRRolloutLoop, **loop_kwargs) -> bool:
+    """Make TRL's own rollout worker spawn ``loop_cls`` (:class:`RLVRRolloutLoop` or a subclass, given
+    ``loop_kwargs`` too) with ``scoring``; True if it did. Another worker (one passed as ``rollout_worker``, or None
+    off rank 0) or one already started is left as it is."""
     if type(rollout_worker) is not AsyncRolloutWorker or getattr(rollout_worker, "_process", None) is not None:
         return False
-    rollout_worker._loop_cls = RLVRRolloutLoop
-    rollout_worker._loop_kwargs["rlvr_scoring"] = scoring
+    rollout_worker._loop_cls = loop_cls
+    rollout_worker._loop_kwargs.update(rlvr_scoring=scoring, **loop_kwargs)
     return True
+
+
+class FileWeightTransfer:
+    """TRL's ``WeightTransferProtocol`` for a trainer without CUDA: the weights go to the vLLM server through a
+    safetensors file that every server worker reloads in place (server mode's CPU push,
+    :mod:`trl_rlvr._compat.vllm_server`), between TRL's ``/pause`` (in-flight requests kept) and ``/resume``.
+
+    Built as TRL builds its ``WeightTransferClient``; the server must run ``python -m trl_rlvr.scripts.vllm_serve``
+    (its reload extension) on this machine. ``pushes``: how many pushes went through; ``last_push``: the last one's
+    bytes and seconds."""
+
+    def __init__(self, vllm_client, weight_update_info: dict, weight_sync_timeout: int = 1800):
+        self.vllm = vllm_client
+        self.weight_sync_timeout = weight_sync_timeout
+        self.metadata = list(zip(weight_update_info["names"], weight_update_info["dtype_names"],
+                                 weight_update_info["shapes"], strict=True))
+        self.file_dir: str | None = None
+        self.pushes, self.last_push = 0, None
+
+    def init_weight_transfer(self) -> None:
+        """Wait for the server, then check that its workers reload from this machine's files."""
+        self.vllm.wait_for_server_ready()
+        self.file_dir = make_weights_dir()
+        check_file_weight_sync(self.vllm.server_url, self.file_dir)
+
+    def pause(self) -> None:
+        self.vllm.pause(timeout=self.weight_sync_timeout)
+
+    def send_weights(self, iterator) -> None:
+        """Stream ``iterator``'s (name, tensor) pairs, in the manifest's order, into the file; the server reloads."""
+        if self.file_dir is None:
+            raise RuntimeError("FileWeightTransfer.send_weights before init_weight_transfer")
+        self.last_push = push_weights_file(self.vllm.server_url, self.file_dir, self.metadata, iterator,
+                                           timeout=self.weight_sync_timeout)
+        self.pushes += 1
+
+    def resume(self) -> None:
+        self.vllm.resume(timeout=self.weight_sync_timeout)
+
+    def destroy(self) -> None:
+        if self.file_dir is not None:
+            shutil.rmtree(self.file_dir, ignore_errors=True)
+            self.file_dir = None
 
 
 @contextlib.contextmanager
 def cpu_constructible():
-    """While building the trainer without CUDA, TRL's peak-FLOPs lookup (a CUDA device name) answers NaN."""
+    """While building the trainer without CUDA, TRL's peak-FLOPs lookup (a CUDA device name) answers NaN and the
+    weight sync TRL builds is :class:`FileWeightTransfer` (NCCL needs CUDA)."""
     if torch.cuda.is_available():
         yield
         return
-    original = _trainer_module.get_peak_flops_per_device
+    originals = _trainer_module.get_peak_flops_per_device, _trainer_module.WeightTransferClient
     _trainer_module.get_peak_flops_per_device = lambda *args, **kwargs: float("nan")
+    _trainer_module.WeightTransferClient = FileWeightTransfer
     try:
         yield
     finally:
-        _trainer_module.get_peak_flops_per_device = original
+        _trainer_module.get_peak_flops_per_device, _trainer_module.WeightTransferClient = originals
 
 
 class PackedForward(NamedTuple):

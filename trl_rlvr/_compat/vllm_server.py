@@ -125,6 +125,53 @@ def write_safetensors(path: str, metadata: list[tuple[str, str, list[int]]], nam
     return len(header) + written
 
 
+def make_weights_dir() -> str:
+    """A fresh folder for the weight files, under :func:`weights_dir`, removed at exit."""
+    file_dir = tempfile.mkdtemp(prefix="trl_rlvr_weights_", dir=weights_dir())
+    atexit.register(shutil.rmtree, file_dir, ignore_errors=True)
+    return file_dir
+
+
+def check_file_weight_sync(base_url: str, file_dir: str) -> None:
+    """The server's workers have the reload extension and read the trainer's files: each must return the token of a
+    probe file written to ``file_dir``."""
+    token = secrets.token_hex(8)
+    probe = os.path.join(file_dir, "probe")
+    with open(probe, "w") as file:
+        file.write(token)
+    try:
+        results = collective_rpc(base_url, HANDSHAKE, probe)
+    except RuntimeError as error:
+        raise RuntimeError(f"{error}\nThe trainer runs on a CPU, without NCCL: it pushes its weights through a "
+                           f"file the server reloads; {START_THE_SERVER}.") from None
+    finally:
+        os.unlink(probe)
+    unread = [r for r in results if not isinstance(r, dict) or r.get("probe") != token]
+    if unread:
+        raise RuntimeError(f"The vLLM server at {base_url} cannot read the trainer's weight files in {file_dir} "
+                           f"({unread}): run it on the same machine, or set {WEIGHTS_DIR_VARIABLE} to a folder both "
+                           "mount.")
+
+
+def push_weights_file(base_url: str, file_dir: str, metadata: list[tuple[str, str, list[int]]], named_params,
+                      timeout: float = RELOAD_TIMEOUT_S) -> dict:
+    """Write ``named_params`` (in ``metadata``'s order) to one safetensors file in ``file_dir``, make every worker of
+    the server reload its model from it in place, remove the file. Returns the push's bytes, tensors and seconds."""
+    path = os.path.join(file_dir, f"weights-{secrets.token_hex(4)}.safetensors")
+    start = time.perf_counter()
+    try:
+        size = write_safetensors(path + ".partial", metadata, named_params)
+        os.replace(path + ".partial", path)
+        written = time.perf_counter()
+        results = collective_rpc(base_url, RELOAD, path, timeout=timeout)
+    finally:
+        for leftover in (path, path + ".partial"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+    return {"bytes": size, "tensors": len(metadata), "write_s": written - start,
+            "reload_s": time.perf_counter() - written, "server_reload_s": max(r["seconds"] for r in results)}
+
+
 class FileWeightSyncClient(VLLMClient):
     """TRL's ``VLLMClient``; when the trainer's device is not CUDA, its weight push goes through a safetensors file
     and the server's in-place reload (module docstring). ``last_push``: the last push's bytes and seconds."""
@@ -135,46 +182,17 @@ class FileWeightSyncClient(VLLMClient):
     def init_communicator(self, device: torch.device | str | int = 0):
         if (torch.device("cuda", device) if isinstance(device, int) else torch.device(device)).type == "cuda":
             return super().init_communicator(device)  # TRL's NCCL weight transfer, untouched
-        self.file_dir = tempfile.mkdtemp(prefix="trl_rlvr_weights_", dir=weights_dir())
-        atexit.register(shutil.rmtree, self.file_dir, ignore_errors=True)
+        self.file_dir = make_weights_dir()
         self.check_file_weight_sync()
 
     def check_file_weight_sync(self) -> None:
-        """The server's workers have the reload extension and read the trainer's files: each must return the
-        token of a probe file written here."""
-        token = secrets.token_hex(8)
-        probe = os.path.join(self.file_dir, "probe")
-        with open(probe, "w") as file:
-            file.write(token)
-        try:
-            results = collective_rpc(self.base_url, HANDSHAKE, probe)
-        except RuntimeError as error:
-            raise RuntimeError(f"{error}\nThe trainer runs on a CPU, without NCCL: it pushes its weights through a "
-                               f"file the server reloads; {START_THE_SERVER}.") from None
-        finally:
-            os.unlink(probe)
-        unread = [r for r in results if not isinstance(r, dict) or r.get("probe") != token]
-        if unread:
-            raise RuntimeError(f"The vLLM server at {self.base_url} cannot read the trainer's weight files in "
-                               f"{self.file_dir} ({unread}): run it on the same machine, or set {WEIGHTS_DIR_VARIABLE} "
-                               "to a folder both mount.")
+        """:func:`check_file_weight_sync` on this client's server and folder."""
+        check_file_weight_sync(self.base_url, self.file_dir)
 
     def update_named_params(self, metadata, named_params):
         if self.file_dir is None:
             return super().update_named_params(metadata, named_params)
-        path = os.path.join(self.file_dir, f"weights-{secrets.token_hex(4)}.safetensors")
-        start = time.perf_counter()
-        try:
-            size = write_safetensors(path + ".partial", metadata, named_params)
-            os.replace(path + ".partial", path)
-            written = time.perf_counter()
-            results = collective_rpc(self.base_url, RELOAD, path, timeout=RELOAD_TIMEOUT_S)
-        finally:
-            for leftover in (path, path + ".partial"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(leftover)
-        self.last_push = {"bytes": size, "tensors": len(metadata), "write_s": written - start,
-                          "reload_s": time.perf_counter() - written, "server_reload_s": max(r["seconds"] for r in results)}
+        self.last_push = push_weights_file(self.base_url, self.file_dir, metadata, named_params)
 
 
 def served_parameter_matches(base_url: str, name: str, trained: torch.Tensor) -> bool:
