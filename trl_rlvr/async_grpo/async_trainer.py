@@ -10,23 +10,34 @@ What is TRL's and what is ours:
   importance weight; ``stale_is_mode=None`` is TRL's loss) normalized by
   :func:`trl_rlvr.algorithms.packed_loss.packed_loss`;
 - reward functions may be registry names; the overlong penalty is the ``overlong`` plugin, appended with its factor
-  as its weight.
+  as its weight;
+- with TRL's own rollout worker, a checkpoint records how far the prompt stream was consumed
+  (:class:`trl_rlvr.sampling.stream_ledger.StreamLedger`, ``rlvr_async_prompt_stream.json``) and a resumed
+  ``train(resume_from_checkpoint=...)`` starts the rollout process there: each prompt's group trained at most once,
+  none skipped (docs/dynamic_sampling.md).
 
 Every private piece of TRL it touches is in :mod:`trl_rlvr._compat.async_adapter`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+from collections import deque
 
 import torch
+from transformers import TrainerCallback
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from trl_rlvr._compat.async_adapter import (
     admit_groups_whole,
     cpu_constructible,
     packed_forward,
+    record_collated_groups,
     record_step_accounting,
+    restore_epoch_count,
+    set_stream_start,
     use_cpu_tree_attention,
     use_rlvr_scoring,
 )
@@ -42,11 +53,17 @@ from trl_rlvr.algorithms.stale_is import (
 )
 from trl_rlvr.async_grpo.async_config import RLVRAsyncConfig
 from trl_rlvr.async_grpo.rescore import GroupScoring
+from trl_rlvr.faults import checkpoint_to_resume
+from trl_rlvr.faults.checkpoints import write_json_atomically
 from trl_rlvr.rewards.registry import resolve_reward_funcs
 from trl_rlvr.rewards.roles import correctness_check_indices, success_reward_index
 from trl_rlvr.sampling.group_filter import GroupFilter
+from trl_rlvr.sampling.stream_ledger import StreamLedger, StreamStart
 
 logger = logging.getLogger(__name__)
+
+#: The prompt stream's position in a checkpoint folder (:class:`StreamLedger`'s state).
+ASYNC_STREAM_STATE_FILE = "rlvr_async_prompt_stream.json"
 
 
 class RLVRAsyncTrainer(AsyncGRPOTrainer):
@@ -70,13 +87,48 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
         use_cpu_tree_attention()  # without CUDA: TRL's tree attention in plain PyTorch (TRL's needs FlashAttention-3)
         self.uses_rlvr_scoring = use_rlvr_scoring(self.rollout_worker, self.group_scoring)
         self.group_filter = GroupFilter(max_staleness=args.max_staleness, dynamic_sampling=False)
+        # the prompt stream's position, kept when TRL's own worker spawns our loop (an injected worker is the caller's)
+        self.stream_ledger = StreamLedger() if set_stream_start(self.rollout_worker, StreamStart()) else None
+        self._collated_groups: deque[set[int]] = deque()  # rank 0: micro-batches collated, not yet trained
+        if self.stream_ledger is not None:
+            self.add_callback(_StreamEpochCount(self))
 
     def get_train_dataloader(self):
         # TRL's dataloader, its queue read through the group filter: a group is admitted (trained whole) or dropped
-        # at its first row, never older than max_staleness then (trl_rlvr.sampling.group_filter)
+        # at its first row, never older than max_staleness then (trl_rlvr.sampling.group_filter); with the stream
+        # ledger, what each micro-batch holds is recorded when it is collated (before it is trained: prefetch)
         dataloader = super().get_train_dataloader()
-        admit_groups_whole(self, self.group_filter)
+        admit_groups_whole(self, self.group_filter, self.stream_ledger)
+        if self.stream_ledger is not None and self.accelerator.is_main_process:
+            record_collated_groups(dataloader, self._collated_groups)
         return dataloader
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.stream_ledger is not None and self._collated_groups:
+            # rank 0 collates micro-batches in the order they are trained: this one is the oldest collated; a
+            # checkpoint comes after the optimizer step of every micro-batch taken off here
+            self.stream_ledger.trained(self._collated_groups.popleft())
+        return loss
+
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        # resume_from_checkpoint=True takes the newest complete checkpoint (trl_rlvr.faults); with the stream ledger,
+        # the rollout process starts where the checkpoint's stream position says
+        required = [ASYNC_STREAM_STATE_FILE] if self.stream_ledger is not None else []
+        checkpoint = checkpoint_to_resume(resume_from_checkpoint, self.args.output_dir, required)
+        if self.stream_ledger is not None:
+            self.stream_ledger = load_stream_ledger(checkpoint)
+            self._collated_groups.clear()
+            set_stream_start(self.rollout_worker, self.stream_ledger.start())
+        return super().train(checkpoint, trial, ignore_keys_for_eval, **kwargs)
+
+    def _save_checkpoint(self, model, trial):
+        # transformers' checkpoint writer: the prompt stream's position first, atomically, as RLVRTrainer does: a
+        # checkpoint that has a model, optimizer or trainer state has it
+        if self.stream_ledger is not None and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            write_json_atomically(os.path.join(folder, ASYNC_STREAM_STATE_FILE), self.stream_ledger.state_dict())
+        super()._save_checkpoint(model, trial)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         counts = self.group_filter.counts
@@ -125,6 +177,32 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
             entropy = self.accelerator.reduce(torch.stack([fwd.entropy.sum(), torch.tensor(
                 float(fwd.entropy.numel()), device=fwd.entropy.device)]), reduction="sum")
             self._metrics["train"]["entropy"].append((entropy[0] / entropy[1].clamp(min=1)).item())
+
+
+class _StreamEpochCount(TrainerCallback):
+    """TRL's epoch stop (``num_train_epochs`` passes of trained groups) counts the groups trained before a resume:
+    set after TRL's own resume code, which counts them its way."""
+
+    def __init__(self, trainer: RLVRAsyncTrainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.trainer.stream_ledger is not None:
+            restore_epoch_count(self.trainer, self.trainer.stream_ledger.groups_trained)
+
+
+def load_stream_ledger(checkpoint: str | None) -> StreamLedger:
+    """The stream ledger saved in ``checkpoint``; a fresh one without a checkpoint, or (with a warning) from a
+    checkpoint that has none (written by TRL's trainer or an injected worker: the stream restarts at prompt 0)."""
+    if checkpoint is None:
+        return StreamLedger()
+    path = os.path.join(checkpoint, ASYNC_STREAM_STATE_FILE)
+    if not os.path.exists(path):
+        logger.warning("the checkpoint %s has no %s: the prompt stream restarts from the beginning of the dataset, "
+                       "so prompts already trained on are generated again", checkpoint, ASYNC_STREAM_STATE_FILE)
+        return StreamLedger()
+    with open(path) as f:
+        return StreamLedger.from_state_dict(json.load(f))
 
 
 def async_reward_funcs(reward_funcs, args: RLVRAsyncConfig) -> tuple[list, tuple[float, ...]]:
