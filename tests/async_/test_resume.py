@@ -61,7 +61,7 @@ class StreamWorker(AsyncRolloutWorker):
         PartialState()
         loop = object.__new__(RLVRRolloutLoop)  # what _repeat_iterator and _score_group read
         loop.dataset, loop.num_generations = self.dataset, G
-        loop.rlvr_stream, loop.rlvr_scoring = self._loop_kwargs["rlvr_stream"], GroupScoring((1.0,), dynamic_sampling=True)
+        loop.rlvr_stream, loop.rlvr_scoring = self._loop_kwargs["rlvr_stream"], GroupScoring((1.0,), dynamic_sampling=True, success=0)
         loop.reward_funcs, loop.reward_func_names = [correct], ["correct"]
         loop._env_reward_types, loop._provides_rollout_reward = [], False
         loop._metrics_queue, loop._counters, loop._rates = self.metrics_queue, {}, {}

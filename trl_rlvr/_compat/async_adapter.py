@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import time
 from collections import deque
 from typing import NamedTuple
@@ -74,14 +75,41 @@ class RLVRRolloutLoop(_AsyncRolloutLoop):
                 yield position, row
 
     async def _score_group(self, group):
+        logged = RewardMetrics()
+        if self.rlvr_scoring is not None:  # the reward plugins' counters, as TRL's synchronous trainer passes them
+            group.reward_kwargs = {**group.reward_kwargs, "log_metric": logged}
         samples = await super()._score_group(group)
         if self.rlvr_scoring is not None:
             rows = [len(sequences) for sequences in group.completions_sequences]
-            samples, metrics = rescore_rows(samples, rows, list(self.reward_func_names), self.rlvr_scoring)
-            self._push_metrics(metrics)
+            samples, metrics = rescore_rows(samples, rows, list(self.reward_func_names), self.rlvr_scoring,
+                                            answers=answer_facts(self, group))
+            self._push_metrics({**logged.values, **metrics})
         if self.rlvr_stream is not None and not samples:
             return [dropped_group_marker(group.group_id, group.model_version)]
         return samples
+
+
+class RewardMetrics:
+    """The ``log_metric(name, value)`` keyword TRL's synchronous trainer gives reward functions (the plugins report
+    their counters through it, ``<reward>/<counter>`` per call): kept for one group, summed per name. Reward
+    functions run in threads (``asyncio.to_thread``), hence the lock."""
+
+    def __init__(self):
+        self.values: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str, value: float) -> None:
+        with self._lock:
+            self.values[name] = self.values.get(name, 0.0) + float(value)
+
+
+def answer_facts(loop, group) -> dict:
+    """Per answer of a TRL ``RolloutGroup``: completion tokens (its token stream: with tools, tool results counted),
+    truncated (no stop token at its end, as ``RLVRTrainer`` counts it) and, with tools, tool calls."""
+    stop_ids = set(getattr(loop, "eos_token_ids", None) or ())
+    ids = group.completions_ids
+    return {"lengths": [len(x) for x in ids], "truncated": [bool(x) and x[-1] not in stop_ids for x in ids],
+            "tool_calls": list(group.tool_call_counts) if getattr(loop, "tools", None) else None}
 
 
 #: The metrics key that marks a queued sample as the notice of a group that left no row to train.

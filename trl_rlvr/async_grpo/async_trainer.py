@@ -47,12 +47,12 @@ from trl_rlvr.algorithms.stale_is import (
     STALE_IS_SUMS,
     corrected_token_loss,
     log_importance_ratio,
-    stale_is_alarm,
     stale_is_metrics,
     stale_is_sums,
 )
 from trl_rlvr.async_grpo.async_config import RLVRAsyncConfig
 from trl_rlvr.async_grpo.rescore import GroupScoring
+from trl_rlvr.checks.alarms import RLVRAlarmsCallback
 from trl_rlvr.faults import checkpoint_to_resume
 from trl_rlvr.faults.checkpoints import write_json_atomically
 from trl_rlvr.rewards.registry import resolve_reward_funcs
@@ -84,14 +84,18 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
                              peft_config=peft_config, tools=tools, environment_factory=environment_factory,
                              rollout_worker=rollout_worker, weight_transfer=weight_transfer)
         self.reward_funcs = reward_funcs
+        self.reward_func_names = [getattr(f, "__name__", type(f).__name__) for f in reward_funcs]
         use_cpu_tree_attention()  # without CUDA: TRL's tree attention in plain PyTorch (TRL's needs FlashAttention-3)
         self.uses_rlvr_scoring = use_rlvr_scoring(self.rollout_worker, self.group_scoring)
         self.group_filter = GroupFilter(max_staleness=args.max_staleness, dynamic_sampling=False)
         # the prompt stream's position, kept when TRL's own worker spawns our loop (an injected worker is the caller's)
         self.stream_ledger = StreamLedger() if set_stream_start(self.rollout_worker, StreamStart()) else None
         self._collated_groups: deque[set[int]] = deque()  # rank 0: micro-batches collated, not yet trained
+        self._alarms_to_log: list[str] = []
         if self.stream_ledger is not None:
             self.add_callback(_StreamEpochCount(self))
+        if args.alarms:  # RLVRTrainer's alarms, with the stale-rollout one (trl_rlvr.checks.alarms)
+            self.add_callback(RLVRAlarmsCallback(self))
 
     def get_train_dataloader(self):
         # TRL's dataloader, its queue read through the group filter: a group is admitted (trained whole) or dropped
@@ -130,16 +134,21 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
             write_json_atomically(os.path.join(folder, ASYNC_STREAM_STATE_FILE), self.stream_ledger.state_dict())
         super()._save_checkpoint(model, trial)
 
+    def record_alarm(self, name: str) -> None:
+        """``rlvr/alarm/<name> = 1`` in the next training log (the alarms fire while TRL logs, and TRL clears the
+        window's metrics after it)."""
+        self._alarms_to_log.append(name)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         counts = self.group_filter.counts
         if self.accelerator.is_main_process:
             for name in ("stale", "rows_dropped_stale", "refills_requested"):
                 self._metrics["train"][f"rlvr/queue_{name}_total"].append(float(getattr(counts, name)))
             self.group_filter.counts = type(counts)()
-        super().log(logs, start_time)  # TRL reduces the window's metrics into logs
-        alarm = stale_is_alarm(logs) if self.args.stale_is_mode is not None else None
-        if alarm and self.accelerator.is_main_process:
-            logger.warning("step %s: %s", self.state.global_step, alarm)
+        for name in self._alarms_to_log:
+            self._metrics["train"][f"rlvr/alarm/{name}"].append(1.0)
+        self._alarms_to_log = []
+        super().log(logs, start_time)  # TRL reduces the window's metrics into logs; the alarms read them (on_log)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args = self.args
@@ -157,6 +166,7 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
         if self.aux_loss_enabled:
             loss = loss + self.router_aux_loss_coef * fwd.outputs.aux_loss / self.current_gradient_accumulation_steps
         self._log_loss_metrics(fwd, weights)
+        self._log_ratio_metrics(fwd)
         record_step_accounting(self, inputs)
         return loss
 
@@ -177,6 +187,25 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
             entropy = self.accelerator.reduce(torch.stack([fwd.entropy.sum(), torch.tensor(
                 float(fwd.entropy.numel()), device=fwd.entropy.device)]), reduction="sum")
             self._metrics["train"]["entropy"].append((entropy[0] / entropy[1].clamp(min=1)).item())
+
+    def _log_ratio_metrics(self, fwd) -> None:
+        """TRL's ``ratio``, ``kl`` (k3 estimator) and ``clip_ratio/{low,high,region}_mean``, its formulas over every
+        process's tokens (the ratio is ``pi_theta / mu``, vLLM's behaviour policy), and the clipped shares under
+        RLVRTrainer's names, ``rlvr/clip_low_frac`` / ``rlvr/clip_high_frac``."""
+        with torch.no_grad():
+            log_ratio = (fwd.log_probs - fwd.old_log_probs).detach()
+            ratio = log_ratio.exp()
+            low = (ratio < 1 - self.epsilon_low) & (fwd.advantages < 0)
+            high = (ratio > 1 + self.epsilon_high) & (fwd.advantages > 0)
+            sums = torch.stack([ratio.sum(), ((ratio - 1) - log_ratio).sum(), low.sum(), high.sum(),
+                                (low | high).sum(), torch.tensor(float(ratio.numel()))]).float()
+            total = self.accelerator.reduce(sums.to(log_ratio.device), reduction="sum").cpu()
+            means = (total[:-1] / total[-1].clamp(min=1)).tolist()
+            names = ("ratio", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+            for name, value in zip(names, means):
+                self._metrics["train"][name].append(value)
+                if name in _CLIP_ALIASES:
+                    self._metrics["train"][_CLIP_ALIASES[name]].append(value)
 
 
 class _StreamEpochCount(TrainerCallback):
@@ -226,7 +255,12 @@ def group_scoring_of(reward_funcs: list, weights: tuple[float, ...], args: RLVRA
     checks = correctness_check_indices(names, args.correctness_rewards, success)
     return GroupScoring(weights=weights, correctness_checks=tuple(checks), scale_rewards=args.scale_rewards,
                         baseline=args.advantage_baseline, std=args.advantage_std,
-                        dynamic_sampling=args.dynamic_sampling, tolerance=args.dynamic_sampling_tolerance)
+                        dynamic_sampling=args.dynamic_sampling, tolerance=args.dynamic_sampling_tolerance,
+                        success=success, success_threshold=args.success_threshold)
+
+
+#: TRL's names of the clipped shares -> RLVRTrainer's (trl_rlvr.algorithms.metrics).
+_CLIP_ALIASES = {"clip_ratio/low_mean": "rlvr/clip_low_frac", "clip_ratio/high_mean": "rlvr/clip_high_frac"}
 
 
 def _rlvr_async_config(model, args) -> RLVRAsyncConfig:
