@@ -29,6 +29,7 @@ from trl_rlvr._compat.async_adapter import RLVRRolloutLoop  # noqa: E402
 from trl_rlvr.async_grpo import RLVRAsyncConfig, RLVRAsyncTrainer  # noqa: E402
 from trl_rlvr.async_grpo import async_trainer as trainer_module  # noqa: E402
 from trl_rlvr.async_grpo.rescore import GroupScoring  # noqa: E402
+from trl_rlvr.sampling.stream_ledger import StreamStart  # noqa: E402
 
 N_PROMPTS, G = 7, 2
 ZERO_SIGNAL = {1, 5}  # dataset rows whose answers are all right: dynamic sampling drops their groups
@@ -183,7 +184,6 @@ def test_trls_worker_spawns_the_loop_at_the_stream_start():
     import pickle
 
     from trl_rlvr._compat.async_adapter import set_stream_start, use_rlvr_scoring
-    from trl_rlvr.sampling.stream_ledger import StreamStart
 
     worker = object.__new__(AsyncRolloutWorker)  # its __init__ needs vLLM installed
     worker._process, worker._loop_kwargs = None, {"dataset_start_index": 0}
@@ -195,3 +195,21 @@ def test_trls_worker_spawns_the_loop_at_the_stream_start():
     assert pickle.loads(pickle.dumps(worker._loop_kwargs))["rlvr_stream"] == start  # what start() checks
     worker._process = object()  # started: the stream start would not reach the running process
     assert not set_stream_start(worker, StreamStart())
+    # every rank decides alike: rank 0 builds TRL's worker when none is passed, the others hold none
+    from trl_rlvr.async_grpo.async_trainer import keeps_stream_position
+
+    assert keeps_stream_position(None, None) and not keeps_stream_position(None, worker)
+
+
+def test_a_checkpoint_without_the_stream_position(tmp_path, caplog):
+    """TRL's checkpoint (its rollout_state.json) resumes at its prompt_index, with a warning; none at all: prompt 0."""
+    from trl_rlvr.async_grpo.async_trainer import load_stream_ledger
+
+    assert load_stream_ledger(None).start() == load_stream_ledger(str(tmp_path)).start() == StreamStart()
+    (tmp_path / "rollout_state.json").write_text(json.dumps({"prompt_index": 12, "model_version": 3}))
+    with caplog.at_level("WARNING"):
+        assert load_stream_ledger(str(tmp_path)).start() == StreamStart(12)
+    assert "restarts at prompt 12 (TRL's rollout_state.json)" in caplog.text
+    (tmp_path / trainer_module.ASYNC_STREAM_STATE_FILE).write_text(json.dumps(
+        {"next_position": 4, "settled_after": [6], "groups_trained": 3}))
+    assert load_stream_ledger(str(tmp_path)).start() == StreamStart(4, frozenset({6}))

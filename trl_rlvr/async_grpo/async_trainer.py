@@ -88,8 +88,8 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
         use_cpu_tree_attention()  # without CUDA: TRL's tree attention in plain PyTorch (TRL's needs FlashAttention-3)
         self.uses_rlvr_scoring = use_rlvr_scoring(self.rollout_worker, self.group_scoring)
         self.group_filter = GroupFilter(max_staleness=args.max_staleness, dynamic_sampling=False)
-        # the prompt stream's position, kept when TRL's own worker spawns our loop (an injected worker is the caller's)
-        self.stream_ledger = StreamLedger() if set_stream_start(self.rollout_worker, StreamStart()) else None
+        # the prompt stream's position (trl_rlvr.sampling.stream_ledger)
+        self.stream_ledger = StreamLedger() if keeps_stream_position(self.rollout_worker, rollout_worker) else None
         self._collated_groups: deque[set[int]] = deque()  # rank 0: micro-batches collated, not yet trained
         self._alarms_to_log: list[str] = []
         if self.stream_ledger is not None:
@@ -220,18 +220,39 @@ class _StreamEpochCount(TrainerCallback):
             restore_epoch_count(self.trainer, self.trainer.stream_ledger.groups_trained)
 
 
+def keeps_stream_position(built_worker, passed_worker) -> bool:
+    """Whether the trainer keeps the prompt stream's position: when TRL's own worker spawns
+    :class:`RLVRRolloutLoop` (on rank 0: primed at position 0 here), decided alike on every rank (TRL builds its worker
+    on rank 0 when none is passed) so that every rank resumes from the same checkpoint. A worker passed in is the
+    caller's: no position is kept."""
+    if set_stream_start(built_worker, StreamStart()):
+        return True
+    return passed_worker is None and built_worker is None
+
+
+#: TRL's own record of the prompt stream in a checkpoint (``AsyncGRPOTrainer._save_checkpoint``).
+TRL_ROLLOUT_STATE_FILE = "rollout_state.json"
+
+
 def load_stream_ledger(checkpoint: str | None) -> StreamLedger:
-    """The stream ledger saved in ``checkpoint``; a fresh one without a checkpoint, or (with a warning) from a
-    checkpoint that has none (written by TRL's trainer or an injected worker: the stream restarts at prompt 0)."""
+    """The stream ledger saved in ``checkpoint``; a fresh one without a checkpoint. From a checkpoint without one
+    (written by TRL's trainer, or with an injected worker), with a warning: TRL's ``prompt_index`` (its first group
+    not collated: dropped groups count as untrained, prefetched ones as trained) when it wrote one, else prompt 0."""
     if checkpoint is None:
         return StreamLedger()
     path = os.path.join(checkpoint, ASYNC_STREAM_STATE_FILE)
-    if not os.path.exists(path):
-        logger.warning("the checkpoint %s has no %s: the prompt stream restarts from the beginning of the dataset, "
-                       "so prompts already trained on are generated again", checkpoint, ASYNC_STREAM_STATE_FILE)
-        return StreamLedger()
-    with open(path) as f:
-        return StreamLedger.from_state_dict(json.load(f))
+    if os.path.exists(path):
+        with open(path) as f:
+            return StreamLedger.from_state_dict(json.load(f))
+    trl_path = os.path.join(checkpoint, TRL_ROLLOUT_STATE_FILE)
+    position = 0
+    if os.path.exists(trl_path):
+        with open(trl_path) as f:
+            position = max(int(json.load(f).get("prompt_index", 0)), 0)
+    logger.warning("the checkpoint %s has no %s: the prompt stream restarts at prompt %d (%s), so some prompts may be "
+                   "trained twice or skipped", checkpoint, ASYNC_STREAM_STATE_FILE, position,
+                   f"TRL's {TRL_ROLLOUT_STATE_FILE}" if position else "the beginning of the dataset")
+    return StreamLedger(next_position=position)
 
 
 def async_reward_funcs(reward_funcs, args: RLVRAsyncConfig) -> tuple[list, tuple[float, ...]]:
