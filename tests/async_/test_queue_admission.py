@@ -42,11 +42,16 @@ def test_groups_are_admitted_whole_at_their_first_row(tiny_model_dir, tmp_path):
     assert trainer.group_filter.counts.stale == 0  # counted per logging window
 
 
-def test_the_stale_is_alarm_is_logged(tiny_model_dir, tmp_path, caplog):
+def test_the_stale_is_alarm_runs_on_the_async_trainer(tiny_model_dir, tmp_path, caplog):
     trainer = make_trainer(tiny_model_dir, tmp_path, reward_options={"boxed_math": {"prestart": False}})
     trainer.model.train()
-    for ess in (0.2, 0.4):  # one logging window: mean 0.3
-        trainer._metrics["train"]["stale_is/ess_frac"].append(ess)
-    with caplog.at_level("WARNING", logger="trl_rlvr.async_grpo.async_trainer"):
-        trainer.log({})
-    assert "effective sample size is 30%" in caplog.text
+    with caplog.at_level("WARNING", logger="trl_rlvr.checks.alarms"):
+        for step in range(1, 4):  # patience: 3 logging windows, each mean 0.3
+            trainer.state.global_step = step
+            for ess in (0.2, 0.4):
+                trainer._metrics["train"]["stale_is/ess_frac"].append(ess)
+            trainer.log({"reward": 0.5})
+    assert "trl-rlvr alarm stale_is" in caplog.text and "30%, 30%, 30%" in caplog.text
+    trainer.state.global_step = 4
+    trainer.log({"reward": 0.5})
+    assert trainer.state.log_history[-1]["rlvr/alarm/stale_is"] == 1.0

@@ -305,3 +305,74 @@ def test_no_void_turn_alarm_without_the_metric():
         state.global_step = step
         alarms.on_log(args, state, TrainerControl(), logs={"reward": 0.4, "rlvr/accuracy": 0.4})
     assert "void_turns" not in alarms.fired and "void_share" not in alarms.series
+
+
+# ------------------------------------------------------------------------------------------------ stale rollouts
+def _stale_is_window(seed: int, sigma: float, tokens: int = 4096) -> dict:
+    """The ``stale_is/`` metrics of one logging window whose log-ratios log(pi_theta / mu) are N(0, sigma^2), through
+    the asynchronous trainer's own loss and metrics (token_truncate, C_max 3: the default correction)."""
+    import torch
+
+    from trl_rlvr.algorithms.stale_is import corrected_token_loss, stale_is_metrics, stale_is_sums
+
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(tokens, generator=g) * 3
+    logp = old + sigma * torch.randn(tokens, generator=g)
+    adv = torch.where(torch.rand(tokens, generator=g) < 0.5, -1.0, 1.0)
+    seg = torch.arange(tokens) // 64
+    _, w = corrected_token_loss(logp, old, adv, seg, epsilon_low=0.2, epsilon_high=0.28, mode="token_truncate",
+                                clip_min=None, clip_max=3.0)
+    return stale_is_metrics(stale_is_sums(logp - old, w))
+
+
+def _stale_is_alarms(sigmas, seed=0):
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from trl_rlvr.checks.alarms import RLVRAlarmsCallback
+
+    args = SimpleNamespace(num_generations=8, max_completion_length=64)  # the async config: no generation batch
+    trainer = SimpleNamespace(args=args, reward_func_names=["boxed_math"], accelerator=SimpleNamespace(num_processes=1))
+    alarms, state = RLVRAlarmsCallback(trainer), TrainerState()
+    for step, sigma in enumerate(sigmas, start=1):
+        state.global_step = step
+        alarms.on_log(args, state, TrainerControl(), logs={"reward": 0.5, **_stale_is_window(seed + step, sigma)})
+    return alarms
+
+
+def test_the_stale_is_bounds_are_one_bound_for_a_log_normal_ratio():
+    """ess_frac = exp(-sigma^2) for log-normal weights: at sigma = sqrt(ln 2) (the log-ratio bound, 0.83 nats),
+    the untruncated weights keep half the tokens' worth (the ESS bound)."""
+    import torch
+
+    from trl_rlvr.algorithms.stale_is import stale_is_metrics, stale_is_sums
+
+    log_r = DEFAULT_THRESHOLDS["stale_is_log_ratio_std"] * torch.randn(200_000, generator=torch.Generator().manual_seed(0))
+    m = stale_is_metrics(stale_is_sums(log_r, log_r.exp()))
+    assert m["stale_is/ess_frac"] == pytest.approx(DEFAULT_THRESHOLDS["stale_is_ess_frac"], abs=0.02)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_stale_is_alarm_fires_on_a_blow_up_and_not_on_a_normal_run(seed, caplog):
+    # a normal run: the ratio's spread a few tenths of a nat (1-2 syncs stale), then a blow-up (4 logging steps)
+    quiet = _stale_is_alarms([0.05, 0.1, 0.2, 0.3, 0.2, 0.1, 0.3, 0.3], seed=100 * seed)
+    assert quiet.fired == {}
+    loud = _stale_is_alarms([0.1, 0.2, 0.2, 1.5, 1.5, 1.6, 1.5], seed=100 * seed)
+    assert set(loud.fired) == {"stale_is"}
+    assert "effective sample size" in loud.fired["stale_is"] and "max_staleness" in caplog.text
+    # a spike shorter than patience does not fire
+    assert _stale_is_alarms([0.1, 2.0, 2.0, 0.1, 2.0, 0.2], seed=100 * seed).fired == {}
+
+
+def test_the_stale_is_alarm_reads_the_spread_the_truncation_hides():
+    """With C_max = 3 the truncated weights' ESS stays high while the raw log-ratio's spread is far past its bound:
+    the spread fires alone."""
+    from trl_rlvr.checks.alarms import stale_weights
+
+    m = _stale_is_window(0, 1.2)
+    assert m["stale_is/log_ratio_std"] > DEFAULT_THRESHOLDS["stale_is_log_ratio_std"]
+    assert stale_weights([0.9] * 3, [1.2] * 3, 0.5, 0.83, 3) and not stale_weights([0.9] * 3, [0.5] * 3, 0.5, 0.83, 3)
+    assert not stale_weights([float("nan")] * 3, [None] * 3, 0.5, 0.83, 3)
+    with pytest.raises(ValueError, match="stale_is_log_ratio_std"):
+        parse_thresholds({"stale_is_log_ratio_std": 0})

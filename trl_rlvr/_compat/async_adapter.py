@@ -21,40 +21,117 @@
 - ``packing.TREE_ATTENTION``, the attention TRL's model runs with, is FlashAttention-3 from the Hub (GPU only):
   :func:`use_cpu_tree_attention` registers :func:`cpu_tree_attention`, the same computation in plain PyTorch, under
   that name on a machine without CUDA.
+
+The prompt stream's position (:mod:`trl_rlvr.sampling.stream_ledger`, docs/dynamic_sampling.md):
+
+- ``_AsyncRolloutLoop._repeat_iterator`` (the prompts the rollout process generates, ``(group_id, row)`` per
+  generation): :class:`RLVRRolloutLoop` with ``rlvr_stream`` replaces it by the stream from a
+  :class:`~trl_rlvr.sampling.stream_ledger.StreamStart`, the group id being the stream position, and queues a
+  :func:`dropped_group_marker` for a group that leaves no row (read by :class:`AdmittingQueue`, never trained);
+  ``AsyncRolloutWorker._loop_kwargs["rlvr_stream"]``: :func:`set_stream_start`;
+- the trainer's dataloader's ``collate_fn`` (TRL's ``DataCollatorForRollout``, one micro-batch of ``TreeRow``s
+  whose ``samples`` carry ``group_id``): :func:`record_collated_groups`;
+- ``AsyncGRPOTrainer._groups_before_resume`` (its epoch count across a resume): :func:`restore_epoch_count`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
+import threading
 import time
+from collections import deque
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from trl.experimental.async_grpo import async_grpo_trainer as _trainer_module
-from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
+from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, RolloutSample, _AsyncRolloutLoop
 from trl.experimental.async_grpo.packing import TREE_ATTENTION
 
 from trl_rlvr._compat.vllm_server import check_file_weight_sync, make_weights_dir, push_weights_file
 from trl_rlvr.async_grpo.rescore import GroupScoring, rescore_rows
+from trl_rlvr.sampling.stream_ledger import StreamStart, stream_positions
 
 
 class RLVRRolloutLoop(_AsyncRolloutLoop):
     """TRL's rollout loop whose groups get the RLVR advantages (and, with dynamic sampling, only informative groups
     are queued)."""
 
-    def __init__(self, *, rlvr_scoring: GroupScoring | None = None, **kwargs):
+    rlvr_scoring: GroupScoring | None = None
+    rlvr_stream: StreamStart | None = None  # None: TRL's prompt order and group ids
+
+    def __init__(self, *, rlvr_scoring: GroupScoring | None = None, rlvr_stream: StreamStart | None = None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.rlvr_scoring = rlvr_scoring
+        self.rlvr_stream = rlvr_stream
+
+    def _repeat_iterator(self):
+        # with rlvr_stream: TRL's order (the dataset pass after pass, each prompt num_generations times), from the
+        # stream's start, skipping the positions already settled; the group id is the stream position
+        if self.rlvr_stream is None:
+            yield from super()._repeat_iterator()
+            return
+        for position in stream_positions(self.rlvr_stream):
+            row = self.dataset[position % len(self.dataset)]
+            for _ in range(self.num_generations):
+                yield position, row
 
     async def _score_group(self, group):
+        logged = RewardMetrics()
+        if self.rlvr_scoring is not None:  # the reward plugins' counters, as TRL's synchronous trainer passes them
+            group.reward_kwargs = {**group.reward_kwargs, "log_metric": logged}
         samples = await super()._score_group(group)
-        if self.rlvr_scoring is None:
-            return samples
-        rows = [len(sequences) for sequences in group.completions_sequences]
-        samples, metrics = rescore_rows(samples, rows, list(self.reward_func_names), self.rlvr_scoring)
-        self._push_metrics(metrics)
+        if self.rlvr_scoring is not None:
+            rows = [len(sequences) for sequences in group.completions_sequences]
+            samples, metrics = rescore_rows(samples, rows, list(self.reward_func_names), self.rlvr_scoring,
+                                            answers=answer_facts(self, group))
+            self._push_metrics({**logged.values, **metrics})
+        if self.rlvr_stream is not None and not samples:
+            return [dropped_group_marker(group.group_id, group.model_version)]
         return samples
+
+
+class RewardMetrics:
+    """The ``log_metric(name, value)`` keyword TRL's synchronous trainer gives reward functions (the plugins report
+    their counters through it, ``<reward>/<counter>`` per call): kept for one group, summed per name. Reward
+    functions run in threads (``asyncio.to_thread``), hence the lock."""
+
+    def __init__(self):
+        self.values: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str, value: float) -> None:
+        with self._lock:
+            self.values[name] = self.values.get(name, 0.0) + float(value)
+
+
+def answer_facts(loop, group) -> dict:
+    """Per answer of a TRL ``RolloutGroup``: completion tokens (its token stream: with tools, tool results counted),
+    truncated (no stop token at its end, as ``RLVRTrainer`` counts it) and, with tools, tool calls."""
+    stop_ids = set(getattr(loop, "eos_token_ids", None) or ())
+    ids = group.completions_ids
+    return {"lengths": [len(x) for x in ids], "truncated": [bool(x) and x[-1] not in stop_ids for x in ids],
+            "tool_calls": list(group.tool_call_counts) if getattr(loop, "tools", None) else None}
+
+
+#: The metrics key that marks a queued sample as the notice of a group that left no row to train.
+DROPPED_GROUP = "rlvr/dropped_group"
+
+
+def dropped_group_marker(group_id: int, model_version: int) -> RolloutSample:
+    """What the rollout process queues for a group that leaves no row (dropped by dynamic sampling, or nothing
+    trainable), so that the trainer settles its stream position (:class:`AdmittingQueue` reads it, never trains it)."""
+    empty = np.zeros(0, dtype=np.int64)
+    return RolloutSample(prompt=[], completion=[], input_ids=empty, completion_mask=empty,
+                         old_log_probs=np.zeros(0, dtype=np.float32), advantage=0.0, model_version=model_version,
+                         group_id=group_id, metrics={"reward": math.nan, DROPPED_GROUP: 1.0})
+
+
+def is_dropped_group_marker(sample) -> bool:
+    return DROPPED_GROUP in getattr(sample, "metrics", {})
 
 
 def use_rlvr_scoring(rollout_worker, scoring: GroupScoring, loop_cls: type = RLVRRolloutLoop, **loop_kwargs) -> bool:
@@ -210,28 +287,73 @@ def use_cpu_tree_attention() -> bool:
 
 class AdmittingQueue:
     """The rollout queue as TRL's ``RolloutQueueDataset`` reads it (``get(timeout=)``, ``qsize()``), passing only the
-    rows :meth:`trl_rlvr.sampling.group_filter.GroupFilter.admit_row` admits: a group trained whole or not at all."""
+    rows :meth:`trl_rlvr.sampling.group_filter.GroupFilter.admit_row` admits: a group trained whole or not at all.
+    With a ``ledger`` (:class:`~trl_rlvr.sampling.stream_ledger.StreamLedger`), a group refused whole or announced
+    by a :func:`dropped_group_marker` is settled there as dropped."""
 
-    def __init__(self, inner, group_filter, model_version_fn):
+    def __init__(self, inner, group_filter, model_version_fn, ledger=None):
         self.inner, self.group_filter, self.model_version_fn = inner, group_filter, model_version_fn
+        self.ledger = ledger
 
     def get(self, timeout=None):
         while True:
             sample = self.inner.get(timeout=timeout)  # queue.Empty passes through: TRL's health check runs on it
+            if is_dropped_group_marker(sample):
+                self._settle_dropped(sample.group_id)
+                continue
             if self.group_filter.admit_row(sample.group_id, sample.model_version, self.model_version_fn()):
                 return sample
+            if self.group_filter.admitted(sample.group_id) is False:
+                self._settle_dropped(sample.group_id)
+
+    def _settle_dropped(self, group_id: int) -> None:
+        if self.ledger is not None:
+            self.ledger.settle(group_id, trained=False)
 
     def qsize(self) -> int:
         return self.inner.qsize()
 
 
-def admit_groups_whole(trainer, group_filter) -> bool:
+def admit_groups_whole(trainer, group_filter, ledger=None) -> bool:
     """Between the trainer's ``RolloutQueueDataset`` (rank 0) and its queue, ``group_filter``'s group admission; the
     dataset's own per-row check is widened to the filter's bound for a follower (``max_staleness + 1``), which the
     filter already enforces. True if installed (False off rank 0, before the dataloader exists)."""
     dataset = getattr(trainer, "_rollout_dataset", None)
     if dataset is None:
         return False
-    dataset.queue = AdmittingQueue(dataset.queue, group_filter, dataset.model_version_fn)
+    dataset.queue = AdmittingQueue(dataset.queue, group_filter, dataset.model_version_fn, ledger)
     dataset.max_staleness = group_filter.max_staleness + 1
     return True
+
+
+# -- the prompt stream's position ----------------------------------------------------------------------------------
+
+def set_stream_start(rollout_worker, start: StreamStart) -> bool:
+    """Make TRL's rollout worker start its :class:`RLVRRolloutLoop` at ``start`` when it spawns; True if it will
+    (False for another worker or loop, or a worker already started)."""
+    if not isinstance(rollout_worker, AsyncRolloutWorker) or getattr(rollout_worker, "_process", None) is not None:
+        return False
+    if not issubclass(getattr(rollout_worker, "_loop_cls", _AsyncRolloutLoop), RLVRRolloutLoop):
+        return False
+    rollout_worker._loop_kwargs["rlvr_stream"] = start
+    return True
+
+
+def record_collated_groups(dataloader, collated: deque) -> None:
+    """Append, for every micro-batch the trainer's dataloader collates (rank 0, in order), the set of its rows'
+    ``group_id`` to ``collated``; the trainer takes them off as it trains them. (accelerate's dispatcher iterates
+    the ``base_dataloader`` it wraps.)"""
+    dataloader = getattr(dataloader, "base_dataloader", dataloader)
+    inner = dataloader.collate_fn
+
+    def collate(examples):
+        (rows,) = examples  # TRL's planners emit one micro-batch of TreeRows per item (batch_size=1)
+        collated.append({int(sample["group_id"]) for row in rows for sample in row.samples})
+        return inner(examples)
+
+    dataloader.collate_fn = collate
+
+
+def restore_epoch_count(trainer, groups_trained: int) -> None:
+    """TRL's epoch stop counts the groups trained before a resume (``_groups_before_resume``) plus those since."""
+    trainer._groups_before_resume = groups_trained

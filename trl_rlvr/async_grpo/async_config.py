@@ -18,6 +18,7 @@ from trl_rlvr.algorithms.group_scores import GROUP_SCALES
 from trl_rlvr.algorithms.packed_loss import NORMALIZATIONS
 from trl_rlvr.algorithms.shaping import validate_overlong
 from trl_rlvr.algorithms.stale_is import MODES, check_stale_is
+from trl_rlvr.checks.alarms import parse_thresholds
 from trl_rlvr.config import RLVRConfig
 
 _RLVR_FIELDS = {f.name: f for f in dataclasses.fields(RLVRConfig)}
@@ -45,7 +46,9 @@ class RLVRAsyncConfig(AsyncGRPOConfig):
     ``stale_is_clip_min``, ``stale_is_clip_max`` (default 3.0, TRL's synchronous ``vllm_importance_sampling_clip_max``).
     Rewards: ``reward_weights``, ``reward_options``, ``success_reward``, ``correctness_rewards``, ``overlong_buffer_length``,
     ``overlong_penalty_factor``. Advantages: ``scale_rewards`` (``group`` or ``none``), ``advantage_baseline``,
-    ``advantage_std``. Dynamic sampling: ``dynamic_sampling``, ``dynamic_sampling_tolerance``.
+    ``advantage_std``. Dynamic sampling: ``dynamic_sampling``, ``dynamic_sampling_tolerance``. Metrics and alarms:
+    ``success_threshold`` (``rlvr/accuracy``), ``alarms``, ``alarm_thresholds`` (:mod:`trl_rlvr.checks.alarms`, the
+    ``stale_is`` alarm included).
     """
 
     loss_normalization: str = _as_in_rlvr_config("loss_normalization", "per_batch_token",
@@ -94,6 +97,21 @@ class RLVRAsyncConfig(AsyncGRPOConfig):
     dynamic_sampling_tolerance: float = _as_in_rlvr_config("dynamic_sampling_tolerance")
     advantage_baseline: str = _as_in_rlvr_config("advantage_baseline")
     advantage_std: str = _as_in_rlvr_config("advantage_std")
+    success_threshold: float = _as_in_rlvr_config("success_threshold")
+    alarms: bool = field(
+        default=True,
+        metadata={"help": "The alarms of RLVRTrainer (trl_rlvr.checks.alarms: truncation, unreadable answers, reward "
+                          "failures, zero-signal groups) and the stale_is alarm: the importance weights' effective "
+                          "sample size below stale_is_ess_frac, or the log-ratio's spread above "
+                          "stale_is_log_ratio_std, for patience logging steps. Each warns once and is logged as "
+                          "rlvr/alarm/<name>."},
+    )
+    alarm_thresholds: dict | str | None = field(
+        default=None,
+        metadata={"help": "Overrides of the alarms' thresholds (RLVRConfig.alarm_thresholds), with "
+                          "stale_is_ess_frac (0.5) and stale_is_log_ratio_std (0.83 nats = sqrt(ln 2): the same "
+                          "bound for a log-normal ratio; not calibrated on a run)."},
+    )
 
     def __post_init__(self):
         if isinstance(self.reward_options, str):
@@ -120,3 +138,4 @@ class RLVRAsyncConfig(AsyncGRPOConfig):
             raise ValueError(f"dynamic_sampling_tolerance must be >= 0, got {self.dynamic_sampling_tolerance!r}")
         if self.overlong_buffer_length is not None:
             validate_overlong(self.max_completion_length, self.overlong_buffer_length, self.overlong_penalty_factor)
+        self.alarm_thresholds = parse_thresholds(self.alarm_thresholds)  # every key, validated

@@ -28,7 +28,13 @@ high level alone is no evidence of a problem: a level that stays high for ``2 x 
   rose by >= ``rise`` while held-out ``eval/pass@1`` fell by >= ``drop``: the policy found a way to the reward
   that is not the task;
 - ``format_without_accuracy``: over the same window, held-out ``eval/format_rate`` rose by >= ``rise`` and the
-  training reward rose by >= ``rise`` while held-out ``eval/pass@1`` moved by less than ``flat``.
+  training reward rose by >= ``rise`` while held-out ``eval/pass@1`` moved by less than ``flat``;
+- ``stale_is`` (the asynchronous trainer, :mod:`trl_rlvr.algorithms.stale_is`): for the last ``patience`` logging
+  steps, the importance weights' effective sample size ``stale_is/ess_frac`` < ``stale_is_ess_frac`` or the spread
+  of the log-ratio ``stale_is/log_ratio_std`` > ``stale_is_log_ratio_std`` (:func:`stale_weights`). The two bounds
+  are one bound for a log-normal ratio (``ess_frac = exp(-sigma^2)``: half the tokens' worth at ``sigma =
+  sqrt(ln 2) = 0.83`` nats); the spread is also read on the raw ratio, which the truncation hides from the ESS of
+  the truncated weights. Not calibrated on a run (no asynchronous run of this project exists yet).
 
 Thresholds: ``RLVRConfig.alarm_thresholds``, a mapping that overrides any of :data:`DEFAULT_THRESHOLDS`;
 ``RLVRConfig.alarms=False`` turns the alarms off.
@@ -61,9 +67,11 @@ DEFAULT_THRESHOLDS = {
     "rise": 0.05,  # training success (or format rate) rising by at least this much over the window
     "drop": 0.05,  # held-out pass@1 falling by at least this much over the window
     "flat": 0.02,  # held-out pass@1 moving by less than this counts as flat
+    "stale_is_ess_frac": 0.5,  # effective sample size of the importance weights, over the token count
+    "stale_is_log_ratio_std": 0.83,  # nats: sqrt(ln 2), where a log-normal ratio's ess_frac is 0.5
 }
 _FRACTIONS = ("truncated_frac", "unreadable_frac", "reward_failure_frac", "zero_signal_frac", "improvement", "rise",
-              "drop", "flat")
+              "drop", "flat", "stale_is_ess_frac")
 
 
 def parse_thresholds(value) -> dict:
@@ -87,6 +95,9 @@ def parse_thresholds(value) -> dict:
     for key in _FRACTIONS:
         if not isinstance(out[key], (int, float)) or not 0 <= out[key] <= 1:
             raise ValueError(f"alarm_thresholds: {key} must be a number in [0, 1], got {out[key]!r}")
+    if not isinstance(out["stale_is_log_ratio_std"], (int, float)) or not out["stale_is_log_ratio_std"] > 0:
+        raise ValueError(f"alarm_thresholds: stale_is_log_ratio_std must be a positive number, got "
+                         f"{out['stale_is_log_ratio_std']!r}")
     for key, least in (("patience", 1), ("window", 2)):
         if not isinstance(out[key], int) or out[key] < least:
             raise ValueError(f"alarm_thresholds: {key} must be an integer >= {least}, got {out[key]!r}")
@@ -192,6 +203,24 @@ def format_without_accuracy(train_reward: Sequence[tuple[int, float]], evals: Se
     return None
 
 
+def stale_weights(ess: Sequence[float | None], log_std: Sequence[float | None], min_ess: float, max_log_std: float,
+                  patience: int) -> dict | None:
+    """The importance weights blown up for the last ``patience`` logging steps, or None: in each, ``ess <
+    min_ess`` or ``log_std > max_log_std`` (a missing or NaN value is no evidence either way; both missing breaks
+    the run). Returns the windows' values."""
+    ess, log_std = list(ess)[-patience:], list(log_std)[-patience:]
+    if len(ess) < patience or len(log_std) < patience:
+        return None
+
+    def known(v):
+        return v is not None and not math.isnan(v)
+
+    for e, s in zip(ess, log_std):
+        if not ((known(e) and e < min_ess) or (known(s) and s > max_log_std)):
+            return None
+    return {"ess": ess, "log_std": log_std}
+
+
 def counter_share(logs: dict, reward: str, keys: Sequence[str], rows_per_call: int) -> float | None:
     """The share of answers counted by ``<reward>/<key>`` for ``keys`` in one training log (the counters are counts
     per reward call and process, averaged by TRL), or None when the reward reports none of them."""
@@ -217,8 +246,11 @@ class RLVRAlarmsCallback(TrainerCallback):
         self.evals: list[tuple[int, float, float | None]] = []
 
     def rows_per_call(self) -> int:
-        """Answers one process scores per reward call: its share of a generation batch."""
+        """Answers one process scores per reward call: its share of a generation batch (the asynchronous trainer,
+        which has no generation batch, scores one group per call)."""
         args = self.trainer.args
+        if getattr(args, "generation_batch_size", None) is None:
+            return max(1, args.num_generations)
         return max(1, args.generation_batch_size // max(1, self.trainer.accelerator.num_processes))
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -254,6 +286,28 @@ class RLVRAlarmsCallback(TrainerCallback):
             if found:
                 self._fire(name, self._threshold_message(name, found["recent"], found["before"], threshold))
         self._check_void_turns(logs)
+        self._check_stale_is(logs)
+
+    def _check_stale_is(self, logs: dict) -> None:
+        """The ``stale_is`` alarm (:func:`stale_weights`), from logs that have the ``stale_is/`` metrics."""
+        if not any(isinstance(logs.get(k), (int, float)) for k in ("stale_is/ess_frac", "stale_is/log_ratio_std")):
+            return
+        ess, log_std = self.series.setdefault("stale_is/ess_frac", []), self.series.setdefault("stale_is/std", [])
+        for series, key in ((ess, "stale_is/ess_frac"), (log_std, "stale_is/log_ratio_std")):
+            series.append(logs[key] if isinstance(logs.get(key), (int, float)) else None)
+        t = self.t
+        found = stale_weights(ess, log_std, t["stale_is_ess_frac"], t["stale_is_log_ratio_std"], t["patience"])
+        if not found:
+            return
+        numbers = ", ".join("-" if e is None else f"{e:.0%}" for e in found["ess"])
+        spreads = ", ".join("-" if s is None else f"{s:.2f}" for s in found["log_std"])
+        self._fire("stale_is", (
+            f"stale rollouts: the importance weights' effective sample size was {numbers} of the tokens and the "
+            f"log-ratio's spread {spreads} nats over the last {t['patience']} logging steps (bounds "
+            f"{t['stale_is_ess_frac']:.0%}, {t['stale_is_log_ratio_std']:.2f} nats; not calibrated on a run): the "
+            "policy trains on rollouts far from it. Lower max_staleness, sync weights more often "
+            "(weight_sync_steps) or lower the learning rate. Alarms: alarm_thresholds (stale_is_ess_frac, "
+            "stale_is_log_ratio_std, patience), alarms=False."))
 
     def _check_void_turns(self, logs: dict) -> None:
         """The ``void_turns`` alarm (:func:`abstaining`), from logs that have ``rlvr/void_turn_rollouts``."""
@@ -328,5 +382,7 @@ class RLVRAlarmsCallback(TrainerCallback):
             return
         self.fired[name] = message
         logger.warning("trl-rlvr alarm %s: %s", name, message)
-        if hasattr(self.trainer, "_metrics"):
+        if callable(getattr(self.trainer, "record_alarm", None)):  # a trainer that logs it itself (asynchronous)
+            self.trainer.record_alarm(name)
+        elif hasattr(self.trainer, "_metrics"):
             metrics_to_log(self.trainer, "train")[f"rlvr/alarm/{name}"].append(1.0)
