@@ -30,6 +30,7 @@ from trl_rlvr.audit.batches import (
     Tokenizer,
     TrainingRun,
     plan,
+    step_rows,
 )
 from trl_rlvr.audit.cases import (
     KINDS,
@@ -53,13 +54,13 @@ def _renamed(cases: Iterable[Case], columns: Mapping[str, str]) -> list[Case]:
     return [replace(c, columns={columns.get(k, k): v for k, v in c.columns.items()}) for c in cases]
 
 
-def _rows(calls) -> list[dict]:
-    """The distinct dataset rows of ``calls`` (prompt and columns): the run's train dataset holds them."""
+def _rows(calls, group_size: int) -> list[dict]:
+    """The distinct dataset rows of ``calls`` (a row per group: its prompt and columns): the run's train dataset
+    holds them all, the rows of the steps to come first in the order its sampler draws them."""
     rows: dict[str, dict] = {}
     for call in calls:
-        for it in call.items:
-            key = json.dumps([it.prompt_text, it.case.columns], sort_keys=True, default=str)
-            rows.setdefault(key, {"prompt": it.prompt_text, **it.case.columns})
+        for row in step_rows(call, group_size):
+            rows.setdefault(json.dumps(row, sort_keys=True, default=str), row)
     return list(rows.values())
 
 
@@ -166,7 +167,7 @@ def audit_reward(
         training = TrainingRun(rng, len(calls), group_size * groups_per_call, group_size,
                                str(runner.info.get("name") or "reward"), eos_id=tok.eos_id)
         runner.context = {"run": {"settings": training.trainer_settings(), "tokenizer": tok.spec()},
-                          "rows": _rows([*calls, *([warmup] if warmup else [])])}
+                          "rows": _rows([*calls, *([warmup] if warmup else [])], group_size)}
         title = f"auditing {runner.info.get('name') or reward}" if progress else None
         outcomes = _run(runner, calls, warmup, training, sum(len(g) for g in groups), title, on_case)
         name = reward if isinstance(reward, str) else runner.info.get("name") or repr(reward)
