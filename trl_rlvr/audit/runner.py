@@ -311,10 +311,13 @@ class Runner:
         """``call`` with the run's completion ids (unchanged without a run)."""
         return call if self._run is None else self._run.prepare(call)
 
-    def _call(self, call: Call, later: list[Call]) -> tuple[str, list | None, str, float]:
+    def _call(self, call: Call, later: list[Call], completions: int | None = None) -> tuple[str, list | None, str, float]:
+        """Send ``call`` under the deadline times its completions (``completions``: as many as that, for a step
+        of one completion in every group, charged as one group)."""
         self._ready([call, *later])
         t = time.monotonic()
-        status, scores, detail = self._send(self._stated(call), self.deadline * len(call.items), later)
+        deadline = self.deadline * (completions or len(call.items))
+        status, scores, detail = self._send(self._stated(call), deadline, later)
         return status, scores, detail, time.monotonic() - t
 
     def run(self, calls: Iterable[Call], warmup: Call | None = None,
@@ -325,6 +328,7 @@ class Runner:
         completion ids each call carries (each call is one step of the reward process's run, the warm-up's too)."""
         self._run, self._warmup = training, warmup
         calls = list(calls)
+        group = training.group_size if training is not None else 1
         outcomes: list[Outcome] = []
         for n, call in enumerate(calls):
             later = calls[n + 1:]
@@ -336,7 +340,7 @@ class Runner:
                 found, alone_seconds = [], 0.0
                 alone = [Call((it,) * len(call.items)) for it in {it.case.id: it for it in call.items}.values()]
                 for k, one in enumerate(alone):
-                    s, sc, d, secs = self._call(one, [*alone[k + 1:], *later])
+                    s, sc, d, secs = self._call(one, [*alone[k + 1:], *later], group)
                     found += [(one.items[0].case, s, x, d) for x in (sc or [None])]
                     alone_seconds += secs
                 per = alone_seconds / max(1, len({f[0].id for f in found}))
