@@ -162,18 +162,17 @@ ROUND_CELLS = {
 def tool_turn(envs: list[PythonEnvironment], cell: str, want: str, dispatched: bool) -> float:
     """Host wall seconds of one tool turn: every rollout's call, in TRL's order, over its sync tool dicts
     (with ``dispatched``, the turn's cells first sent ahead by ``trl_rlvr.rollouts.tool_turn``, as RLVRTrainer does)."""
-    from trl_rlvr.rollouts.tool_turn import dispatch_turns_ahead
+    from trl_rlvr.rollouts.tool_turn import tool_turns
 
     tools = [{"python": e.python} for e in envs]
     completions = [[{"role": "assistant", "content": "", "tool_calls": [
         {"type": "function", "function": {"name": "python", "arguments": {"code": cell}}}]}] for _ in envs]  # fmt: skip
     t = time.perf_counter()
-    if dispatched:
-        dispatch_turns_ahead(tools, completions)
-    for tool, messages in zip(tools, completions):  # TRL's loop: one rollout after another
-        reply = tool["python"](**messages[-1]["tool_calls"][0]["function"]["arguments"])
-        messages.append({"role": "tool", "name": "python", "content": reply})
-        _check(reply, want)
+    with tool_turns(envs if dispatched else None, completions):
+        for tool, messages in zip(tools, completions):  # TRL's loop: one rollout after another
+            reply = tool["python"](**messages[-1]["tool_calls"][0]["function"]["arguments"])
+            messages.append({"role": "tool", "name": "python", "content": reply})
+            _check(reply, want)
     return time.perf_counter() - t
 
 

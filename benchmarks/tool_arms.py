@@ -91,9 +91,7 @@ def run_job(script_args, training_args, model_args):
             (job.out / "tool_r1_partial.json").write_text(json.dumps(jsonable(partial), indent=1))
 
     job = ToolJob(script_args, training_args, model_args, after_stage=checkpoint_figures)
-    seen_kind = sum(r.get("wordings") == "training" for r in job.heldout)
-    kinds = f"{len(job.heldout) - seen_kind} in unseen wordings, {seen_kind} new in the training wordings" \
-        if seen_kind else "held-out wordings"
+    kinds = held_out_kinds(job.heldout, script_args.eval_split)
     job.say(f"model {job.base_path}; {len(job.train_questions)} RL questions, {len(job.heldout)} held-out questions "
             f"({kinds}); arm {script_args.arm}; torch threads {__import__('torch').get_num_threads()}, "
             f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}, GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT')}")
@@ -107,6 +105,21 @@ def run_job(script_args, training_args, model_args):
     if not job.is_main:
         return job.trainer, {}
     return job.trainer, write_outputs(job, peaks)
+
+
+#: What each kind of held-out question holds (the rows' ``wordings``; trl_rlvr.tasks.heldout_splits).
+KIND_NAMES = {"training": "new in the training wordings", "unseen": "trained sentences with a held-out number format",
+              "novel": "new story frames and question forms"}
+
+
+def held_out_kinds(rows, split: str) -> str:
+    """``"dev split: 32 new in the training wordings, ..."``: how many held-out questions of each kind."""
+    counts = {}
+    for row in rows:
+        counts[row.get("wordings")] = counts.get(row.get("wordings"), 0) + 1
+    if None in counts:
+        return f"{split} split: held-out wordings"
+    return f"{split} split: " + ", ".join(f"{count} {KIND_NAMES.get(kind, kind)}" for kind, count in counts.items())
 
 
 def tool_arm(job: ToolJob):

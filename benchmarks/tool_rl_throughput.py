@@ -146,6 +146,7 @@ def instrument(trainer, parts: Parts, environment_class):
     eos = trainer.eos_token_ids if hasattr(trainer, "eos_token_ids") else trainer.processing_class.eos_token_id
     eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
     engine = getattr(trainer, "vllm_generation", None) if trainer.args.use_vllm else None
+    undo = []  # puts module functions wrapped here back
     if engine is None:
         generate = model.generate
 
@@ -175,6 +176,16 @@ def instrument(trainer, parts: Parts, environment_class):
                 return sync_weights(*args, **kwargs)
 
         engine.sync_weights = timed_sync
+        from trl_rlvr._compat import grpo_adapter  # an engine on a CPU is synced through vLLM's reload path instead
+
+        sync_on_cpu = grpo_adapter.sync_weights_on_cpu
+
+        def timed_sync_on_cpu(*args, **kwargs):
+            with parts.timing("weight_sync"):
+                return sync_on_cpu(*args, **kwargs)
+
+        grpo_adapter.sync_weights_on_cpu = timed_sync_on_cpu
+        undo.append(lambda: setattr(grpo_adapter, "sync_weights_on_cpu", sync_on_cpu))
 
     compute_loss = trainer.compute_loss
 
@@ -194,7 +205,8 @@ def instrument(trainer, parts: Parts, environment_class):
 
     trainer.accelerator.backward = timed_backward
 
-    originals = {name: getattr(environment_class, name) for name in ("python", "_dispatch_call")}
+    # a turn's first python call sends the turn's cells ahead (_dispatch_call) within its own time
+    originals = {name: getattr(environment_class, name) for name in ("python",)}
     for name, original in originals.items():
 
         @functools.wraps(original)
@@ -210,6 +222,8 @@ def instrument(trainer, parts: Parts, environment_class):
     def restore():
         for name, original in originals.items():
             setattr(environment_class, name, original)
+        for undo_one in undo:
+            undo_one()
 
     return restore
 

@@ -155,3 +155,47 @@ def test_the_tool_rl_throughput_benchmark_counts_tokens_to_eos_and_bounds_by_the
     assert lim["gen_tokens_s_memory_bound"] == 16 * 1e10 / 4e6 and lim["gen_tokens_s_compute_bound"] == 1e11 / 2e6
     assert lim["gen_tokens_s_limit"] == min(40_000, 50_000) and lim["train_tokens_s_limit"] == 1e11 / 6e6
     assert model_limits(model, machine, 16, True)["train_tokens_s_limit"] == 1e11 / 8e6
+
+
+def test_the_imitation_arms_take_the_rl_stages_budget_from_its_run():
+    """RFT's budget: the model tokens the RL stage generated (mean length x rollouts, summed over steps); the
+    more-traces arm's: the tokens RL passed through the policy (TRL's cumulative num_tokens)."""
+    import json
+    from types import SimpleNamespace
+
+    from benchmarks.imitation_arms import COMMITTED_RL, budget_of, rl_budget
+
+    metrics = json.loads(COMMITTED_RL.read_text())
+    budget = rl_budget(metrics)
+    logged = [h for h in metrics["history"] if "completions/mean_length" in h]
+    assert budget["steps"] == 18 and budget["estimated_steps"] == 18 - len(logged) and budget["rollouts_per_step"] == 32
+    per_step = 32 * sum(h["completions/mean_length"] for h in logged) / len(logged)
+    # the steps that logged no length are estimated from their num_tokens: within 10% of the logged steps' mean
+    assert budget["generated_tokens"] == pytest.approx(18 * per_step, rel=0.1)
+    assert budget["generated_tokens"] > 32 * sum(h["completions/mean_length"] for h in logged)
+    assert budget["trained_tokens"] == round(metrics["history"][-1]["num_tokens"]) > budget["generated_tokens"]
+    given = SimpleNamespace(rl_metrics="nowhere.json", generated_tokens=5, trained_tokens=None)
+    with pytest.raises(ValueError, match="nowhere.json"):
+        budget_of(given)
+    assert budget_of(SimpleNamespace(rl_metrics=str(COMMITTED_RL), generated_tokens=5, trained_tokens=None)) == \
+        {**budget, "generated_tokens": 5, "source": str(COMMITTED_RL)}
+
+
+def test_the_more_traces_arm_takes_the_fewest_traces_that_reach_the_budget(tmp_path):
+    from types import SimpleNamespace
+
+    from benchmarks.imitation_arms import tool_schemas, traces_for_tokens
+    from trl_rlvr.tasks.tool_arithmetic import SYSTEM_PROMPT, TEMPLATE, tool_tokenizer
+    from trl_rlvr.tasks.word_problems import composed_cold_start_traces
+    from trl_rlvr.testing import build_tiny_chatml_model
+
+    tokenizer = tool_tokenizer(str(build_tiny_chatml_model(tmp_path / "m")), str(TEMPLATE))
+    args = SimpleNamespace(dataset_seed=0, system_prompt=SYSTEM_PROMPT, sft_traces=24, sft_epochs=2.0)
+    lengths = [len(tokenizer.apply_chat_template(t["messages"], tools=tool_schemas(), tokenize=True, return_dict=False))
+               for t in composed_cold_start_traces(60, seed=0, system_prompt=SYSTEM_PROMPT)]
+    assert traces_for_tokens(tokenizer, args, 0) == (24, sum(lengths[:24]))
+    extra = 2.0 * sum(lengths[24:40])  # 16 more traces' tokens, over two epochs
+    assert traces_for_tokens(tokenizer, args, extra) == (40, sum(lengths[:40]))
+    assert traces_for_tokens(tokenizer, args, extra + 1)[0] == 41
+    with pytest.raises(ValueError, match="1000 cold-start traces"):
+        traces_for_tokens(tokenizer, args, 10**9)

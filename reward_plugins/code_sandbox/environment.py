@@ -5,9 +5,10 @@ before each rollout, and offers each public method as a tool, its schema read fr
 one tool, ``python(code)``. Each rollout gets its own interpreter (a fresh fork of a clean, sandboxed zygote,
 with a tmpfs of its own: ``sandbox/interpreter.py``); the host side (``host/interpreter_server.py``) holds the
 server process and, per environment, the pipes and pidfd of its current interpreter, and never runs a cell itself.
-Between calls the interpreter is stopped. ``_dispatch_call`` sends a call's cell ahead of the call (the trainer
-sends a whole tool turn at once), and ``python`` then only collects its reply. A cell is charged from its own send
-to its own reply, as the host's I/O loop stamps it, whatever the other rollouts' cells do.
+Between calls the interpreter is stopped. ``_dispatch_call`` sends a call's cell ahead of the call, and ``python``
+then only collects its reply; ``python`` first sends the whole turn's cells ahead when the trainer has joined the
+environment to its batch's tool turns (``_join_tool_turns``: ``trl_rlvr.rollouts.tool_turn``). A cell is charged
+from its own send to its own reply, as the host's I/O loop stamps it, whatever the other rollouts' cells do.
 
 Bounds, each a keyword argument of ``PythonEnvironment`` (docs/python_tool.md has the table): a cell's time
 (an alarm inside the interpreter, then SIGKILL from outside), the rollout's wall time (its calls together) and
@@ -101,6 +102,7 @@ class PythonEnvironment:
             launcher.sandbox_python()
         self._interpreter: Interpreter | None = None
         self._sent: tuple | None = None  # (code, budget_cut) of the cell in flight
+        self._turns = None  # the batch's tool turns while the trainer's tool loop runs (_join_tool_turns)
         self._new_rollout()
 
     def _new_rollout(self) -> None:
@@ -133,6 +135,8 @@ class PythonEnvironment:
         Args:
             code: The Python source code to run.
         """
+        if self._turns is not None:  # the first call of a turn sends every rollout's pending cell ahead
+            self._turns.send_pending_calls()
         errors = self.stats["errors"]
         reply = self._run(code)
         if self.error_reply == "last_line" and self.stats["errors"] > errors:
@@ -154,12 +158,17 @@ class PythonEnvironment:
             self._send(code)
         return self._finish_cell()
 
+    def _join_tool_turns(self, turns) -> None:
+        """Keep ``turns`` (a ``trl_rlvr.rollouts.tool_turn.ToolTurns``; None: leave them) for the batch's tool loop:
+        each ``python`` call first hands every rollout's pending call to its environment (``_dispatch_call``)."""
+        self._turns = turns
+
     def _dispatch_call(self, name: str, arguments: dict) -> None:
         """Send the cell of a tool call that will come (``python(**arguments)``) now, without waiting for its reply;
-        the call itself then collects it. Called by the trainer for every rollout of a tool turn before TRL runs
-        the turn's calls one after another (``trl_rlvr.rollouts.tool_turn``): the cells of a turn run together. A
-        call that ``python`` would refuse, or a second one while a cell is in flight, is left to the call (which
-        counts the refusal: nothing is counted here)."""
+        the call itself then collects it. Called for every rollout of a tool turn by the turn's first call, before
+        TRL runs the turn's calls one after another (``trl_rlvr.rollouts.tool_turn``): the cells of a turn run
+        together. A call that ``python`` would refuse, or a second one while a cell is in flight, is left to the call
+        (which counts the refusal: nothing is counted here)."""
         code = arguments.get("code") if name == "python" and isinstance(arguments, dict) else None
         well_formed = isinstance(arguments, dict) and set(arguments) == {"code"}
         if self._sent is None and well_formed and self._refusal(code) is None:

@@ -83,18 +83,17 @@ def test_a_trl_whose_round_changed_is_named_piece_by_piece():
 
     class ChangedTRL(GRPOTrainer):
         def _tool_call_loop(self, prompts, completions):  # prompt_ids, completion_ids, logprobs dropped
-            return self._run_tools_concurrently(prompts)  # the per-rollout tool dicts no longer read
+            return self._run_tools_concurrently(prompts)
 
         def _generate(self, prompts):
             self._metrics[mode]["completions/median_length"].append(0.0)  # noqa: F821 - source text only
             return ()
 
         def _generate_and_score_completions(self, inputs):  # the reference path rewritten, the table kept
-            return self._metrics, self._logs, self._sync_tool_dicts, self._pending_metrics, 'not member_name.startswith("_")'
+            return self._metrics, self._logs, self._pending_metrics, 'not member_name.startswith("_")'
 
     problems = "\n".join(trl_contract.contract_violations(ChangedTRL))
     assert "change GRPOAdapter._tool_call_loop: ChangedTRL._tool_call_loop" in problems and "'prompt_ids'" in problems
-    assert "change GRPOAdapter._tool_call_loop: ChangedTRL._tool_call_loop no longer uses self._sync_tool_dicts" in problems
     assert "change GRPOAdapter._score_round: ChangedTRL._generate_and_score_completions no longer uses self.beta" in problems
     assert "change GRPOAdapter._reference_logps: the reference log-probs copy TRL's ChangedTRL._generate_and_score_" in problems
     assert "lines 2709-2739" in problems
@@ -135,7 +134,8 @@ def test_the_contract_is_the_adapters_and_small():
     declared = {name for touch in trl_contract.ADAPTER.values()
                 for name in (*touch.uses, touch.overrides, touch.calls) if name}
     declared |= {"_get_output_dir", "_reference_logps", "_score_round", "_round_notes", "_generation_has_signal",
-                 "_skip_empty_updates", "_round_driver", "_make_round_driver", "_adapt_to_trl", "_pad_token_id"}  # ours
+                 "_skip_empty_updates", "_round_driver", "_make_round_driver", "_adapt_to_trl", "_pad_token_id",
+                 "_loss_logps_observer", "_vllm_reloads_on_cpu"}  # ours
     used = set(re.findall(r"self\._[a-z_]+|trainer\._[a-z_]+", inspect_module.getsource(grpo_adapter)))
     undeclared = sorted(n.split(".", 1)[1] for n in used if n.split(".", 1)[1] not in declared)
     assert not undeclared, f"private names the adapter uses without a contract entry: {undeclared}"
@@ -144,7 +144,7 @@ def test_the_contract_is_the_adapters_and_small():
                                                                                  touch.calls) if name}
     assert not [n for n in trl_private if re.search(rf"\b{n}\b", trainer_source)], "trainer.py names TRL privates"
     size = (sum(len(t.uses) + bool(t.overrides or t.calls) for t in trl_contract.ADAPTER.values())
-            + len(trl_contract.PUBLIC_OVERRIDES) + len(trl_contract.COPIED_PATHS) + len(trl_contract.SHADOWED)
+            + len(trl_contract.PUBLIC_OVERRIDES) + len(trl_contract.COPIED_PATHS) + 1  # 1: OPTIMIZER_STEP_ORDER
             + sum(len(v) for v in trl_contract.MODULE_FUNCTIONS.values()) + len(trl_contract.MODULE_CONSTANTS)
             + len(trl_contract.VLLM_GENERATION_METHODS) + len(trl_contract.VLLM_GENERATION_ATTRIBUTES) + 1
             + len(trl_contract.AUDIT) + 1 + len(trl_contract.VLLM_CLIENT_OVERRIDES))  # 1: VLLM_SERVER_CLIENT
@@ -161,16 +161,88 @@ def test_the_audit_child_declares_what_the_contract_checks():
     assert all(any(name in entry for name in trl_contract.AUDIT) for entry in _child.PRIVATE_NAMES)
 
 
-def test_the_environment_dispatch_hook_is_private_and_has_its_signature():
-    """The tool turn sends calls ahead through ``_dispatch_call(name, arguments)``; TRL must keep not offering an
-    environment's private methods to the model as tools (the check above reads its discovery)."""
+def test_the_environment_protocol_is_private_and_has_its_signatures():
+    """The tool turn joins environments through ``_join_tool_turns(turns)`` and sends calls ahead through
+    ``_dispatch_call(name, arguments)``; TRL must keep not offering an environment's private methods to the model
+    as tools (the check above reads its discovery)."""
     import inspect
 
     from reward_plugins.code_sandbox.environment import PythonEnvironment
 
-    name, params = trl_contract.ENVIRONMENT_DISPATCH
-    assert name.startswith("_")
-    assert list(inspect.signature(getattr(PythonEnvironment, name)).parameters)[1:] == list(params)
+    for name, params in trl_contract.ENVIRONMENT_PROTOCOL.items():
+        assert name.startswith("_")
+        assert list(inspect.signature(getattr(PythonEnvironment, name)).parameters)[1:] == list(params)
+
+
+def test_a_reordered_optimizer_step_is_named():
+    """The empty-update callback drops the gradients before the optimizer steps and puts the schedule back after the
+    scheduler steps: a transformers whose loop moved either is named."""
+    assert trl_contract.optimizer_step_order_violations("here") == []
+    moved = trl_contract.optimizer_step_order_violations("here", ("self.lr_scheduler.step()", "self.optimizer.step()"))
+    assert moved and moved[0].startswith("change trl_rlvr.sampling.empty_updates: ")
+
+
+#: The modules that run in the training process with TRL's objects (the audit's child, a process of its own, declares
+#: its touches in trl_contract.AUDIT); "self" is the trainer in these.
+TRAINING_PATH = [p for p in sorted((ROOT / "trl_rlvr").rglob("*.py")) if "audit" not in p.parts]
+TRAINER_MODULES = ("_compat", "trainer.py")
+
+
+def _swapped_names() -> dict[str, list[str]]:
+    """Each attribute the training path swaps with trl_rlvr._compat.swaps.swapped -> where."""
+    found: dict[str, list[str]] = {}
+    for path in TRAINING_PATH:
+        for name in re.findall(r'swapped\(\s*[\w.]+,\s*"(\w+)"', path.read_text()):
+            found.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    return found
+
+
+def _replaced_methods() -> list[str]:
+    """Assignments over a method of TRL's trainer or vLLM generation/client, of a torch optimizer, scheduler or
+    module, on an instance (``obj.step = ...``, ``types.MethodType``) in the training path: a swap by other means."""
+    import inspect
+
+    import torch
+    from trl import GRPOTrainer
+    from trl.generation.vllm_client import VLLMClient
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    classes = (GRPOTrainer, VLLMGeneration, VLLMClient, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler,
+               torch.nn.Module)
+    methods = {name for cls in classes for name, value in inspect.getmembers(cls) if callable(value)}
+    objects = {"trainer", "generation", "vllm_generation", "optimizer", "lr_scheduler", "scheduler", "model", "engine",
+               "client", "vllm_client"}
+    found = []
+    for path in TRAINING_PATH:
+        trainer_module = any(part in path.parts for part in TRAINER_MODULES)
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            hits = [f"{obj}.{name}" for obj, name in re.findall(r"\b(\w+)\.(\w+)\s*=(?!=)", line)
+                    if name in methods and (obj in objects or (obj == "self" and trainer_module))]
+            if hits or "MethodType(" in line:
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    return found
+
+
+def test_the_run_time_swaps_are_declared_and_at_most_four():
+    """Every swap of TRL's state in the training path is declared in SWAPS with the hook that retires it; no TRL,
+    transformers or torch method is replaced on an instance; at most 4 swaps are left."""
+    swapped = _swapped_names()
+    assert sorted(swapped) == sorted(trl_contract.SWAPS), swapped
+    assert all(where and why and hook for where, why, hook in trl_contract.SWAPS.values())
+    assert _replaced_methods() == []
+    assert len(trl_contract.SWAPS) <= 4, sorted(trl_contract.SWAPS)
+
+
+def test_the_swap_count_sees_a_swap_by_either_means(tmp_path, monkeypatch):
+    """The check above can fail: a module that swaps an undeclared attribute, or replaces a method on an instance."""
+    module = tmp_path / "trl_rlvr" / "_compat" / "extra.py"
+    module.parent.mkdir(parents=True)
+    module.write_text('with swapped(self, "max_completion_length", 8):\n    pass\n'
+                      "trainer.optimizer.step = lambda *a: None\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "TRAINING_PATH", [module])
+    assert "max_completion_length" in _swapped_names()
+    assert [hit.endswith("trainer.optimizer.step = lambda *a: None") for hit in _replaced_methods()] == [True]
 
 
 def test_trained_metrics_are_trls_row_metrics_by_name():

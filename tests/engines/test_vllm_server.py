@@ -1,5 +1,6 @@
 """RLVRTrainer in TRL's vLLM server mode, against a real vLLM server process on a CPU: 2 steps with dynamic sampling,
-with full fine-tuning and with LoRA (TRL merges the adapter into the weights it pushes), on one server.
+with full fine-tuning and with LoRA (TRL merges the adapter into the weights it pushes), and 2 training processes
+(`accelerate launch`, with selective sampling and boxed_math too), on one server.
 
 Optional: skipped without vLLM (its own venv, as tests/engines/test_vllm_cpu.py; `.ci/run` runs this file there).
 The server is started as a user starts it, `python -m trl_rlvr.scripts.vllm_serve --model DIR` (a subprocess, on
@@ -16,7 +17,8 @@ and the server's reload (trl_rlvr/_compat/vllm_server.py) instead of TRL's NCCL 
 - the log-probs TRL's importance-sampling correction uses come from the server: every trained row's
   `sampling_per_token_logps` equals the log-probs the server returned for that completion (a partial batch's
   filler rows carry no loss token, so no ratio: they are checked to be fillers, advantage 0).
-Cost: one server start (about 1-2.5 min on 2 shared cores) and 2 x 2 short steps.
+Cost: one server start (about 1-2.5 min on 2 shared cores; shared with test_vllm_server_eval.py, tests/engines/conftest.py),
+2 x 2 short steps, and one 2-process launch of 2 steps.
 """
 
 import importlib.util
@@ -115,15 +117,11 @@ def trained_probe(trainer) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def server_runs(tmp_path_factory):
-    """One server; a full fine-tuning run, then a LoRA run (each pushes its own weights from step 0)."""
-    from trl_rlvr.testing import build_tiny_model
-    from trl_rlvr.testing.served_vllm import served
-
-    # vLLM's CPU attention wants head sizes from 32 up: 4 heads of 64.
-    model_dir = str(build_tiny_model(tmp_path_factory.mktemp("tiny_server"), hidden_size=256))
-    with served(model_dir, max_model_len=256, log_dir=str(tmp_path_factory.mktemp("server_log"))) as server:
-        yield {name: train_against_the_server(model_dir, server, lora=name == "lora") for name in RUNS}
+def server_runs(vllm_server):
+    """On the shared server (tests/engines/conftest.py): a full fine-tuning run, then a LoRA run (each pushes its own
+    weights from step 0)."""
+    model_dir, server = vllm_server
+    return {name: train_against_the_server(model_dir, server, lora=name == "lora") for name in RUNS}
 
 
 RUNS = ("full", "lora")
@@ -184,3 +182,28 @@ def test_the_importance_ratio_uses_the_servers_logprobs(server_run):
     assert checked > 0
     logged = [h for h in server_run["log_history"] if "sampling/importance_sampling_ratio/mean" in h]
     assert len(logged) == 2
+
+
+def test_two_training_processes_share_the_server(vllm_server, tmp_path):
+    """`accelerate launch` with 2 processes (gloo), dynamic and selective sampling, the policy's reward and
+    boxed_math: TRL's main process makes one server call per round for both processes, which take the same
+    decisions; every push reaches the server."""
+    from tests.harness.launch import launch_on_cpu
+
+    model_dir, server = vllm_server
+    out = tmp_path / "run"
+    before = server.counters()
+    launch_on_cpu("--module", "tests.harness.dynamic_sampling_harness", model_dir, out, "2",
+                  "use_vllm=True", "vllm_mode=server", f"vllm_server_base_url={server.base_url}", "use_cpu=True",
+                  "selective_sampling=True", "learning_rate=5e-2", "extra_rewards=boxed_math")
+    counted = {k: v - before[k] for k, v in server.counters().items()}
+    ranks = [torch.load(f"{out}.rank{r}.pt", weights_only=False) for r in range(2)]
+    assert [r["num_processes"] for r in ranks] == [2, 2]
+    rounds = [[h["rlvr/sampling_rounds"] for h in r["log_history"] if "rlvr/sampling_rounds" in h] for r in ranks]
+    assert len(rounds[0]) == 2 and rounds[0] == rounds[1]  # the same dynamic-sampling decisions on both processes
+    main, other = ranks[0]["server"], ranks[1]["server"]
+    assert other == {}  # only TRL's main process holds a client
+    assert len(main["generations"]) == sum(rounds[0])  # one server call per round, for both processes
+    assert counted["requests"] == sum(g["sequences"] for g in main["generations"])
+    assert counted["generation_tokens"] == sum(g["tokens"] for g in main["generations"]) > 0
+    assert [p["step"] for p in main["pushes"]] == [0, 1] and all(p["equal"] for p in main["pushes"])

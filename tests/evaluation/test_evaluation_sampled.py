@@ -153,6 +153,10 @@ def test_cli_rejects_bad_input_with_a_clear_error(tiny_model_dir, tmp_path, caps
     assert "no column ['question']" in err and str(bad) in err
     assert main(["eval", str(tiny_model_dir), str(tiny_model_dir), "--label", "a"]) == 2
     assert "1 --label for 2 models" in capsys.readouterr().err
+    assert main([*base, "--vllm", "--vllm-server", "http://127.0.0.1:1"]) == 2
+    assert "give one" in capsys.readouterr().err
+    assert main([*base[:2], str(tiny_model_dir), "--label", "a", "--label", "b", "--vllm_server", "http://h:1"]) == 2
+    assert "a server serves one model, got 2" in capsys.readouterr().err
 
 
 def test_cli_reads_a_local_jsonl_with_column_mapping(tiny_model_dir, tmp_path):

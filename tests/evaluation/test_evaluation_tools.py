@@ -228,7 +228,7 @@ def test_the_callback_evaluates_tool_rollouts_with_the_trainers_environment(tiny
     assert "eval/tools/tool_call_rate" in cb.keys()
     plain = SampledEvalCallback(trainer, heldout, n=2, eval_steps=1, environment_factory=None)
     assert plain.environment_factory is None and not any("tools" in k for k in plain.keys())
-    with pytest.raises(ValueError, match="generator='vllm' needs the trainer's vLLM engine"):  # tools or not
+    with pytest.raises(ValueError, match="generator='vllm' needs the trainer's vLLM: set use_vllm=True"):  # tools or not
         SampledEvalCallback(trainer, heldout, n=2, eval_steps=1, generator="vllm")
     assert right  # the trainer's reward decides right / wrong
 

@@ -69,6 +69,7 @@ class StandInTokenizer:
 
 @pytest.fixture
 def fake_vllm(monkeypatch):
+    import trl_rlvr.evaluation.vllm_generation  # noqa: F401 - imports TRL, which probes the real vllm's spec, first
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=SamplingParams,
                                                                   TokensPrompt=TokensPrompt))
 
@@ -161,7 +162,6 @@ def _trainer(**overrides):
 
 @pytest.mark.parametrize("setting, message", [
     ({"use_vllm": False}, "use_vllm=True"),
-    ({"vllm_mode": "server"}, "vllm_mode='colocate'"),
     ({"vllm_tensor_parallel_size": 2}, "vllm_tensor_parallel_size=1"),
     ({"vllm_enable_sleep_mode": True}, "vllm_enable_sleep_mode"),
 ])
@@ -171,6 +171,80 @@ def test_the_trainer_engine_is_refused_where_it_cannot_serve_the_evaluation(sett
     trainer, _ = _trainer(**setting)
     with pytest.raises(ValueError, match=message):
         check_trainer_vllm(trainer)
+
+
+def test_in_server_mode_the_evaluation_goes_to_the_trainers_server_after_a_sync():
+    from trl_rlvr.evaluation.vllm_generation import check_trainer_vllm, trainer_vllm_engine
+    from trl_rlvr.evaluation.vllm_served import ServedEngine
+
+    trainer, synced = _trainer(vllm_mode="server", vllm_tensor_parallel_size=2)  # the server's parallelism is its own
+    trainer.vllm_generation.vllm_client = FakeClient()
+    check_trainer_vllm(trainer)
+    engine = trainer_vllm_engine(trainer)
+    assert isinstance(engine, ServedEngine) and engine.client is trainer.vllm_generation.vllm_client
+    assert synced == [0]  # the weights pushed to the server first, as TRL pushes them before it generates
+
+
+class FakeClient:
+    """TRL's VLLMClient as ServedEngine uses it: ``get_server_info`` and ``generate`` (a token per request: the
+    seed's last digit, then a stop token when the seed is even), every call recorded."""
+
+    base_url = "http://server"
+
+    def __init__(self, device="cpu", max_num_seqs=4, max_num_batched_tokens=64):
+        self.calls = []
+        # vLLM 0.31's /server_info JSON (the fields read), as TRL's get_server_info returns it
+        self.info = {"device_config": {"device": device}, "model_config": {"max_model_len": 128},
+                     "scheduler_config": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}}
+
+    def get_server_info(self):
+        return self.info
+
+    def generate(self, prompts, n, max_tokens, generation_kwargs, **sampling):
+        self.calls.append({"prompts": prompts, "n": n, "max_tokens": max_tokens, **generation_kwargs, **sampling})
+        seed = generation_kwargs.get("seed", 0)
+        ids = [seed % 10] + ([generation_kwargs["stop_token_ids"][0]] if seed % 2 == 0 else [])
+        return {"completion_ids": [ids[:max_tokens]], "prompt_ids": prompts, "logprobs": None}
+
+
+def _params(seed, max_tokens=2, n=1):
+    return types.SimpleNamespace(n=n, temperature=1.0, top_p=0.9, top_k=-1, min_p=0.0, max_tokens=max_tokens,
+                                 seed=seed, stop_token_ids=[99])
+
+
+def test_a_served_engine_sends_each_sample_with_its_own_seed_and_reads_its_finish():
+    from trl_rlvr.evaluation.vllm_generation import cpu_call_limits, engine_max_model_len
+    from trl_rlvr.evaluation.vllm_served import ServedEngine
+
+    client = FakeClient()
+    engine = ServedEngine(client)
+    requests = [{"prompt_token_ids": [i, i + 1]} for i in range(6)]
+    outputs = engine.generate(requests, [_params(seed) for seed in (10, 11, 12, 13, 14, 15)])
+    assert [o.outputs[0].token_ids for o in outputs] == [[0, 99], [1], [2, 99], [3], [4, 99], [5]]  # in order
+    # stopped on a stop token, or short of its budget; 1 token of 1 with no stop token: cut at the budget
+    assert [o.outputs[0].finish_reason for o in outputs] == ["stop"] * 6
+    (cut,) = engine.generate([{"prompt_token_ids": [1]}], [_params(13, max_tokens=1)])
+    assert cut.outputs[0].finish_reason == "length"
+    sent = sorted(client.calls[:6], key=lambda c: c["seed"])
+    assert [c["seed"] for c in sent] == [10, 11, 12, 13, 14, 15] and all(c["n"] == 1 for c in sent)
+    assert sorted(map(tuple, (c["prompts"][0] for c in sent))) == [(i, i + 1) for i in range(6)]
+    assert all(c["top_k"] == 0 and c["top_p"] == 0.9 and c["stop_token_ids"] == [99] and c["logprobs"] is None
+               for c in sent)
+    assert cpu_call_limits(engine) == (4, 60) and engine_max_model_len(engine) == 128
+    assert cpu_call_limits(ServedEngine(FakeClient(device="cuda"))) is None
+    with pytest.raises(ValueError, match="one sample per request"):
+        engine.generate([{"prompt_token_ids": [1]}], [_params(1, n=2)])
+
+
+def test_a_served_engine_without_the_servers_configuration_warns_and_sends_without_limits():
+    from trl_rlvr.evaluation.vllm_generation import cpu_call_limits
+    from trl_rlvr.evaluation.vllm_served import ServedEngine
+
+    client = FakeClient()
+    client.get_server_info = lambda: (_ for _ in ()).throw(RuntimeError("no development endpoints."))
+    with pytest.warns(UserWarning, match="without the CPU wave limits"):
+        engine = ServedEngine(client)
+    assert cpu_call_limits(engine) is None and engine.max_model_len == float("inf")
 
 
 def test_the_trainer_engine_is_synced_once_per_step():

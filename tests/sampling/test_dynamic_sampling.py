@@ -84,7 +84,8 @@ def test_constant_reward_skips_the_update_without_hanging(tiny_model_dir, caplog
 @pytest.mark.trl_contract
 def test_an_empty_update_leaves_the_optimizer_and_the_weights_alone(tiny_model_dir):
     """Step 1 learns; step 2 finds no informative group. AdamW at lr 0 would still decay exp_avg/exp_avg_sq and
-    count the step: the step is skipped instead, and the learning-rate schedule does not advance."""
+    count the step: the step updates nothing instead (its gradients dropped before it), and the learning-rate schedule
+    does not advance (the scheduler's state and the groups' learning rates as after step 1)."""
     from transformers import TrainerCallback
 
     snapshots = {}
@@ -95,7 +96,8 @@ def test_an_empty_update_leaves_the_optimizer_and_the_weights_alone(tiny_model_d
                 {k: v.detach().clone() for k, v in model.named_parameters()},
                 {id_: {k: v.clone() if torch.is_tensor(v) else v for k, v in st.items()}
                  for id_, st in optimizer.state_dict()["state"].items()},
-                lr_scheduler.state_dict()["last_epoch"],
+                {k: lr_scheduler.state_dict()[k] for k in ("last_epoch", "_step_count", "_last_lr")},
+                [group["lr"] for group in optimizer.param_groups],
             )
 
     def first_step_only(prompts, completions, **kwargs):
@@ -104,14 +106,14 @@ def test_an_empty_update_leaves_the_optimizer_and_the_weights_alone(tiny_model_d
     first_step_only.__name__ = "first_step_only"
     trainer, _ = run(tiny_model_dir, reward=first_step_only, callbacks=[Snapshot()], max_steps=2, weight_decay=0.1,
                      lr_scheduler_type="linear")
-    (params1, state1, epoch1), (params2, state2, epoch2) = snapshots[1], snapshots[2]
+    (params1, state1, schedule1, lrs1), (params2, state2, schedule2, lrs2) = snapshots[1], snapshots[2]
     assert state1 and state1.keys() == state2.keys()
     for id_ in state1:
         for key in ("step", "exp_avg", "exp_avg_sq"):
             torch.testing.assert_close(state2[id_][key], state1[id_][key], atol=0, rtol=0)
     for name in params1:
         torch.testing.assert_close(params2[name], params1[name], atol=0, rtol=0)
-    assert epoch2 == epoch1 and trainer.state.global_step == 2
+    assert schedule2 == schedule1 and lrs2 == lrs1 and lrs1[0] > 0 and trainer.state.global_step == 2
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = [[], ["train"], ["doctor"], ["eval"], ["rewards"], ["rewards", "list"], ["rewards", "show"],
+COMMANDS = [[], ["train"], ["doctor"], ["eval"], ["rft"], ["rewards"], ["rewards", "list"], ["rewards", "show"],
             ["rewards", "audit"]]
 
 #: In a fresh interpreter: every command's --help through the console script's main(), each one's output, and the

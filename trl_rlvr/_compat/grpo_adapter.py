@@ -21,14 +21,16 @@ import contextlib
 import os
 
 import torch
+from trl.extras.profiling import profiling_context
 
 from trl_rlvr._compat.gloo_exit import destroy_gloo_process_group_at_exit
 from trl_rlvr._compat.logprob_tiles import cpu_logprob_tiles
 from trl_rlvr._compat.quantized import keep_4bit_weights_trainable
 from trl_rlvr._compat.swaps import swapped, table_held_back
 from trl_rlvr._compat.trl_contract import warn_on_contract_violations
+from trl_rlvr._compat.vllm_cpu import reloads_on_cpu, sync_weights_on_cpu
 from trl_rlvr.algorithms.unscorable import total_rewards
-from trl_rlvr.rollouts.tool_turn import dispatch_turns_ahead
+from trl_rlvr.rollouts.tool_turn import tool_turns
 from trl_rlvr.sampling.driver import RoundDriver
 from trl_rlvr.sampling.rounds import RoundNotes, RoundRecord, gathered_lengths
 
@@ -46,9 +48,14 @@ def is_new_best_metric(trainer, metrics: dict[str, float]) -> bool:
 
 def sync_vllm_weights_once_per_step(trainer) -> None:
     """Sync a colocated vLLM engine with the policy's weights as TRL does before it generates: once per optimizer
-    step (TRL then skips its own sync for this step)."""
+    step (TRL then skips its own sync for this step). An engine on a CPU, where TRL's sync fails, is synced through
+    vLLM's reload path instead (:mod:`trl_rlvr._compat.vllm_cpu`)."""
     if trainer.state.global_step != trainer._last_loaded_step:
-        trainer.vllm_generation.sync_weights()
+        generation = trainer.vllm_generation
+        if reloads_on_cpu(generation):
+            sync_weights_on_cpu(generation)
+        else:
+            generation.sync_weights()
         trainer._last_loaded_step = trainer.state.global_step
 
 
@@ -57,6 +64,8 @@ class GRPOAdapter:
 
     _round_notes: RoundNotes | None = None  # the round TRL is generating: noted by _generate, _calculate_rewards
     _generation_has_signal: bool | None = None  # of the generation batch TRL's _buffered_inputs holds
+    _loss_logps_observer = None  # observing_loss_logprobs's callback, while its block runs
+    _vllm_reloads_on_cpu = False  # a colocated vLLM engine on a CPU: synced by _generate (_compat.vllm_cpu)
 
     def __init__(self, *args, **kwargs):
         # TRL's server mode opens an NCCL group with the vLLM server while GRPOTrainer.__init__ runs; a trainer
@@ -73,10 +82,8 @@ class GRPOAdapter:
             destroy_gloo_process_group_at_exit()
         for trained_or_reference in (self.model, self.ref_model):
             keep_4bit_weights_trainable(trained_or_reference)  # QLoRA on AVX512-BF16 CPUs (see quantized.py)
-        if self.use_vllm:  # TRL's vLLM weight sync fails when vLLM runs on a CPU: vLLM's reload path (vllm_cpu)
-            from trl_rlvr._compat.vllm_cpu import adapt_weight_sync
-
-            adapt_weight_sync(self.vllm_generation)
+        # TRL's colocate weight sync fails when vLLM runs on a CPU: _generate syncs through vLLM's reload path first
+        self._vllm_reloads_on_cpu = self.use_vllm and reloads_on_cpu(self.vllm_generation)
 
     # -- what the package reads of TRL's state ------------------------------------------------------------------
 
@@ -132,15 +139,18 @@ class GRPOAdapter:
         return output, notes.finish(torch.tensor(table["advantages"], dtype=torch.float32), table)
 
     def _generate(self, prompts, **kwargs):
+        if self._vllm_reloads_on_cpu and self.state.global_step != self._last_loaded_step:
+            with profiling_context(self, "sync_weights"):  # as TRL's sync; TRL then finds this step synced
+                sync_vllm_weights_once_per_step(self)
         output = super()._generate(prompts, **kwargs)
         if self._round_notes is not None:
             self._round_notes.tool_mask = output[2]  # per completion, 1 = written by the model, 0 = a tool's result; or None
         return output
 
     def _tool_call_loop(self, prompts, prompt_ids, completion_ids, completions, *rest, **kwargs):
-        # the turn's calls go to their environments together; TRL's sequential calls then collect (tool_turn)
-        dispatch_turns_ahead(self._sync_tool_dicts, completions)
-        return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *rest, **kwargs)
+        # each turn's calls go to their environments together; TRL's sequential calls then collect (tool_turn)
+        with tool_turns(self.environments, completions):
+            return super()._tool_call_loop(prompts, prompt_ids, completion_ids, completions, *rest, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list, **kwargs):
         notes = self._round_notes if self._round_notes is not None else RoundNotes()
@@ -202,19 +212,18 @@ class GRPOAdapter:
         """Within the block, ``observe(per_token_logps)`` sees the log-probabilities TRL's loss computes with
         gradients (the policy's forward of the loss; a reference model's runs without): TRL has no hook between its
         forward and its loss, and a second forward would cost as much again."""
-        score = self._get_per_token_logps_and_entropies
-
-        def scoring(*args, **kw):
-            out = score(*args, **kw)
-            if torch.is_grad_enabled():
-                observe(out[0].detach())
-            return out
-
-        self._get_per_token_logps_and_entropies = scoring  # an instance attribute over the class's method
+        self._loss_logps_observer = observe
         try:
             yield
         finally:
-            del self._get_per_token_logps_and_entropies
+            self._loss_logps_observer = None
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        # TRL's scorer, as TRL calls it; within observing_loss_logprobs, its log-probs with gradients are observed
+        output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._loss_logps_observer is not None and torch.is_grad_enabled():
+            self._loss_logps_observer(output[0].detach())
+        return output
 
     # -- checkpoints (transformers) ---------------------------------------------------------------------------
 

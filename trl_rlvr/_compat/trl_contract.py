@@ -5,7 +5,7 @@ TRL is a moving target: its GRPO trainer changes shape between minor releases. `
 range the tests prove (:data:`TESTED_TRL`). Every private touch lives in one adapter,
 :class:`trl_rlvr._compat.grpo_adapter.GRPOAdapter` (and the CPU shims beside it); :data:`ADAPTER` says, for each of
 its methods, which private TRL method it overrides (with the parameters it passes), which private names it reads,
-calls or swaps and in which TRL method they must still be used, and which public hook replaces it the day TRL
+calls or swaps (:data:`SWAPS`) and in which TRL method they must still be used, and which public hook replaces it the day TRL
 calls that hook (docs/trainer.md, "Upstreaming"). After upgrading TRL, run the upgrade drill::
 
     pytest -m trl_contract
@@ -18,8 +18,10 @@ GRPOAdapter._tool_call_loop: ...").
 Also declared here: TRL code re-implemented (:data:`COPIED_PATHS`, with the line ranges it copies), the module
 constant and helpers used (:data:`MODULE_CONSTANTS`, :data:`MODULE_FUNCTIONS`), what :mod:`.vllm_cpu` uses of TRL's
 ``VLLMGeneration`` and vLLM, what :mod:`.vllm_server` replaces of TRL's server-mode client
-(:data:`VLLM_SERVER_CLIENT`), the optimizer steps shadowed for an empty update (:data:`SHADOWED`), the environment
-dispatch name (:data:`ENVIRONMENT_DISPATCH`), what the audit's child run calls (:data:`AUDIT`). The metric names TRL
+(:data:`VLLM_SERVER_CLIENT`), the order of transformers' optimizer step that an empty update relies on
+(:data:`OPTIMIZER_STEP_ORDER`), the environment protocol's private methods (:data:`ENVIRONMENT_PROTOCOL`), the
+run-time swaps left, each with the hook that retires it (:data:`SWAPS`), what the audit's child run calls
+(:data:`AUDIT`). The metric names TRL
 logs, by what they describe, are :mod:`trl_rlvr.sampling.trained_metrics`'s, checked against TRL's source here.
 :func:`warn_on_contract_violations` runs the check when ``RLVRTrainer`` is built (the class part once per process, a
 few milliseconds) and warns once, naming each piece that moved.
@@ -69,13 +71,16 @@ ADAPTER = {
         uses=("_logs", "beta"), used_in=("_generate_and_score_completions",),
         hook="filter_generation_batch"),
     "_generate": Touch(
-        "its third result, the tool mask, is the only place TRL exposes which tokens a tool wrote",
-        overrides="_generate", params=("prompts",), hook="tool_mask passed to the reward functions"),
+        "its third result, the tool mask, is the only place TRL exposes which tokens a tool wrote; before it, a "
+        "colocated vLLM engine on a CPU is synced through vLLM's reload path (sync_vllm_weights_once_per_step), "
+        "where TRL's sync fails",
+        overrides="_generate", params=("prompts",),
+        hook="tool_mask passed to the reward functions; VLLMGeneration syncing a CPU engine itself"),
     "_tool_call_loop": Touch(
-        "the first point where the rollouts' pending tool calls and this batch's tool dicts (_sync_tool_dicts, "
-        "wrapped in place) both exist: the turn's calls are sent ahead together (trl_rlvr.rollouts.tool_turn)",
+        "the batch's tool loop, the first point where its rollouts' messages (completions) exist: the batch's "
+        "environments join its tool turns for the loop (ENVIRONMENT_PROTOCOL), so each turn's calls go out together "
+        "(trl_rlvr.rollouts.tool_turn)",
         overrides="_tool_call_loop", params=("prompts", "prompt_ids", "completion_ids", "completions", "logprobs"),
-        uses=("_sync_tool_dicts",), used_in=("_generate_and_score_completions", "_tool_call_loop"),
         hook="GRPOConfig.tool_calls_concurrent"),
     "_calculate_rewards": Touch(
         "between TRL's gathered rewards and its advantages: the trainer's transform_rewards, the round's lengths; "
@@ -91,10 +96,12 @@ ADAPTER = {
     "completion_logps": Touch(
         "TRL's scorer, for the kept rows' reference log-probs and the policy-shift metrics' second look",
         calls="_get_per_token_logps_and_entropies", params=("model", "input_ids", "attention_mask", "logits_to_keep")),
-    "observing_loss_logprobs": Touch(
-        "the log-probs TRL's loss computes (rlvr/shift_*): an instance attribute over its scorer within compute_loss; "
-        "TRL has no hook between its forward and its loss, a second forward would cost as much again",
-        uses=("_get_per_token_logps_and_entropies",), used_in=("_compute_loss",)),
+    "_get_per_token_logps_and_entropies": Touch(
+        "the log-probs TRL's loss computes (rlvr/shift_*), observed within observing_loss_logprobs as the scorer "
+        "returns them; TRL has no hook between its forward and its loss, a second forward would cost as much again",
+        overrides="_get_per_token_logps_and_entropies", params=("model", "input_ids", "attention_mask", "logits_to_keep"),
+        uses=("_get_per_token_logps_and_entropies",), used_in=("_compute_loss",),
+        hook="the loss's per-token log-probs passed to compute_loss's callers (e.g. in its outputs)"),
     "metrics_to_log": Touch(
         "where rlvr/ metrics go (TRL's _metrics[mode]); the round driver holds back what dynamic sampling's rounds "
         "append there until the trained rows are known",
@@ -114,8 +121,9 @@ ADAPTER = {
         "SampledEvalCallback's metrics to transformers' best-model selection", calls="_determine_best_metric",
         params=("metrics", "trial")),
     "sync_vllm_weights_once_per_step": Touch(
-        "the evaluation's colocated vLLM engine synced as TRL syncs it, once per step", uses=("_last_loaded_step",),
-        used_in=("_generate_single_turn",)),
+        "a colocated vLLM engine synced as TRL syncs it, once per step (through vLLM's reload path on a CPU): for "
+        "the evaluation, and before TRL generates (_generate); TRL then finds the step synced",
+        uses=("_last_loaded_step",), used_in=("_generate_single_turn",)),
 }
 
 #: Public methods of TRL's trainer that RLVRTrainer overrides (listed so that a renamed parameter is seen).
@@ -156,18 +164,41 @@ MODULE_FUNCTIONS = {"trl.trainer.utils": ("use_adapter", "nanstd"),  # nanstd: T
 #: by its forward and its backward (trl_rlvr._compat.logprob_tiles; guarded by tests/_compat/test_cpu_logprob_tiles.py).
 MODULE_CONSTANTS = {"trl.kernels.chunked_logprob": ("TOKEN_CHUNK_SIZE", "ChunkedLogProbFunction")}
 
-#: Shadowed by no-ops on their instances for an optimizer step fed only by empty dynamic-sampling batches, between the
-#: callbacks on_pre_optimizer_step and on_step_end (trl_rlvr.sampling.empty_updates.SkipEmptyUpdatesCallback): AdamW
-#: would still decay its moments at learning rate 0. Guarded by test_an_empty_update_leaves_the_optimizer_and_the_weights_alone.
-SHADOWED = ("optimizer.step", "lr_scheduler.step")
+#: transformers' optimizer step, in the order trl_rlvr.sampling.empty_updates.SkipEmptyUpdatesCallback relies on
+#: (in ``Trainer._run_epoch``'s source): an empty update's gradients are dropped at on_pre_optimizer_step,
+#: before the optimizer steps, and the scheduler's state put back at on_step_end, after it steps. Guarded by
+#: test_an_empty_update_leaves_the_optimizer_and_the_weights_alone.
+OPTIMIZER_STEP_ORDER = ("on_pre_optimizer_step(", "self.optimizer.step()", "self.lr_scheduler.step()", "on_step_end(")
 
-#: The method trl_rlvr.rollouts.tool_turn calls on an environment (where it has it) to send a tool call ahead ->
-#: its parameters. Private on purpose: TRL offers every public method of an environment to the model as a tool (its
-#: discovery skips names with a leading underscore, checked in its source), and the model must not call this one.
-ENVIRONMENT_DISPATCH = ("_dispatch_call", ("name", "arguments"))
+#: The environment protocol's private methods that trl_rlvr.rollouts.tool_turn calls (where an environment has
+#: them) -> their parameters: ``_join_tool_turns(turns)`` for the batch's tool loop (the environment's tools then
+#: send the turn's calls ahead first), ``_dispatch_call(name, arguments)`` to send one call ahead. Private on
+#: purpose: TRL offers every public method of an environment to the model as a tool (its discovery skips names with
+#: a leading underscore, checked in its source), and the model must not call these.
+ENVIRONMENT_PROTOCOL = {"_join_tool_turns": ("turns",), "_dispatch_call": ("name", "arguments")}
 
-#: What trl_rlvr._compat.vllm_cpu uses of TRL's VLLMGeneration (``sync_weights`` replaced on one instance; methods;
-#: attributes it reads), and of vLLM's CPU model runner (checked where vLLM is installed).
+#: The run-time swaps left: state of TRL that the adapter replaces for one call and puts back however the call ends
+#: (trl_rlvr._compat.swaps.swapped), by the attribute swapped -> (the adapter method or module that swaps it, why,
+#: the hook that retires it). tests/_compat/test_trl_contract.py holds the code to this list (no other swap; no
+#: TRL, transformers or torch method replaced on an instance) and the list to at most 4.
+SWAPS = {
+    "beta": ("GRPOAdapter._score_round", "a round whose rows dynamic sampling may drop is generated without "
+             "reference log-probs (TRL computes them for every row or none); the kept rows' follow",
+             "filter_generation_batch (TRL would compute them after the filter)"),
+    "_logs": ("GRPOAdapter._score_round", "TRL's completions table holds generation_batch_size rows (deques): a "
+              "round's entries go to a fresh table until the trained rows are known (k rounds would evict their own)",
+              "filter_generation_batch (TRL would log the rows it trains on)"),
+    "TOKEN_CHUNK_SIZE": ("GRPOAdapter.training_step (trl_rlvr._compat.logprob_tiles)", "TRL's fused LM head in "
+                         "token tiles sized for a CPU, for a training step's forward and backward",
+                         "a token tile size argument of TRL's fused log-prob head (or a CPU default)"),
+    "VLLMClient": ("GRPOAdapter.__init__ (trl_rlvr._compat.vllm_server)", "server mode with a trainer on a CPU: "
+                   "VLLMGeneration builds its client from the module global while GRPOTrainer.__init__ runs, and "
+                   "TRL's client's NCCL weight transfer needs CUDA; the subclass pushes through a file",
+                   "a client class (or weight-transfer backend) argument of VLLMGeneration / GRPOConfig"),
+}
+
+#: What trl_rlvr._compat.vllm_cpu uses of TRL's VLLMGeneration (methods it calls; attributes it reads), and of
+#: vLLM's CPU model runner (checked where vLLM is installed).
 VLLM_GENERATION_METHODS = ("sync_weights", "_iter_named_params", "generate")
 VLLM_GENERATION_ATTRIBUTES = ("llm", "mode", "enable_sleep_mode")
 VLLM_RUNNER_RELOAD = ("reload_weights", ("weights_iterator", "is_checkpoint_format"))
@@ -308,12 +339,12 @@ def _class_violations(trainer_cls, where: str) -> list[str]:
     tool_discovery = _source(trainer_cls, "_generate_and_score_completions")
     if tool_discovery and 'not member_name.startswith("_")' not in tool_discovery:
         problems.append(f"change trl_rlvr.rollouts.tool_turn: {cls} may now offer an environment's private methods "
-                        f"({ENVIRONMENT_DISPATCH[0]}) as tools in {where}")
+                        f"({', '.join(ENVIRONMENT_PROTOCOL)}) as tools in {where}")
     problems += _metric_problems(trainer_cls, where)
     for module_name, names in MODULE_FUNCTIONS.items():
         module = importlib.import_module(module_name)
         problems += [f"{module_name}.{n} is gone in {where}" for n in names if not hasattr(module, n)]
-    problems += module_constant_violations(where)
+    problems += module_constant_violations(where) + optimizer_step_order_violations(where)
     if trl_loss_types() is None:
         problems.append(f"change trl_rlvr.config: GRPOConfig.loss_type's help no longer lists the supported values "
                         f"in {where}")
@@ -384,6 +415,20 @@ def module_constant_violations(where: str, constants: dict | None = None) -> lis
                          f"(swapped for a training step) in {where}" for m in ("forward", "backward")
                          if constant not in _source(cls, m)]
     return problems
+
+
+def optimizer_step_order_violations(where: str, order: tuple[str, ...] | None = None) -> list[str]:
+    """What of :data:`OPTIMIZER_STEP_ORDER` (or ``order``) transformers' training loop no longer has, in order."""
+    from transformers import Trainer
+
+    source, at = _source(Trainer, "_run_epoch"), 0
+    for step in OPTIMIZER_STEP_ORDER if order is None else order:
+        found = source.find(step, at)
+        if found < 0:
+            return [f"change trl_rlvr.sampling.empty_updates: transformers' Trainer._run_epoch no longer "
+                    f"has {step!r} after the steps before it ({' -> '.join(OPTIMIZER_STEP_ORDER)}) in {where}"]
+        at = found + len(step)
+    return []
 
 
 def contract_violations(trainer_cls=None, trainer=None) -> list[str]:

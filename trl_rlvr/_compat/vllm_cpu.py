@@ -14,8 +14,10 @@ weights). Two things it leaves to the caller:
   tensor of its own, so its packed copy is not rebuilt; it is re-dispatched here from the shared, updated weight;
 - the prefix cache holds keys/values computed with the old weights, so it is reset, as TRL does.
 
-`adapt_weight_sync(generation)` replaces the `sync_weights` of one TRL `VLLMGeneration` object (no global patch;
-a plain GRPOTrainer is untouched), and only in colocate mode with vLLM's engine on a CPU.
+Nothing of TRL is replaced: where :func:`reloads_on_cpu` holds (colocate mode, vLLM's engine on a CPU, no sleep
+mode), ``GRPOAdapter._generate`` syncs through :func:`sync_weights_on_cpu` before TRL generates, once per optimizer
+step, and marks the step synced as TRL marks it (``_last_loaded_step``), so TRL skips its own sync
+(``trl_rlvr._compat.grpo_adapter.sync_vllm_weights_once_per_step``, which the evaluation's engine shares).
 
 Server mode uses the same reload on the server's side: :class:`WeightReloadExtension` is a vLLM worker extension
 (``--worker-extension-cls``) whose method the trainer calls through the server's ``/collective_rpc`` endpoint with
@@ -26,9 +28,6 @@ from __future__ import annotations
 
 import os
 import time
-import types
-
-_ADAPTED = "_trl_rlvr_cpu_weight_sync"
 
 
 def model_runner(generation):
@@ -76,18 +75,10 @@ def sync_weights_on_cpu(generation) -> None:
     generation.llm.reset_prefix_cache()
 
 
-def adapt_weight_sync(generation) -> bool:
-    """Route `generation.sync_weights` through `sync_weights_on_cpu` when vLLM runs on a CPU; True if adapted.
-
-    Idempotent. Sleep mode is left to TRL (vLLM's CPU backend has no sleep mode).
-    """
-    if getattr(generation, _ADAPTED, False):
-        return True
-    if not runs_on_cpu(generation) or getattr(generation, "enable_sleep_mode", False):
-        return False
-    generation.sync_weights = types.MethodType(sync_weights_on_cpu, generation)
-    setattr(generation, _ADAPTED, True)
-    return True
+def reloads_on_cpu(generation) -> bool:
+    """True when TRL's sync of ``generation`` would fail and :func:`sync_weights_on_cpu` syncs it instead: an
+    in-process (colocate) engine on a CPU, without sleep mode (vLLM's CPU backend has none; left to TRL)."""
+    return runs_on_cpu(generation) and not getattr(generation, "enable_sleep_mode", False)
 
 
 class WeightReloadExtension:

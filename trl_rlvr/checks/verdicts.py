@@ -16,7 +16,9 @@ documented defaults, so a caller (or a test) can hold them to its own.
 - the loss normalization: what the summed token losses of one optimizer step are divided by, and how far TRL's
   estimate of DAPO's token count (the generation batch's tokens x gradient_accumulation_steps /
   steps_per_generation) is from each step's exact count on this batch;
-- the machine: settings it cannot run (bf16 without a GPU, vLLM not installed).
+- the machine: settings it cannot run (bf16 without a GPU, vLLM not installed);
+- vLLM's importance-sampling correction: biased when top_p / top_k / min_p truncate the sampling
+  (:func:`trl_rlvr.checks.settings.biased_importance_sampling`).
 """
 
 from __future__ import annotations
@@ -294,6 +296,24 @@ def machine_verdict(problems: Sequence[str]) -> Check:
         return Check("machine", "ok", "the precision and generation settings run on this machine")
     return Check("machine", "fail", "; ".join(problems), "override the fields named above (see the message)",
                  {"problems": list(problems)})
+
+
+# ------------------------------------------------------------------------------------------------ vLLM
+def importance_sampling_verdict(args) -> Check:
+    """TRL's vLLM importance-sampling correction under ``args``: warn, naming the fields, where top_p / top_k / min_p
+    truncate the sampling (the ratio is then biased: :func:`trl_rlvr.checks.settings.biased_importance_sampling`)."""
+    from trl_rlvr.checks.settings import biased_importance_sampling, truncated_sampling_fields
+
+    name = "vLLM importance sampling"
+    if not getattr(args, "vllm_importance_sampling_correction", False):
+        return Check(name, "ok", "vllm_importance_sampling_correction is off")
+    cut = truncated_sampling_fields(args)
+    if biased_importance_sampling(args) is None:
+        return Check(name, "ok", "the correction's log-probs are over the full vocabulary (no top_p / top_k / min_p)")
+    return Check(name, "warn", f"the correction is biased: {', '.join(cut)} truncate the sampling, vLLM's log-probs "
+                 "are renormalized over the kept tokens, the trainer's use the full vocabulary",
+                 "sample from the full distribution (top_p=1.0, top_k=0, min_p=None) or set "
+                 "vllm_importance_sampling_correction=False (TRL issue #6789)", {"truncating": cut})
 
 
 # ------------------------------------------------------------------------------------------------ tools

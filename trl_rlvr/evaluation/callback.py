@@ -37,10 +37,11 @@ class SampledEvalCallback(TrainerCallback):
             (``max_new_tokens`` default: the trainer's ``max_completion_length``; ``temperature``: its temperature).
         eval_steps: evaluate every this many optimizer steps (default: ``args.eval_steps``).
         at_start: also evaluate before the first step (logged at step 0).
-        generator: ``"hf"`` (default): HF ``generate`` on the training model; ``"vllm"``: the trainer's colocated vLLM
-            engine (``use_vllm=True, vllm_mode="colocate"``), its weights synced first as TRL syncs them once per step.
-            Each sample is seeded from ``(seed, question, sample)`` on both; the samples differ between the two
-            (:mod:`trl_rlvr.evaluation.vllm_generation`).
+        generator: ``"hf"`` (default): HF ``generate`` on the training model; ``"vllm"``: the trainer's vLLM, its
+            weights synced first as TRL syncs them once per step: its colocated engine (``vllm_mode="colocate"``) or
+            its server (``vllm_mode="server"``: the requests go to the server through TRL's client,
+            :mod:`trl_rlvr.evaluation.vllm_served`). Each sample is seeded from ``(seed, question, sample)`` on
+            both; the samples differ between HF and vLLM (:mod:`trl_rlvr.evaluation.vllm_generation`).
         environment_factory: tool rollouts (:mod:`trl_rlvr.evaluation.tool_rollouts`): ``"trainer"`` (default) takes
             the trainer's own ``environment_factory`` when it has one (one callable; its chat template and
             ``max_tool_calling_iterations`` too), ``None`` evaluates without tools, or a callable; on either generator.

@@ -119,10 +119,12 @@ def _tool_rollout_options(tokenizer, environment_factory, chat_template, max_too
 
 def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, accelerator, batch_size, n,
                         success_threshold, format_threshold, keep_samples, progress, sampling, llm=None,
-                        environment_factory=None, chat_template=None, max_tool_calling_iterations=None):
+                        environment_factory=None, chat_template=None, max_tool_calling_iterations=None,
+                        keep_completions=False):
     """Every process generates for its share of ``rows`` (every ``world``-th question, the same number of ``generate``
     calls on every rank) and scores it; the per-question records, gathered on every rank, in question order.
-    With an ``environment_factory`` the samples are multi-turn tool rollouts (:mod:`.tool_rollouts`)."""
+    With an ``environment_factory`` the samples are multi-turn tool rollouts (:mod:`.tool_rollouts`).
+    ``keep_completions``: every record keeps its samples as the rewards scored them (``completions``)."""
     from accelerate.utils import gather_object
 
     world, rank, unwrap, synced = _distributed(accelerator)
@@ -151,6 +153,8 @@ def _generate_and_score(model, tokenizer, rows, success_fn, format_fn, ks, *, ac
         rec = {"index": i, "question": rows[i].get("question"), "answer": rows[i].get("answer"), **rec}
         if i < keep_samples:
             rec["samples"] = [s[0] for s in group]
+        if keep_completions:
+            rec["completions"] = _as_completions(group, rows[i]["prompt"])
         local.append(rec)
     return sorted(gather_object(local) if world > 1 else local, key=lambda r: r["index"])
 
@@ -302,7 +306,7 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
                      top_k: int = 0, max_new_tokens: int = 256, batch_size: int = 64, seed: int = 0,
                      success_threshold: float = 1.0, format_threshold: float = 1.0, progress: bool = False,
                      keep_samples: int = 2, llm=None, environment_factory=None, chat_template: str | None = None,
-                     max_tool_calling_iterations: int | None = None) -> dict:
+                     max_tool_calling_iterations: int | None = None, keep_completions: bool = False) -> dict:
     """Sampled evaluation: ``n`` completions per question, scored by the training rewards.
 
     Returns overall metrics -- ``pass@k`` (Chen et al.'s unbiased estimator, averaged over questions) for each
@@ -335,6 +339,10 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
     ``max_completion_length``). The result's ``tools`` holds the tool metrics
     (:func:`trl_rlvr.evaluation.tool_rollouts.summarize_tool_rollouts`): tool-call rate, calls per answer, parse
     rate and failures, errors, timeouts, the share of the budget the replies took.
+
+    ``keep_completions``: each ``per_question`` record also holds ``completions``, every sample as the rewards
+    scored it (text, or messages: a tool rollout's assistant turns and tool replies), for rejection sampling
+    (:mod:`trl_rlvr.supervised.rejection_sampling`).
     """
     rows = [dict(r) for r in dataset]
     if not rows:
@@ -348,6 +356,7 @@ def evaluate_sampled(model, tokenizer, dataset, success_fn, format_fn=None, *, n
         sampling=SamplingSettings(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                                   seed=seed),
         chat_template=chat_template, max_tool_calling_iterations=max_tool_calling_iterations,
+        keep_completions=keep_completions,
     )
     result = summarize_sampled(per_question, n, ks, temperature=temperature, top_p=top_p, top_k=top_k,
                                max_new_tokens=max_new_tokens, seed=seed)

@@ -329,7 +329,11 @@ def _turn_generator(model, tokenizer, llm, *, temperature: float, top_p: float, 
                                        max_new_tokens=max(new_tokens), **sampling)
 
         return generate, eos_ids, max_model_len
-    from trl_rlvr.evaluation.vllm_generation import engine_end_of_sequence_ids, generate_token_rows_vllm
+    from trl_rlvr.evaluation.vllm_generation import (
+        engine_end_of_sequence_ids,
+        engine_max_model_len,
+        generate_token_rows_vllm,
+    )
 
     eos_ids = eos_ids | engine_end_of_sequence_ids(llm)
 
@@ -338,7 +342,7 @@ def _turn_generator(model, tokenizer, llm, *, temperature: float, top_p: float, 
         return generate_token_rows_vllm(llm, id_lists, None if greedy else seeds, max_new_tokens=new_tokens,
                                         eos_ids=eos_ids, temperature=temperature, top_p=top_p, top_k=top_k)
 
-    return generate_vllm, eos_ids, llm.llm_engine.model_config.max_model_len
+    return generate_vllm, eos_ids, engine_max_model_len(llm)
 
 
 def _close(rollout: Rollout, eos_ids) -> None:

@@ -14,6 +14,9 @@ kernels), only drawn from the same distribution: temperature, then top-k, then t
 Prompts are rendered and tokenized by the evaluation's tokenizer and handed over as token ids, answers are decoded
 by it, and the end-of-sequence tokens are the ones the HF path stops at: the text a reward scores is made the same
 way on both paths.
+
+The engine may also be a running vLLM server (:class:`trl_rlvr.evaluation.vllm_served.ServedEngine`, TRL's
+``VLLMClient``): the same requests, each with its own seed, sent over HTTP.
 """
 
 from __future__ import annotations
@@ -59,13 +62,27 @@ def engine_end_of_sequence_ids(llm) -> set[int]:
     return ids
 
 
+def engine_max_model_len(llm) -> int | float:
+    """The engine's (or server's) context ceiling, ``max_model_len``."""
+    from trl_rlvr.evaluation.vllm_served import ServedEngine
+
+    if isinstance(llm, ServedEngine):
+        return llm.max_model_len
+    return llm.llm_engine.model_config.max_model_len
+
+
 def cpu_call_limits(llm) -> tuple[int, int] | None:
     """``(max requests, max prompt tokens)`` of one ``generate`` call on an engine that runs on a CPU, else None.
 
     vLLM's CPU runner cannot rewind a seeded request's generator when it discards the token of a partly done
     (chunked) prefill, and the engine dies ("CPU Generator does not use offset"). A call whose requests all fit the
     scheduler's first step (at most ``max_num_seqs`` of them, at most ``max_num_batched_tokens`` prompt tokens in all)
-    never chunks a prefill. Splitting the requests over calls does not change the samples: each has its own seed."""
+    never chunks a prefill. Splitting the requests over calls does not change the samples: each has its own seed.
+    A server's: :meth:`trl_rlvr.evaluation.vllm_served.ServedEngine.cpu_call_limits`."""
+    from trl_rlvr.evaluation.vllm_served import ServedEngine
+
+    if isinstance(llm, ServedEngine):
+        return llm.cpu_call_limits()
     try:
         config = llm.llm_engine.vllm_config
         if config.device_config.device_type != "cpu":
@@ -186,16 +203,15 @@ def generate_completions_vllm(
 
 
 def check_trainer_vllm(trainer, where: str = "SampledEvalCallback") -> None:
-    """Raise ValueError, naming the setting, where an evaluation cannot generate with the trainer's vLLM engine: no
-    vLLM (``use_vllm``), server mode (the server takes no per-sample seeds here), tensor parallelism (the ranks of a
-    group must send the same prompts) or sleep mode (the engine drops its weights between generations)."""
+    """Raise ValueError, naming the setting, where an evaluation cannot generate with the trainer's vLLM: no vLLM
+    (``use_vllm``); in colocate mode, tensor parallelism (the ranks of a group must send the same prompts) or sleep
+    mode (the engine drops its weights between generations). Server mode generates on the trainer's server."""
     args = trainer.args
     if not getattr(trainer, "use_vllm", False):
-        raise ValueError(f"{where}: generator='vllm' needs the trainer's vLLM engine: set use_vllm=True "
-                         "(vllm_mode='colocate'), or use generator='hf'")
+        raise ValueError(f"{where}: generator='vllm' needs the trainer's vLLM: set use_vllm=True (vllm_mode="
+                         "'colocate' or 'server'), or use generator='hf'")
     if args.vllm_mode != "colocate":
-        raise ValueError(f"{where}: generator='vllm' needs vllm_mode='colocate', got {args.vllm_mode!r} "
-                         "(use generator='hf' with a vLLM server)")
+        return
     if args.vllm_tensor_parallel_size != 1:
         raise ValueError(f"{where}: generator='vllm' needs vllm_tensor_parallel_size=1, got "
                          f"{args.vllm_tensor_parallel_size} (use generator='hf')")
@@ -205,9 +221,14 @@ def check_trainer_vllm(trainer, where: str = "SampledEvalCallback") -> None:
 
 
 def trainer_vllm_engine(trainer):
-    """The trainer's colocated vLLM engine with the policy's current weights: synced as TRL syncs them before it
-    generates (once per optimizer step; TRL then skips its own sync for this step)."""
+    """The trainer's vLLM with the policy's current weights, synced as TRL syncs them before it generates (once per
+    optimizer step; TRL then skips its own sync for this step): its colocated engine, or in server mode its server
+    (:func:`trl_rlvr.evaluation.vllm_served.trainer_server_engine`, the weights pushed there)."""
     check_trainer_vllm(trainer)
     generation = trainer.vllm_generation
     sync_vllm_weights_once_per_step(trainer)
+    if trainer.args.vllm_mode == "server":
+        from trl_rlvr.evaluation.vllm_served import trainer_server_engine
+
+        return trainer_server_engine(trainer)
     return generation.llm

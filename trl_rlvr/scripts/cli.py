@@ -1,6 +1,7 @@
 """``trl-rlvr`` command line: ``trl-rlvr train --config recipe.yaml [--field value ...]`` (:mod:`trl_rlvr.scripts.train`),
 ``trl-rlvr doctor --config recipe.yaml`` (:mod:`trl_rlvr.scripts.doctor`),
-``trl-rlvr eval MODEL ...`` (:mod:`trl_rlvr.scripts.eval`), ``trl-rlvr rewards list``, ``trl-rlvr rewards show NAME``
+``trl-rlvr eval MODEL ...`` (:mod:`trl_rlvr.scripts.eval`), ``trl-rlvr rft MODEL ...`` (:mod:`trl_rlvr.scripts.rft`),
+``trl-rlvr rewards list``, ``trl-rlvr rewards show NAME``
 and ``trl-rlvr rewards audit NAME`` (:mod:`trl_rlvr.audit`)."""
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="trl-rlvr", description="RLVR on Hugging Face TRL: train from a recipe, check a recipe on one real batch "
-        "before training, evaluate models with pass@k and the training rewards, list, show and audit reward plugins. "
+        "before training, evaluate models with pass@k and the training rewards, fine-tune on the answers a reward "
+        "accepts (rejection sampling), list, show and audit reward plugins. "
         "`trl-rlvr COMMAND --help` says what each command does and lists its options.")
     parser.add_argument("--version", action="version", version=f"trl-rlvr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -89,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     from trl_rlvr.scripts.eval import add_parser as add_eval_parser
 
     add_eval_parser(sub)
+    from trl_rlvr.scripts.rft import add_parser as add_rft_parser
+
+    add_rft_parser(sub)
     return parser
 
 

@@ -33,8 +33,9 @@ DESCRIPTION = (
     "settings and rewards, and prints a verdict (ok / warn / fail) with what to change for each check: truncation, "
     "answers each reward cannot read, reward errors and timeouts, zero-signal groups against p^G + (1-p)^G, the "
     "loss normalization's token counts, the learning rate for the rollouts per optimizer step, settings this machine "
-    "cannot run, and on a tool run the tool-call parse rate, tool errors and the budget share of tool replies. Exit status: 0 when no check fails, 1 when one does, "
-    "2 when the doctor could not run. Guide: docs/before_and_during_a_run.md."
+    "cannot run, on a tool run the tool-call parse rate, tool errors and the budget share of tool replies, and with "
+    "use_vllm whether top_p / top_k / min_p bias vLLM's importance-sampling correction. Exit status: 0 when no check "
+    "fails, 1 when one does, 2 when the doctor could not run. Guide: docs/before_and_during_a_run.md."
 )
 
 
@@ -174,6 +175,7 @@ def diagnose(m: dict, args, num_processes: int = 1, lora: bool = False) -> list:
     from trl_rlvr.checks.batch_size import rollouts_per_step_verdict
     from trl_rlvr.checks.verdicts import (
         Check,
+        importance_sampling_verdict,
         loss_normalization_verdict,
         machine_verdict,
         reward_verdict,
@@ -207,6 +209,8 @@ def diagnose(m: dict, args, num_processes: int = 1, lora: bool = False) -> list:
     checks.append(rollouts_per_step_verdict(args, num_processes, lora))  # the learning rate for the rollouts
     if m.get("tools") is not None:
         checks.append(tool_use_verdict(m["tools"]))
+    if getattr(args, "use_vllm", False):
+        checks.append(importance_sampling_verdict(args))
     if m.get("vllm_logp_gap") is not None:
         gap = m["vllm_logp_gap"]
         checks.append(Check(

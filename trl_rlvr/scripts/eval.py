@@ -7,8 +7,8 @@ truncation, and with ``--environment`` the tool metrics of TRL's multi-turn tool
 prints a table, writes ``eval.json`` and ``passk.png`` (pass@k and maj@k against k, one curve per model) to
 ``--output_dir``. Several processes: ``accelerate launch -m trl_rlvr.scripts.cli eval ...`` (each process samples a share
 of the questions; the numbers equal a one-process run's). ``--vllm`` generates with a vLLM engine instead of HF
-``generate`` (one process; each sample seeded as on the HF path, the samples themselves differ). Definitions:
-docs/evaluation.md.
+``generate`` (one process; each sample seeded as on the HF path, the samples themselves differ); ``--vllm_server
+URL`` with a running vLLM server (TRL's client; the same seeded requests). Definitions: docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -94,6 +94,10 @@ def _add_vllm_arguments(parser: argparse.ArgumentParser) -> None:
     v.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.9)
     v.add_argument("--vllm_max_model_length", type=int, default=None, help="default: the model's")
     v.add_argument("--vllm_enforce_eager", action="store_true", help="no CUDA graphs / torch.compile (starts faster)")
+    v.add_argument("--vllm_server", "--vllm-server", metavar="URL", default=None,
+                   help="generate on a running vLLM server at URL (TRL's VLLMClient; e.g. one started by `python -m "
+                   "trl_rlvr.scripts.vllm_serve --model MODEL`), each sample a request with its own seed as with "
+                   "--vllm; MODEL (one) is then the model the server serves: it lends the tokenizer and the label")
 
 
 def _add_tool_arguments(parser: argparse.ArgumentParser) -> None:
@@ -274,6 +278,15 @@ def load_vllm_engine(path: str, args):
     return llm, load_tokenizer(path)
 
 
+def load_served_engine(path: str, url: str):
+    """The vLLM server at ``url`` as the evaluation's engine
+    (:class:`trl_rlvr.evaluation.vllm_served.ServedEngine`) and the tokenizer of ``path``, the model it serves."""
+    from trl_rlvr.evaluation.vllm_served import ServedEngine
+    from trl_rlvr.scripts.models import load_tokenizer, resolve_model_path
+
+    return ServedEngine(url), load_tokenizer(resolve_model_path(path))
+
+
 # ------------------------------------------------------------------------------------------------ main
 def checked_inputs(args) -> tuple:
     """``(labels, ks, tool options, (success reward, format reward), rows)`` from the command line, every option
@@ -286,8 +299,14 @@ def checked_inputs(args) -> tuple:
     if len(set(labels)) != len(labels):
         raise ValueError(f"labels must differ: {labels} (use --label)")
     ks = resolve_ks(args.n, args.k)
-    if args.vllm and importlib.util.find_spec("vllm") is None:
-        raise ValueError("--vllm: vLLM is not installed (pip install vllm), or evaluate without --vllm")
+    if args.vllm and args.vllm_server:
+        raise ValueError("--vllm (an engine in this process) and --vllm_server (a running server): give one")
+    if args.vllm_server and len(args.models) != 1:
+        raise ValueError(f"--vllm_server: a server serves one model, got {len(args.models)}: evaluate one at a time")
+    for option, given in (("--vllm", args.vllm), ("--vllm_server", args.vllm_server)):
+        if given and importlib.util.find_spec("vllm") is None:
+            raise ValueError(f"{option}: vLLM is not installed (pip install vllm; TRL's client needs it too), or "
+                             f"evaluate without {option}")
     args.prompt_style = default_prompt_style(args)
     tools = tool_options(args)
     return labels, ks, tools, eval_rewards(args), load_rows(args)
@@ -319,17 +338,18 @@ def run(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     state = distributed_state()
-    if args.vllm and state.num_processes > 1:
-        print(f"error: --vllm runs in one process (vLLM batches and places the model itself), not "
+    if (args.vllm or args.vllm_server) and state.num_processes > 1:
+        print(f"error: --vllm and --vllm_server run in one process (vLLM batches and places the model itself), not "
               f"{state.num_processes}: launch trl-rlvr eval without accelerate", file=sys.stderr)
         return 2
     results = {}
     for label, model_path in zip(labels, args.models):
         t = time.time()
         llm = None
-        if args.vllm:
+        if args.vllm or args.vllm_server:
             try:
-                llm, tokenizer = load_vllm_engine(model_path, args)
+                llm, tokenizer = (load_served_engine(model_path, args.vllm_server) if args.vllm_server
+                                  else load_vllm_engine(model_path, args))
             except ValueError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
@@ -346,7 +366,7 @@ def run(args) -> int:
             success_threshold=args.success_threshold, progress=not args.no_progress, llm=llm, **tools,
         )
         results[label]["model"] = model_path
-        results[label]["generator"] = "vllm" if llm is not None else "hf"
+        results[label]["generator"] = "vllm_server" if args.vllm_server else "vllm" if llm is not None else "hf"
         del model, llm
     if state.is_main_process:
         write_results(args, results, state.num_processes)

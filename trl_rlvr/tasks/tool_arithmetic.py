@@ -42,6 +42,15 @@ class ToolR1Arguments:
                                                    "problems in the training wordings (task 'composed'): the table "
                                                    "then gives pass@1 on each kind and on all (default: 32 with "
                                                    "task 'composed', 0 with 'templates')."})
+    eval_split: str = field(default="dev", metadata={"help": "The held-out questions evaluated: 'dev' (the "
+                            "settings are chosen on it: num_eval_samples in held-out combinations and "
+                            "num_eval_training_wordings new questions in the training wordings), or 'test' (reported "
+                            "only in the final table: test_per_kind questions of each kind of "
+                            "trl_rlvr.tasks.heldout_splits, drawn from their own seeds, none a problem of the RL "
+                            "stream, the cold start or dev; task 'composed').", "choices": ["dev", "test"]})
+    test_per_kind: int = field(default=128, metadata={"help": "Test-split questions per kind (new questions in the "
+                               "training wordings; trained sentences with their number format held out; new story "
+                               "frames and question forms), with eval_split 'test'."})
     dataset_seed: int = field(default=0, metadata={"help": "Seed of the questions and traces."})
     task: str = field(default="composed", metadata={"help": "'templates': the fixed wordings (word_problems.WORDINGS); "
                       "'composed': questions composed from parts, held out by combination (word_problems.composed_rows; "
@@ -83,6 +92,10 @@ class ToolR1Arguments:
         if self.num_eval_training_wordings and self.task != "composed":
             raise ValueError("num_eval_training_wordings is for task='composed' (the templates' held-out questions "
                              "are in unseen wordings only)")
+        if self.eval_split not in ("dev", "test"):
+            raise ValueError(f"eval_split={self.eval_split!r} is not valid; allowed values: 'dev', 'test'")
+        if self.eval_split == "test" and self.task != "composed":
+            raise ValueError("eval_split='test' is for task='composed' (its test split: trl_rlvr.tasks.heldout_splits)")
         if self.task == "composed" and self.extra_rl_wordings:
             raise ValueError("extra_rl_wordings=True is for task='templates' (the composed task has its own wordings)")
         if self.sft_micro_batch_size < 1 or self.sft_batch_size % self.sft_micro_batch_size:
@@ -113,7 +126,8 @@ DEFAULTS = dict(
     activation_checkpointing=True,  # recomputes the micro-batch's activations in backward: peak RSS 4.37 -> 3.70 GB,
 )                                   # the same figures, the same time (generation dominates a step)
 
-SMOKE = dict(max_steps=1, num_train_samples=8, num_eval_samples=3, num_eval_training_wordings=3, sft_traces=8,
+SMOKE = dict(max_steps=1, num_train_samples=8, num_eval_samples=3, num_eval_training_wordings=3, test_per_kind=2,
+             sft_traces=8,
              sft_epochs=1.0, eval_num_samples=2, num_generations=4, per_device_train_batch_size=4,
              gradient_accumulation_steps=2, max_sampling_rounds=1, passk_questions=2)
 
@@ -164,7 +178,10 @@ def vllm_cpu_defaults(training_args) -> None:
 
 def question_rows(script_args) -> tuple[list[dict], list[dict]]:
     """The RL questions and the held-out ones of ``script_args.task``; with ``num_eval_training_wordings``, held-out
-    rows carry ``wordings``: "training" (new problems in the RL wordings) or "unseen"."""
+    rows carry ``wordings``: "training" (new problems in the RL wordings) or "unseen" (a trained sentence with its
+    number format held out). These held-out rows are the dev split; with ``eval_split="test"`` the held-out rows are
+    the test split instead (:func:`trl_rlvr.tasks.heldout_splits.rows_of_test_split`, kinds "training", "unseen" and
+    "novel"), none a problem of the RL rows or of dev."""
     from trl_rlvr.tasks.word_problems import composed_new_questions, composed_rows, word_problem_rows
 
     seed = script_args.dataset_seed
@@ -177,6 +194,10 @@ def question_rows(script_args) -> tuple[list[dict], list[dict]]:
     if script_args.num_eval_training_wordings:
         new = composed_new_questions(script_args.num_eval_training_wordings, seed, train)
         heldout = [{**r, "wordings": "training"} for r in new] + [{**r, "wordings": "unseen"} for r in heldout]
+    if script_args.eval_split == "test":
+        from trl_rlvr.tasks.heldout_splits import rows_of_test_split
+
+        return train, rows_of_test_split(seed, train + heldout, per_kind=script_args.test_per_kind)
     return train, heldout
 
 
@@ -217,48 +238,26 @@ def tool_tokenizer(path, template_file):
 
 # ------------------------------------------------------------------------------------------------ stages
 def cold_start(model_path, tokenizer, script_args, training_args, out_dir, tools):
-    """SFT on ``sft_traces`` tool-calling traces (assistant-only loss); the model and tokenizer saved to
-    ``out_dir``. Returns the log history."""
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
-
+    """SFT on ``sft_traces`` tool-calling traces (assistant-only loss,
+    :func:`trl_rlvr.supervised.fine_tune.supervised_fine_tune`); the model and tokenizer saved to ``out_dir``.
+    Returns the log history."""
+    from trl_rlvr.supervised.fine_tune import supervised_fine_tune
     from trl_rlvr.tasks.word_problems import cold_start_traces, composed_cold_start_traces
 
     make = composed_cold_start_traces if script_args.task == "composed" else cold_start_traces
     traces = make(script_args.sft_traces, seed=script_args.dataset_seed, system_prompt=script_args.system_prompt)
-    data = Dataset.from_list([{"messages": t["messages"], "tools": json.dumps(tools)} for t in traces])
-    config = SFTConfig(
-        output_dir=str(out_dir), num_train_epochs=script_args.sft_epochs, learning_rate=script_args.sft_learning_rate,
-        per_device_train_batch_size=script_args.sft_micro_batch_size, lr_scheduler_type="constant", warmup_steps=0,
-        gradient_accumulation_steps=script_args.sft_batch_size // script_args.sft_micro_batch_size,
-        assistant_only_loss=True, max_length=512, logging_steps=1, save_strategy="no", report_to="none",
-        seed=training_args.seed, use_cpu=training_args.use_cpu, bf16=training_args.bf16,
-        model_init_kwargs=dict(training_args.model_init_kwargs), disable_tqdm=True,
-    )
-    trainer = SFTTrainer(model=model_path, args=config, train_dataset=data, processing_class=tokenizer)
-    trainer.add_callback(sft_lines_callback())
-    trainer.train()
-    trainer.save_model(str(out_dir))  # the main process writes; the others wait below before loading it
-    if trainer.accelerator.is_main_process:
-        tokenizer.save_pretrained(str(out_dir))
-    trainer.accelerator.wait_for_everyone()
-    history = [h for h in trainer.state.log_history if "loss" in h]
-    del trainer
-    return history
+    return supervised_fine_tune(model_path, tokenizer, [{"messages": t["messages"]} for t in traces], out_dir,
+                                sft_settings(script_args, training_args), tools)
 
 
-def sft_lines_callback():
-    from transformers import TrainerCallback
+def sft_settings(script_args, training_args):
+    """The cold start's SFT settings (``sft_*`` options; the run's seed, device, precision and model kwargs)."""
+    from trl_rlvr.supervised.fine_tune import SFTSettings
 
-    class SFTLines(TrainerCallback):
-        """One line per cold-start step (its loss), on the main process."""
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            if state.is_world_process_zero and logs and "loss" in logs:
-                print(f"cold start step {state.global_step}/{state.max_steps}: loss {logs['loss']:.3f}", flush=True)
-
-    return SFTLines()
-
+    return SFTSettings(epochs=script_args.sft_epochs, learning_rate=script_args.sft_learning_rate,
+                       batch_size=script_args.sft_batch_size, micro_batch_size=script_args.sft_micro_batch_size,
+                       max_length=512, seed=training_args.seed, use_cpu=training_args.use_cpu, bf16=training_args.bf16,
+                       model_init_kwargs=dict(training_args.model_init_kwargs))
 
 
 
@@ -321,19 +320,38 @@ def evaluate_arm(trainer, tokenizer, rows, success_fn, format_fn, script_args, *
     result["pass@1_by_operation"] = pass1_by(rows, result["per_question"], "op")
     if any("wordings" in r for r in rows):
         result["pass@1_by_wordings"] = pass1_by(rows, result["per_question"], "wordings")
+    if any("number_format" in r for r in rows):
+        result["pass@1_by_number_format"] = pass1_by(rows, result["per_question"], "number_format")
+    result["pass@1_intervals"] = pass1_intervals(rows, result["per_question"])
     return result
 
 
 def pass1_by(rows, per_question, column):
     """Mean accuracy of the samples per value of the rows' ``column``: per arithmetic operation (``op``: ``*``,
     ``+``, ``-``), where an arm's errors are; per kind of held-out question (``wordings``: ``training``, new
-    problems in the training wordings; ``unseen``, the held-out wordings)."""
+    problems in the training wordings; ``unseen``, trained sentences with their number format held out; ``novel``,
+    story frames and question forms no stage trained on); per number format (``number_format``: ``plain``,
+    ``comma``, ``words``)."""
     right, total = {}, {}
     for record in per_question:
         key = rows[record["index"]][column]
         right[key] = right.get(key, 0) + record["right"]
         total[key] = total.get(key, 0) + len(record["right_flags"])
     return {key: right[key] / total[key] for key in sorted(total)}
+
+
+def pass1_intervals(rows, per_question, confidence: float = 0.95) -> dict:
+    """The bootstrap interval over questions (:func:`trl_rlvr.evaluation.intervals.bootstrap_interval`) of pass@1
+    (``"all"``) and of each kind of held-out question (the rows' ``wordings``): label -> [low, high]."""
+    from trl_rlvr.evaluation.intervals import bootstrap_interval, per_question_accuracy
+
+    groups = {"all": per_question}
+    for record in per_question:
+        kind = rows[record["index"]].get("wordings")
+        if kind is not None:
+            groups.setdefault(kind, []).append(record)
+    return {label: list(bootstrap_interval(per_question_accuracy(records), confidence=confidence))
+            for label, records in groups.items()}
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -361,12 +379,31 @@ def arm_summary(result):
         "tool_timeouts": tools.get("timeouts"), "tool_budget_frac": tools.get("tool_budget_frac"),
         **{f"pass@1 {op}": v for op, v in (result.get("pass@1_by_operation") or {}).items()},
         **{f"pass@1 {kind} wordings": v for kind, v in (result.get("pass@1_by_wordings") or {}).items()},
+        **{f"pass@1 format {fmt}": v for fmt, v in (result.get("pass@1_by_number_format") or {}).items()},
+        **{("pass@1 interval" if label == "all" else f"pass@1 {label} wordings interval"): v
+           for label, v in (result.get("pass@1_intervals") or {}).items()},
     }
 
 
+def _interval(v):
+    return "-" if not v else f"{v[0]:.1%} to {v[1]:.1%}"
+
+
+#: (label, arm_summary key, format). A row whose key no arm has is left out (the templates task has no kinds of
+#: held-out question; the dev split has no novel wordings). The key "unseen wordings" is the committed runs' name
+#: for trained sentences whose number format is held out (every such sentence is in the RL stream with its other
+#: number format): the label says what the column holds.
 ROWS = [
-    ("held-out pass@1", "pass@1", _pct), ("  new questions, training wordings", "pass@1 training wordings", _pct),
-    ("  unseen wordings", "pass@1 unseen wordings", _pct),
+    ("held-out pass@1", "pass@1", _pct), ("  95% interval (bootstrap over questions)", "pass@1 interval", _interval),
+    ("  new questions, training wordings", "pass@1 training wordings", _pct),
+    ("    95% interval", "pass@1 training wordings interval", _interval),
+    ("  trained sentences, number format held out", "pass@1 unseen wordings", _pct),
+    ("    95% interval", "pass@1 unseen wordings interval", _interval),
+    ("  new story frames and question forms", "pass@1 novel wordings", _pct),
+    ("    95% interval", "pass@1 novel wordings interval", _interval),
+    ("  numbers as digits (4821)", "pass@1 format plain", _pct),
+    ("  thousands separators (4,821)", "pass@1 format comma", _pct),
+    ("  a factor in words (fifty-two)", "pass@1 format words", _pct),
     ("  questions a * b", "pass@1 *", _pct), ("  questions a + b", "pass@1 +", _pct),
     ("  questions a - b", "pass@1 -", _pct), ("held-out pass@n", "pass@n", _pct), ("format rate", "format_rate", _pct),
     ("answers that ran a tool call", "tool_call_rate", _pct), ("tool calls per answer", "calls_per_answer", _num),
@@ -385,8 +422,9 @@ def summary_table(arms: dict) -> str:
 
     rows = []
     for name, key, fmt in ROWS:
-        if key.endswith(" wordings") and not any(key in (arm or {}) for arm in arms.values()):
-            continue  # held-out questions of one kind only (the templates task): no split to show
+        optional = key.startswith("pass@1 ") and key not in ("pass@1 *", "pass@1 +", "pass@1 -")
+        if optional and not any(key in (arm or {}) for arm in arms.values()):
+            continue  # a column no evaluation has (the templates task: one kind of held-out question)
         cells = []
         for arm in arms.values():
             value = (arm or {}).get(key if key != "pass@n" else f"pass@{(arm or {}).get('n')}")

@@ -267,11 +267,17 @@ def _composed(n: int, seed: int, split: str, balanced: bool, exclude=frozenset()
             queues[op].pop()
         seen.add((a, op, b))
         question = compose_question(op, frame, form, fmt, a, b, rng.choice(SUBJECTS), rng.choice(OBJECTS))
-        answer = str(compute(a, op, b))
-        rows.append({"question": question, "answer": answer, "solution": answer, "a": a, "op": op, "b": b,
-                     "wording": f"{op}|{frame}|{form}|{NUMBER_FORMATS[op][fmt]}", "frame": frame, "form": form,
-                     "number_format": NUMBER_FORMATS[op][fmt]})
+        rows.append(composed_row(question, a, op, b, frame, form, fmt))
     return rows
+
+
+def composed_row(question: str, a: int, op: str, b: int, frame: int, form: int, fmt: int, kind: str = "") -> dict:
+    """A composed question's row: its answer (also the solution), its problem, and its wording
+    (``"[kind|]op|frame|form|number format"``)."""
+    answer, number_format = str(compute(a, op, b)), NUMBER_FORMATS[op][fmt]
+    return {"question": question, "answer": answer, "solution": answer, "a": a, "op": op, "b": b,
+            "wording": f"{kind}{op}|{frame}|{form}|{number_format}", "frame": frame, "form": form,
+            "number_format": number_format}
 
 
 #: How many held-out problems' operands are drawn (from their own seed) to keep out of the other splits.

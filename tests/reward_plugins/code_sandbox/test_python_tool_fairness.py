@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
 
 from reward_plugins.code_sandbox import PythonEnvironment  # noqa: E402
 from reward_plugins.code_sandbox.host import interpreter_server, launcher  # noqa: E402
-from trl_rlvr.rollouts.tool_turn import dispatch_turns_ahead  # noqa: E402
+from trl_rlvr.rollouts.tool_turn import tool_turns  # noqa: E402
 
 PIPE = 1 << 16  # a pipe's default capacity on Linux
 SLACK = 0.35  # a cell's charged time past its own sleep: its start, the reply's way back (2 shared, busy cores)
@@ -78,19 +78,19 @@ def envs():
 
 
 def trl_round(batch):
-    """One tool turn as RLVRTrainer runs it: every rollout's pending call sent ahead
-    (``dispatch_turns_ahead``), then TRL's calls one rollout after another -> [(reply, seconds into the round)]."""
+    """One tool turn as RLVRTrainer runs it: every rollout's pending call sent ahead by the turn's first call
+    (``tool_turns``), then TRL's calls one rollout after another -> [(reply, seconds into the round)]."""
     tool_dicts = [{"python": e.python} for e, _ in batch]
     completions = [[{"role": "assistant", "content": "", "tool_calls": [
         {"type": "function", "function": {"name": "python", "arguments": {"code": code}}}]}] for _, code in batch]  # fmt: skip
     t = time.monotonic()
-    dispatch_turns_ahead(tool_dicts, completions)
     out = []
-    for tools, messages in zip(tool_dicts, completions):
-        call = messages[-1]["tool_calls"][0]["function"]
-        reply = tools[call["name"]](**call["arguments"])
-        out.append((reply, time.monotonic() - t))
-        messages.append({"role": "tool", "name": "python", "content": reply})
+    with tool_turns([e for e, _ in batch], completions):
+        for tools, messages in zip(tool_dicts, completions):
+            call = messages[-1]["tool_calls"][0]["function"]
+            reply = tools[call["name"]](**call["arguments"])
+            out.append((reply, time.monotonic() - t))
+            messages.append({"role": "tool", "name": "python", "content": reply})
     return out
 
 

@@ -208,20 +208,21 @@ def _trl_round(envs_and_codes):
 
 
 def test_a_tool_turn_costs_about_its_slowest_call(envs):
-    from trl_rlvr.rollouts.tool_turn import dispatch_turns_ahead
+    from trl_rlvr.rollouts.tool_turn import tool_turns
 
     batch = [(envs(), f"import time\ntime.sleep(0.5)\n{k}") for k in range(8)]
     for e, _ in batch:
         e.python("1")  # started
     tool_dicts, completions = _trl_round(batch)
-    dispatch_turns_ahead(tool_dicts, completions)
     t = time.monotonic()
     replies = []
-    for tools, messages in zip(tool_dicts, completions):  # TRL's loop: one rollout after another
-        call = messages[-1]["tool_calls"][0]["function"]
-        replies.append(tools[call["name"]](**call["arguments"]))
-        messages.append({"role": "tool", "name": "python", "content": replies[-1]})
+    with tool_turns([e for e, _ in batch], completions):  # as RLVRTrainer runs TRL's tool loop
+        for tools, messages in zip(tool_dicts, completions):  # TRL's loop: one rollout after another
+            call = messages[-1]["tool_calls"][0]["function"]
+            replies.append(tools[call["name"]](**call["arguments"]))
+            messages.append({"role": "tool", "name": "python", "content": replies[-1]})
     took = time.monotonic() - t
+    assert all(e._turns is None for e, _ in batch)  # left after the loop
     assert replies == [f"{k}\n" for k in range(8)]
     assert took < 0.5 * 8 / 2, f"{took:.2f} s for 8 cells of 0.5 s"
     for e, _ in batch:  # each charged its own time, not the round's

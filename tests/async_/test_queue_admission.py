@@ -1,0 +1,52 @@
+"""RLVRAsyncTrainer reads TRL's rollout queue through the group filter: a group straddling a weight sync is trained
+whole, a group too old at its first row is dropped whole and counted, where TRL's per-row check would split the
+first; and the dynamic-sampling switch reaches the reward process's scoring."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl.experimental.async_grpo")
+
+from trl.experimental.async_grpo.async_rollout_worker import RolloutSample  # noqa: E402
+
+from tests.async_.test_async_trainer import make_trainer  # noqa: E402
+
+
+def row(group_id: int, version: int) -> RolloutSample:
+    return RolloutSample(prompt=[], completion=[], input_ids=np.array([5, 6, 7]), completion_mask=np.array([0, 1, 1]),
+                         old_log_probs=np.array([0.0, -1.0, -1.0], dtype=np.float32), advantage=1.0,
+                         model_version=version, group_id=group_id, metrics={})
+
+
+def test_groups_are_admitted_whole_at_their_first_row(tiny_model_dir, tmp_path):
+    trainer = make_trainer(tiny_model_dir, tmp_path, max_staleness=1, dynamic_sampling=True,
+                           reward_options={"boxed_math": {"prestart": False}})
+    assert trainer.group_scoring.dynamic_sampling
+    trainer.get_train_dataloader()
+    # group 3 trails, so that a filter dropping more than it should returns a wrong row instead of waiting forever
+    for sample in (row(0, 0), row(0, 0), row(1, 0), row(2, 2), row(3, 2), row(3, 2)):
+        trainer.rollout_queue.put(sample)
+    rows = iter(trainer._rollout_dataset)
+    trainer.model_version = 1
+    first = next(rows)  # group 0, 1 version old: admitted
+    trainer.model_version = 2  # a weight sync between two rows of group 0
+    second = next(rows)  # group 0's follower, 2 old: trained with its group (TRL's per-row check drops it)
+    third = next(rows)  # group 1, 2 old at its first row: dropped; group 2 comes next
+    assert [first["group_id"], second["group_id"], third["group_id"]] == [0, 0, 2]
+    counts = trainer.group_filter.counts
+    assert (counts.stale, counts.refills_requested, counts.rows_admitted, counts.rows_dropped_stale) == (1, 1, 3, 1)
+    logged = {}
+    trainer.model.train()  # TRL logs the train metrics in training mode
+    trainer.log(logged)
+    assert logged["rlvr/queue_stale_total"] == 1.0 and logged["rlvr/queue_refills_requested_total"] == 1.0
+    assert trainer.group_filter.counts.stale == 0  # counted per logging window
+
+
+def test_the_stale_is_alarm_is_logged(tiny_model_dir, tmp_path, caplog):
+    trainer = make_trainer(tiny_model_dir, tmp_path, reward_options={"boxed_math": {"prestart": False}})
+    trainer.model.train()
+    for ess in (0.2, 0.4):  # one logging window: mean 0.3
+        trainer._metrics["train"]["stale_is/ess_frac"].append(ess)
+    with caplog.at_level("WARNING", logger="trl_rlvr.async_grpo.async_trainer"):
+        trainer.log({})
+    assert "effective sample size is 30%" in caplog.text

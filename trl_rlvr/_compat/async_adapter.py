@@ -1,0 +1,186 @@
+"""Every private piece of TRL 1.16's asynchronous GRPO trainer (``trl.experimental.async_grpo``) that
+:class:`trl_rlvr.async_grpo.RLVRAsyncTrainer` touches, in one module (the synchronous adapter is separate).
+
+- ``_AsyncRolloutLoop._score_group`` (the spawned rollout process scores a group): :class:`RLVRRolloutLoop` calls it,
+  then sets the RLVR advantages on the rows it returns (:func:`trl_rlvr.async_grpo.rescore.rescore_rows`); reads the
+  loop's ``reward_func_names`` and ``_push_metrics``;
+- ``AsyncRolloutWorker._loop_cls`` / ``_loop_kwargs`` (what the worker spawns, read at ``start()``): pointed at
+  :class:`RLVRRolloutLoop` with its ``rlvr_scoring`` by :func:`use_rlvr_scoring`;
+- the packed batch ``AsyncGRPOTrainer.compute_loss`` reads (keys ``attention_mask``, ``token_index``,
+  ``input_ids``, ``position_ids``, ``shift_labels``, ``old_log_probs``, ``advantages``, ``segment_id``, ``tree_*``)
+  and its forward with ``fused_lm_head=True``: :func:`packed_forward`, the same steps;
+- the trainer's per-step accounting fields (``_step_*``, ``_last_forward_time_s``) its step metrics read:
+  :func:`record_step_accounting`, the same arithmetic;
+- ``async_grpo_trainer.get_peak_flops_per_device`` calls ``torch.cuda`` unconditionally: :func:`cpu_constructible`
+  stands in for it (NaN: unknown) while a trainer is built on a machine without CUDA;
+- the trainer's ``_rollout_dataset`` (TRL's ``RolloutQueueDataset``: its ``queue`` and per-row ``max_staleness``
+  check): :func:`admit_groups_whole` puts a group filter between it and the queue (:class:`AdmittingQueue`);
+- ``packing.TREE_ATTENTION``, the attention TRL's model runs with, is FlashAttention-3 from the Hub (GPU only):
+  :func:`use_cpu_tree_attention` registers :func:`cpu_tree_attention`, the same computation in plain PyTorch, under
+  that name on a machine without CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import NamedTuple
+
+import torch
+from trl.experimental.async_grpo import async_grpo_trainer as _trainer_module
+from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
+from trl.experimental.async_grpo.packing import TREE_ATTENTION
+
+from trl_rlvr.async_grpo.rescore import GroupScoring, rescore_rows
+
+
+class RLVRRolloutLoop(_AsyncRolloutLoop):
+    """TRL's rollout loop whose groups get the RLVR advantages (and, with dynamic sampling, only informative groups
+    are queued)."""
+
+    def __init__(self, *, rlvr_scoring: GroupScoring | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.rlvr_scoring = rlvr_scoring
+
+    async def _score_group(self, group):
+        samples = await super()._score_group(group)
+        if self.rlvr_scoring is None:
+            return samples
+        rows = [len(sequences) for sequences in group.completions_sequences]
+        samples, metrics = rescore_rows(samples, rows, list(self.reward_func_names), self.rlvr_scoring)
+        self._push_metrics(metrics)
+        return samples
+
+
+def use_rlvr_scoring(rollout_worker, scoring: GroupScoring) -> bool:
+    """Make TRL's own rollout worker spawn :class:`RLVRRolloutLoop` with ``scoring``; True if it did. Another
+    worker (one passed as ``rollout_worker``, or None off rank 0) is left as it is."""
+    if type(rollout_worker) is not AsyncRolloutWorker or getattr(rollout_worker, "_process", None) is not None:
+        return False
+    rollout_worker._loop_cls = RLVRRolloutLoop
+    rollout_worker._loop_kwargs["rlvr_scoring"] = scoring
+    return True
+
+
+@contextlib.contextmanager
+def cpu_constructible():
+    """While building the trainer without CUDA, TRL's peak-FLOPs lookup (a CUDA device name) answers NaN."""
+    if torch.cuda.is_available():
+        yield
+        return
+    original = _trainer_module.get_peak_flops_per_device
+    _trainer_module.get_peak_flops_per_device = lambda *args, **kwargs: float("nan")
+    try:
+        yield
+    finally:
+        _trainer_module.get_peak_flops_per_device = original
+
+
+class PackedForward(NamedTuple):
+    log_probs: torch.Tensor  # (K,) of the loss tokens, with gradient
+    entropy: torch.Tensor  # (K,)
+    old_log_probs: torch.Tensor  # (K,) the behaviour policy's (vLLM's)
+    advantages: torch.Tensor  # (K,)
+    segment_id: torch.Tensor  # (K,) completion of each token in this process's row
+    outputs: object  # the model's outputs (aux_loss for MoE models)
+
+
+def packed_forward(trainer, model, inputs: dict) -> PackedForward:
+    """The forward of ``AsyncGRPOTrainer.compute_loss`` on one packed micro-batch, as TRL 1.16 writes it."""
+    mask_bool = inputs["attention_mask"].bool()
+    selected = inputs["token_index"] >= 0
+    tree_kwargs = {key: inputs[key][inputs[key] >= 0]
+                   for key in ("tree_kv_index", "tree_cu_seqlens_q", "tree_cu_seqlens_k")}
+    tree_kwargs["tree_max_seqlen_q"], tree_kwargs["tree_max_seqlen_k"] = inputs["tree_max_seqlens"][0].tolist()
+    router_kwargs = {"output_router_logits": True} if trainer.aux_loss_enabled else {}
+    start = time.time()
+    outputs = model(input_ids=inputs["input_ids"][mask_bool].unsqueeze(0),
+                    position_ids=inputs["position_ids"][mask_bool].unsqueeze(0),
+                    shift_labels=inputs["shift_labels"][mask_bool].unsqueeze(0), fused_lm_head=True,
+                    **router_kwargs, **tree_kwargs)
+    token_index = inputs["token_index"][selected]
+    trainer._last_forward_time_s = time.time() - start
+    return PackedForward(outputs.log_probs.flatten()[token_index], outputs.entropy.flatten()[token_index],
+                         inputs["old_log_probs"][selected], inputs["advantages"][selected],
+                         inputs["segment_id"][selected], outputs)
+
+
+def record_step_accounting(trainer, inputs: dict) -> None:
+    """The per-step counts ``AsyncGRPOTrainer.compute_loss`` accumulates for its step metrics (TRL 1.16)."""
+    n_forward_tokens = float(inputs["global_n_forward_tokens"][0])
+    mean_seq_len = float(inputs["mean_seq_len"][0])
+    trainer._step_forward_tokens += n_forward_tokens
+    trainer._step_trained_tokens += float(inputs["global_n_tokens"][0])
+    trainer._step_seq_len_weighted += mean_seq_len * n_forward_tokens
+    trainer._step_samples += n_forward_tokens / mean_seq_len
+    trainer._step_forward_s += trainer._last_forward_time_s
+
+
+def cpu_tree_attention(module, query, key, value, attention_mask, *, tree_kv_index, tree_cu_seqlens_q,
+                       tree_cu_seqlens_k, tree_max_seqlen_q=None, tree_max_seqlen_k=None, scaling=None,
+                       sliding_window=None, softcap=None, **kwargs):
+    """TRL's tree attention (``packing.tree_attention``) without FlashAttention: segment ``s``'s queries (packed
+    positions ``cu_q[s]:cu_q[s+1]``) attend causally, aligned at the end, to the keys of its root-to-segment path
+    (``tree_kv_index[cu_k[s]:cu_k[s+1]]``), as ``flash_attn_varlen_func(causal=True)`` does. (1, L, H, D) out."""
+    q = query[0]  # (H, L, D)
+    k = key[0].index_select(1, tree_kv_index)  # (H_kv, K, D)
+    v = value[0].index_select(1, tree_kv_index)
+    if k.shape[0] != q.shape[0]:  # grouped-query attention
+        k, v = (x.repeat_interleave(q.shape[0] // x.shape[0], dim=0) for x in (k, v))
+    scale = scaling if scaling is not None else q.shape[-1] ** -0.5
+    cu_q, cu_k = tree_cu_seqlens_q.tolist(), tree_cu_seqlens_k.tolist()
+    out = q.new_empty(q.shape[1], q.shape[0], q.shape[2])  # (L, H, D)
+    for s in range(len(cu_q) - 1):
+        qs, ks, vs = q[:, cu_q[s]:cu_q[s + 1]], k[:, cu_k[s]:cu_k[s + 1]], v[:, cu_k[s]:cu_k[s + 1]]
+        n_q, n_k = qs.shape[1], ks.shape[1]
+        scores = (qs.float() @ ks.float().transpose(1, 2)) * scale
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        rows = torch.arange(n_q, device=q.device)[:, None] + (n_k - n_q)
+        cols = torch.arange(n_k, device=q.device)[None, :]
+        allowed = cols <= rows
+        if sliding_window:
+            allowed &= cols > rows - sliding_window
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        out[cu_q[s]:cu_q[s + 1]] = (torch.softmax(scores, dim=-1) @ vs.float()).to(q.dtype).transpose(0, 1)
+    return out.unsqueeze(0), None
+
+
+def use_cpu_tree_attention() -> bool:
+    """On a machine without CUDA, run TRL's tree attention name with :func:`cpu_tree_attention`; True if it did.
+    (TRL registers its FlashAttention-3 version when a trainer is built: call this after.)"""
+    if torch.cuda.is_available():
+        return False
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(TREE_ATTENTION, cpu_tree_attention)
+    return True
+
+
+class AdmittingQueue:
+    """The rollout queue as TRL's ``RolloutQueueDataset`` reads it (``get(timeout=)``, ``qsize()``), passing only the
+    rows :meth:`trl_rlvr.sampling.group_filter.GroupFilter.admit_row` admits: a group trained whole or not at all."""
+
+    def __init__(self, inner, group_filter, model_version_fn):
+        self.inner, self.group_filter, self.model_version_fn = inner, group_filter, model_version_fn
+
+    def get(self, timeout=None):
+        while True:
+            sample = self.inner.get(timeout=timeout)  # queue.Empty passes through: TRL's health check runs on it
+            if self.group_filter.admit_row(sample.group_id, sample.model_version, self.model_version_fn()):
+                return sample
+
+    def qsize(self) -> int:
+        return self.inner.qsize()
+
+
+def admit_groups_whole(trainer, group_filter) -> bool:
+    """Between the trainer's ``RolloutQueueDataset`` (rank 0) and its queue, ``group_filter``'s group admission; the
+    dataset's own per-row check is widened to the filter's bound for a follower (``max_staleness + 1``), which the
+    filter already enforces. True if installed (False off rank 0, before the dataloader exists)."""
+    dataset = getattr(trainer, "_rollout_dataset", None)
+    if dataset is None:
+        return False
+    dataset.queue = AdmittingQueue(dataset.queue, group_filter, dataset.model_version_fn)
+    dataset.max_staleness = group_filter.max_staleness + 1
+    return True
