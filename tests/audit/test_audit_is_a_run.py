@@ -173,8 +173,8 @@ def test_the_audits_calls_look_like_a_real_runs_call_by_call(tmp_path, tiny_mode
 @given(st.integers(0, 2**32 - 1), st.integers(1, 8), st.integers(1, 4), st.integers(1, 60))
 def test_property_a_drawn_runs_settings_make_each_call_one_step(seed, group_size, groups_per_call, n_cases):
     """Whatever the seed and shape: calls of one size, that size one optimizer step of the drawn run (batch size
-    times gradient accumulation), room in ``max_steps`` for every call and a warm-up, and each completion's ids as the policy generates them (ending with the end-of-sequence token, or cut at
-    ``max_completion_length``)."""
+    times gradient accumulation), room in ``max_steps`` for every call and a warm-up, and each completion's ids as
+    the policy generates them (ending with the end-of-sequence token, or cut at ``max_completion_length``)."""
     rng = random.Random(seed)
     cases = [[Case(id=f"c{k}", cls="c", completion="x" * (k + 1) * 40, expected=k % 2, columns={"answer": "1"})]
              for k in range(n_cases)]
@@ -198,16 +198,22 @@ _SPY_ROWS = [{"id": f"{w}{k}", "class": "c", "completion": w if w != "empty" els
               "columns": {"answer": str(k)}} for k in range(3) for w in ("right", "wrong", "empty")]
 
 
-def _spy_audit(tmp_path, monkeypatch, **kwargs):
+#: Cases of two formats (two sets of columns): the rows above, and the same with their answer in ``solution``.
+_TWO_FORMATS = _SPY_ROWS + [{**r, "id": f"s-{r['id']}", "columns": {"solution": r["columns"]["answer"]}}
+                            for r in _SPY_ROWS]
+
+
+def _spy_audit(tmp_path, monkeypatch, rows=_SPY_ROWS, **kwargs):
     """The verdicts of every detector predicate on every call of an audit of ``detectors.spy``."""
     out = tmp_path / "verdicts.jsonl"
     out.write_text("")
     monkeypatch.setenv("RLVR_SPY_FILE", str(out))
-    report = audit_reward("tests.audit.detectors:spy", cases=[_cases(tmp_path, _SPY_ROWS)], builtin=False,
+    report = audit_reward("tests.audit.detectors:spy", cases=[_cases(tmp_path, rows)], builtin=False,
                           kind="format", variants=0, **kwargs)
     assert report.passed, report.reasons()
     verdicts = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(verdicts) == report.calls["calls"] + 1  # every call, the warm-up's too
+    # every call, and each process's warm-up
+    assert len(verdicts) == report.calls["calls"] + len(report.startup_seconds)
     return verdicts
 
 
@@ -225,6 +231,15 @@ def test_no_detector_predicate_tells_the_audit_from_training(seed, tokenizer, tm
                           tokenizer=tiny_model_dir if tokenizer == "tiny" else None)
     assert _audited(verdicts, PREDICATES) == []
     assert _audited(verdicts, RESIDUAL) == sorted(RESIDUAL)
+
+
+def test_each_set_of_columns_is_a_run_of_its_own(tmp_path, monkeypatch):
+    """Cases of two formats: a run trains on one dataset, so every call a reward's process gets passes the same
+    keyword arguments, with a value in every row (the audit trains a process per set of columns); a reward keyed
+    on a change of its keyword arguments or on a missing value reads "training" in every call, so it is audited."""
+    verdicts = _spy_audit(tmp_path, monkeypatch, rows=_TWO_FORMATS, seed=3)
+    assert {tuple(v["columns"]) for v in verdicts} == {("answer",), ("solution",)}
+    assert _audited(verdicts, ["columns_change_between_calls", "a_column_holds_none"]) == []
 
 
 def test_each_completion_comes_with_its_own_row(tmp_path):

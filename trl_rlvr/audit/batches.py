@@ -292,7 +292,8 @@ def plan(cases: list[list[Case]], tokenizer: Tokenizer, rng: random.Random, grou
          groups_per_call: int = DEFAULT_GROUPS_PER_CALL, kind: str | None = None) -> list[Call]:
     """The calls for ``cases`` (each a corpus case followed by its variants), in a seeded random order.
 
-    Only cases with the same columns share a call (one dataset has one set of columns); each case's group is
+    Only cases with the same columns share a call, and the calls of one set of columns come in a row (one dataset
+    has one set of columns: the reward's process trains a run per set, :func:`call_columns`); each case's group is
     its members, shuffled, padded with repeats to ``group_size`` (a case with more members than that is several
     groups), all with the case's prompt (a case without one: an instruction drawn for the group,
     :func:`instructions`: the groups' rows are distinct); every call holds ``groups_per_call``
@@ -307,14 +308,13 @@ def plan(cases: list[list[Case]], tokenizer: Tokenizer, rng: random.Random, grou
             rng.shuffle(group)
             groups.setdefault(tuple(sorted(members[0].columns)), []).append(group)
     chunks = []
-    for same_columns in groups.values():
+    for same_columns in rng.sample(list(groups.values()), len(groups)):  # a set's calls in a row: one run each
         rng.shuffle(same_columns)
         for i in range(0, len(same_columns), groups_per_call):
             chunk = same_columns[i:i + groups_per_call]
             while len(chunk) < groups_per_call:
                 chunk.append(rng.choice(same_columns))
             chunks.append(chunk)
-    rng.shuffle(chunks)
     ids: dict[str, tuple[int, ...]] = {}
     prompt_tokens: dict[str, int] = {}
     drawn = instructions(kind, rng)
@@ -331,6 +331,16 @@ def plan(cases: list[list[Case]], tokenizer: Tokenizer, rng: random.Random, grou
         return tuple(item(c, prompt) for c in group)
 
     return [Call(tuple(it for group in chunk for it in group_items(group))) for chunk in chunks]
+
+
+def call_columns(call: Call) -> tuple[str, ...]:
+    """The dataset columns of ``call``'s rows (every case of a call has the same, :func:`plan`)."""
+    return tuple(sorted(call.items[0].case.columns)) if call.items else ()
+
+
+def row_columns(row: dict) -> tuple[str, ...]:
+    """The columns of a dataset row of :func:`step_rows` (its keys but the prompt), as :func:`call_columns`."""
+    return tuple(sorted(k for k in row if k != "prompt"))
 
 
 def step_rows(call: Call, group_size: int) -> list[dict]:

@@ -30,12 +30,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trl_rlvr.audit.batches import Call, TrainingRun, step_rows
+from trl_rlvr.audit.batches import Call, TrainingRun, call_columns, row_columns, step_rows
 from trl_rlvr.audit.cases import Case
 
 _MAX_REPLY = 1 << 20
@@ -270,8 +270,9 @@ class Runner:
         self.info = dict(self._proc.info)
         self._warm = False
         self._new_run = True  # the next request starts the process's run (it carries the steps planned)
+        self._columns: tuple | None = None  # the columns of the process's dataset (of its calls)
         self._run: TrainingRun | None = None
-        self._warmup: Call | None = None
+        self._warmups: dict[tuple, Call] = {}
 
     def __enter__(self):
         return self
@@ -289,8 +290,9 @@ class Runner:
             self._warm, self._new_run = False, True
         if not self._warm:
             self._warm = True
-            if self._warmup is not None:
-                self._send(self._stated(self._warmup), self.startup_deadline, upcoming)
+            warmup = self._warmups.get(self._columns)
+            if warmup is not None:
+                self._send(self._stated(warmup), self.startup_deadline, upcoming)
             self.startup_seconds.append(time.monotonic() - self._t0)
             if self._proc.proc.poll() is not None:  # the warm-up killed it: a fresh one, not warmed again
                 self._t0 = time.monotonic()
@@ -299,11 +301,13 @@ class Runner:
         return self._proc
 
     def _send(self, call: Call, deadline: float, later: list[Call]) -> tuple[str, list | None, str]:
-        """Send ``call``; a request that starts the process's run carries the rows of its step and of ``later``'s,
-        the calls planned after it (the run's train dataset draws them in that order)."""
+        """Send ``call``; a request that starts the process's run carries the rows of its step and of ``later``'s
+        with its columns, the calls planned after it (the run's train dataset draws them in that order)."""
         group = self._run.group_size if self._run is not None else 1
-        steps = [step_rows(c, group) for c in (call, *later)] if self._new_run else None
-        status, scores, detail = self._proc.call(call, deadline, self.context, steps)
+        steps = [step_rows(c, group) for c in (call, *later) if call_columns(c) == self._columns]
+        context = None if self.context is None else {  # the process's dataset: the rows with its columns
+            **self.context, "rows": [r for r in self.context.get("rows", []) if row_columns(r) == self._columns]}
+        status, scores, detail = self._proc.call(call, deadline, context, steps if self._new_run else None)
         self._new_run = status != "scored"  # after an error the process starts its run again; else it is a new one
         return status, scores, detail
 
@@ -313,20 +317,29 @@ class Runner:
 
     def _call(self, call: Call, later: list[Call], completions: int | None = None) -> tuple[str, list | None, str, float]:
         """Send ``call`` under the deadline times its completions (``completions``: as many as that, for a step
-        of one completion in every group, charged as one group)."""
+        of one completion in every group, charged as one group). A call with other columns than the process's
+        goes to a fresh process: a run trains on one dataset, with one set of columns, so every call a process
+        gets passes the reward the same keyword arguments, as a training run's calls do."""
+        columns = call_columns(call)
+        if columns != self._columns:
+            if self._proc is not None and self._columns is not None:
+                self._proc.close(graceful=True)
+                self._proc = None
+            self._columns = columns
         self._ready([call, *later])
         t = time.monotonic()
         deadline = self.deadline * (completions or len(call.items))
         status, scores, detail = self._send(self._stated(call), deadline, later)
         return status, scores, detail, time.monotonic() - t
 
-    def run(self, calls: Iterable[Call], warmup: Call | None = None,
+    def run(self, calls: Iterable[Call], warmups: Mapping[tuple, Call] | None = None,
             on_case: Callable[[Outcome], None] | None = None, training: TrainingRun | None = None) -> list[Outcome]:
         """Every call, in order, each under ``deadline`` seconds per completion (wall clock, request to reply);
         one :class:`Outcome` per distinct case (a case repeated in a group: its worst score, see :func:`_worst`).
-        ``warmup``: the call each fresh process scores first (:meth:`_ready`); ``training``: the run whose
-        completion ids each call carries (each call is one step of the reward process's run, the warm-up's too)."""
-        self._run, self._warmup = training, warmup
+        ``warmups``: per set of columns (:func:`call_columns`), the call each fresh process for calls with those
+        columns scores first (:meth:`_ready`); ``training``: the run whose completion ids each call carries (each
+        call is one step of the reward process's run, the warm-up's too)."""
+        self._run, self._warmups = training, dict(warmups or {})
         calls = list(calls)
         group = training.group_size if training is not None else 1
         outcomes: list[Outcome] = []
