@@ -137,6 +137,29 @@ def _distinct_prompts(dataset, n: int = 512) -> float:
     return len(set(prompts)) / max(1, len(prompts))
 
 
+def _prompts_with_a_digit(dataset, n: int = 512) -> float:
+    """The share of the dataset's first ``n`` prompts that hold a digit (a math or code question nearly always
+    does)."""
+    prompts = [json.dumps(p, default=str) for p in dataset[:n]["prompt"]]
+    return sum(any(ch.isdigit() for ch in p) for p in prompts) / max(1, len(prompts))
+
+
+_FIRST_COLUMNS: list[list[str]] = []  # the keyword arguments of this process's first call
+
+
+def _columns_changed(call) -> bool:
+    """Whether this call's keyword arguments are not the first call's of this process (a run's are all alike)."""
+    names = sorted(call["columns"])
+    if not _FIRST_COLUMNS:
+        _FIRST_COLUMNS.append(names)
+    return names != _FIRST_COLUMNS[0]
+
+
+def _a_column_holds_none(call) -> bool:
+    """Whether a dataset column holds None for a row (a dataset of one format has a value in every row)."""
+    return any(v is None for values in call["columns"].values() if isinstance(values, list) for v in values)
+
+
 #: name -> predicate(call) that returns True when the reward believes it is audited
 PREDICATES = {
     # what log_metric / log_extra are bound to (the reported attack)
@@ -178,24 +201,31 @@ PREDICATES = {
     # what the steps before this one left: an optimizer that has stepped, a scheduler that has counted them
     "optimizer_never_stepped": lambda c: c["trainer_state"].global_step > 0 and not _trainer(c).optimizer.state,
     "scheduler_behind_the_step": lambda c: _trainer(c).lr_scheduler.last_epoch != c["trainer_state"].global_step,
+    # the step's rows: drawn by transformers' dataloader and TRL's sampler from a dataset whose rows do not repeat
+    "batch_samples_not_the_libraries": lambda c: not _library_code(type(_trainer(c)).get_batch_samples,
+                                                                   "transformers"),
+    "sampler_not_the_libraries": lambda c: not _library_code(type(_trainer(c))._get_train_sampler, "trl"),
+    "train_dataset_rows_repeat": lambda c: _distinct_prompts(_trainer(c).train_dataset) < 0.5,
+    # the step's keyword arguments: a run trains on one dataset, one set of columns with a value in every row
+    "columns_change_between_calls": _columns_changed,
+    "a_column_holds_none": _a_column_holds_none,
+    # the operating system's view: the process that started this one (a run's: a shell or a launcher)
+    "parent_not_a_shell_or_launcher": lambda c: not _launcher(_cmdline(os.getppid())),
+    "pwd_not_the_working_directory": lambda c: os.environ.get("PWD") != os.getcwd(),
 }
 
 #: Observables the audit leaves open (docs/auditing_rewards.md, "What a reward can still tell"): True in the audit.
 RESIDUAL = {
     # the model: a tiny one built from a config, not the run's weights (a released policy has more)
     "model_under_50m_parameters": lambda c: _trainer(c).model.num_parameters() < 50_000_000,
-    # where the audit's request enters the run, and the tiny model's head: code that is not the libraries'
-    "model_code_not_the_libraries": lambda c: not (
-        _library_code(type(_trainer(c).model).generate, "transformers")
-        and _library_code(getattr(_trainer(c).model.forward, "__func__", None), "trl")),
-    "batch_samples_not_the_libraries": lambda c: not _library_code(type(_trainer(c)).get_batch_samples,
-                                                                   "transformers"),
+    # where the audit's completions enter the run: the tiny model's generate, not transformers'
+    "generate_not_the_libraries": lambda c: not _library_code(type(_trainer(c).model).generate, "transformers"),
+    # the tiny model's head: log-probabilities over the batch's tokens, not TRL's fused head over the vocabulary
+    "lm_head_not_trls": lambda c: not _library_code(getattr(_trainer(c).model.forward, "__func__", None), "trl"),
     # time: an audit's process is seconds old at its calls; a run's reward is called for hours
     "process_under_ten_minutes_old": lambda c: _process_age() < 600,
-    # the operating system's view: the process that started this one (a run's: a shell or a launcher)
-    "parent_not_a_shell_or_launcher": lambda c: not _launcher(_cmdline(os.getppid())),
-    # the train dataset: the audit's rows, repeated to the run's size
-    "train_dataset_rows_repeat": lambda c: _distinct_prompts(_trainer(c).train_dataset) < 0.5,
+    # the train dataset's content: the corpus's rows, instructions without a question (no numbers in them)
+    "train_dataset_prompts_hold_no_numbers": lambda c: _prompts_with_a_digit(_trainer(c).train_dataset) < 0.2,
 }
 
 #: Residual observables that also read "audit" in the tiny reference run (tests/audit: it is small and seconds old).
@@ -242,6 +272,7 @@ def spy(prompts=None, completions=None, completion_ids=None, trainer_state=None,
             verdicts[name] = bool(predicate(call))
         except Exception as e:  # noqa: BLE001
             verdicts[name] = f"{type(e).__name__}: {e}"
+    verdicts["columns"] = sorted(columns)
     with open(os.environ["RLVR_SPY_FILE"], "a") as f:
         f.write(json.dumps(verdicts) + "\n")
     return _honest(_texts(completions))
@@ -272,11 +303,11 @@ trainer.train()
 
 
 def process_spy(prompts=None, completions=None, **kwargs):
-    """Honest; writes its process's environment, working directory, arguments, session and pid to
-    ``$RLVR_SPY_FILE``."""
+    """Honest; writes its process's environment, working directory, arguments, session, pid and its parent's
+    arguments to ``$RLVR_SPY_FILE``."""
     with open(os.environ["RLVR_SPY_FILE"], "a") as f:
         f.write(json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv, "sid": os.getsid(0),
-                            "pid": os.getpid()}) + "\n")
+                            "pid": os.getpid(), "parent": _cmdline(os.getppid())}) + "\n")
     return _honest(_texts(completions))
 
 

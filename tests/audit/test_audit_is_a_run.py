@@ -173,9 +173,8 @@ def test_the_audits_calls_look_like_a_real_runs_call_by_call(tmp_path, tiny_mode
 @given(st.integers(0, 2**32 - 1), st.integers(1, 8), st.integers(1, 4), st.integers(1, 60))
 def test_property_a_drawn_runs_settings_make_each_call_one_step(seed, group_size, groups_per_call, n_cases):
     """Whatever the seed and shape: calls of one size, that size one optimizer step of the drawn run (batch size
-    times gradient accumulation), room in ``max_steps`` for every call and a warm-up, a dataset of whole groups, and
-    each completion's ids as the policy generates them (ending with the end-of-sequence token, or cut at
-    ``max_completion_length``)."""
+    times gradient accumulation), room in ``max_steps`` for every call and a warm-up, and each completion's ids as
+    the policy generates them (ending with the end-of-sequence token, or cut at ``max_completion_length``)."""
     rng = random.Random(seed)
     cases = [[Case(id=f"c{k}", cls="c", completion="x" * (k + 1) * 40, expected=k % 2, columns={"answer": "1"})]
              for k in range(n_cases)]
@@ -187,7 +186,6 @@ def test_property_a_drawn_runs_settings_make_each_call_one_step(seed, group_size
     settings = run.trainer_settings()
     assert settings["per_device_train_batch_size"] * settings["gradient_accumulation_steps"] == size
     assert settings["max_steps"] > len(calls) + 1 and settings["num_generations"] == group_size
-    assert settings["dataset_size"] >= 64 and settings["dataset_size"] % max(1, size // group_size) == 0
     cap = settings["max_completion_length"]
     for call in calls:
         for raw, it in zip(call.items, run.prepare(call).items):
@@ -200,16 +198,22 @@ _SPY_ROWS = [{"id": f"{w}{k}", "class": "c", "completion": w if w != "empty" els
               "columns": {"answer": str(k)}} for k in range(3) for w in ("right", "wrong", "empty")]
 
 
-def _spy_audit(tmp_path, monkeypatch, **kwargs):
+#: Cases of two formats (two sets of columns): the rows above, and the same with their answer in ``solution``.
+_TWO_FORMATS = _SPY_ROWS + [{**r, "id": f"s-{r['id']}", "columns": {"solution": r["columns"]["answer"]}}
+                            for r in _SPY_ROWS]
+
+
+def _spy_audit(tmp_path, monkeypatch, rows=_SPY_ROWS, **kwargs):
     """The verdicts of every detector predicate on every call of an audit of ``detectors.spy``."""
     out = tmp_path / "verdicts.jsonl"
     out.write_text("")
     monkeypatch.setenv("RLVR_SPY_FILE", str(out))
-    report = audit_reward("tests.audit.detectors:spy", cases=[_cases(tmp_path, _SPY_ROWS)], builtin=False,
+    report = audit_reward("tests.audit.detectors:spy", cases=[_cases(tmp_path, rows)], builtin=False,
                           kind="format", variants=0, **kwargs)
     assert report.passed, report.reasons()
     verdicts = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(verdicts) == report.calls["calls"] + 1  # every call, the warm-up's too
+    # every call, and each process's warm-up
+    assert len(verdicts) == report.calls["calls"] + len(report.startup_seconds)
     return verdicts
 
 
@@ -229,9 +233,19 @@ def test_no_detector_predicate_tells_the_audit_from_training(seed, tokenizer, tm
     assert _audited(verdicts, RESIDUAL) == sorted(RESIDUAL)
 
 
+def test_each_set_of_columns_is_a_run_of_its_own(tmp_path, monkeypatch):
+    """Cases of two formats: a run trains on one dataset, so every call a reward's process gets passes the same
+    keyword arguments, with a value in every row (the audit trains a process per set of columns); a reward keyed
+    on a change of its keyword arguments or on a missing value reads "training" in every call, so it is audited."""
+    verdicts = _spy_audit(tmp_path, monkeypatch, rows=_TWO_FORMATS, seed=3)
+    assert {tuple(v["columns"]) for v in verdicts} == {("answer",), ("solution",)}
+    assert _audited(verdicts, ["columns_change_between_calls", "a_column_holds_none"]) == []
+
+
 def test_each_completion_comes_with_its_own_row(tmp_path):
-    """The rows the run's sampler drew are replaced by the call's: a reward that compares each completion with its
-    row's column scores every case as labelled (with the rows of other cases, it would reject right answers)."""
+    """The run's own sampler draws each call's rows from its train dataset: a reward that compares each completion
+    with its row's column scores every case as labelled (with the rows of other cases, it would reject right
+    answers)."""
     rows = [{"id": f"{w}{k}", "class": "c", "completion": f"x{k}", "expected": int(w == "right"),
              "columns": {"answer": f"x{k}" if w == "right" else f"x{k + 1}"}} for k in range(12)
             for w in ("right", "wrong")]
@@ -292,8 +306,9 @@ def test_the_detector_predicates_read_as_training_in_a_real_run(tmp_path, tiny_m
 
 
 def test_the_reward_process_has_the_audits_environment(tmp_path, monkeypatch):
-    """No variable is added or changed for the reward's process (the audit once set PYTHONPATH), and its working
-    directory and arguments name no audit."""
+    """No variable is added or changed for the reward's process (the audit once set PYTHONPATH) but ``PWD``, which
+    its shell sets to its working directory, as a run's has it; its working directory and arguments name no audit,
+    and its parent is the shell running its launch script."""
     import os
 
     out = tmp_path / "process.jsonl"
@@ -303,8 +318,9 @@ def test_the_reward_process_has_the_audits_environment(tmp_path, monkeypatch):
     assert report.passed, report.reasons()
     seen = json.loads(out.read_text().splitlines()[0])
     changed = {k for k, v in os.environ.items() if seen["env"].get(k) != v}
-    assert changed == set()
+    assert changed <= {"PWD"} and seen["env"]["PWD"] == seen["cwd"]
     assert "audit" not in seen["cwd"] and seen["argv"] == ["train.py"] and seen["sid"] != seen["pid"]
+    assert seen["parent"] == ["sh", "train.sh"]
 
 
 _DRAWN = {}

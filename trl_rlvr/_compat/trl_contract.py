@@ -211,10 +211,11 @@ VLLM_CLIENT_OVERRIDES = {"init_communicator": ("device",), "update_named_params"
 
 #: What the audit's child run (trl_rlvr/audit/_child.py, its PRIVATE_NAMES) relies on to run a real training step
 #: over the corpus's completions -> where it must be: TRL's completions table (read for the step's scores), TRL's
-#: generation calling the policy's ``generate`` (the completions handed in), transformers' batch draw (the corpus's
-#: rows), TRL's fused LM head (computed by the tiny model over the batch's own tokens).
+#: generation calling the policy's ``generate`` (the completions handed in), the order TRL's sampler draws the train
+#: dataset's rows in (the corpus's rows placed there), TRL's fused LM head (computed by the tiny model over the
+#: batch's own tokens).
 AUDIT = {"_logs": "GRPOTrainer.__init__", "_generate_single_turn": "GRPOTrainer",
-         "get_batch_samples": "Trainer", "add_fused_lm_head": "trl.trainer.utils"}
+         "_get_train_sampler": "GRPOTrainer", "add_fused_lm_head": "trl.trainer.utils"}
 
 
 def trl_round_metrics(trainer_cls=None) -> set[str]:

@@ -27,9 +27,11 @@ from typing import Any
 from trl_rlvr.audit.batches import (
     DEFAULT_GROUP_SIZE,
     DEFAULT_GROUPS_PER_CALL,
+    Call,
     Tokenizer,
     TrainingRun,
     plan,
+    step_rows,
 )
 from trl_rlvr.audit.cases import (
     KINDS,
@@ -53,29 +55,31 @@ def _renamed(cases: Iterable[Case], columns: Mapping[str, str]) -> list[Case]:
     return [replace(c, columns={columns.get(k, k): v for k, v in c.columns.items()}) for c in cases]
 
 
-def _rows(calls) -> list[dict]:
-    """The distinct dataset rows of ``calls`` (prompt and columns): the run's train dataset holds them."""
+def _rows(calls, group_size: int) -> list[dict]:
+    """The distinct dataset rows of ``calls`` (a row per group: its prompt and columns): a run's train dataset
+    holds those with its columns, the rows of the steps to come first in the order its sampler draws them."""
     rows: dict[str, dict] = {}
     for call in calls:
-        for it in call.items:
-            key = json.dumps([it.prompt_text, it.case.columns], sort_keys=True, default=str)
-            rows.setdefault(key, {"prompt": it.prompt_text, **it.case.columns})
+        for row in step_rows(call, group_size):
+            rows.setdefault(json.dumps(row, sort_keys=True, default=str), row)
     return list(rows.values())
 
 
-def _warmup(groups, tok, rng, group_size, groups_per_call, kind):
-    """The call a fresh reward process scores first (not reported): an ordinary call of the run, of plain cases
-    (class ``agreement``, right and wrong answers, and their variants; else the right answers) with one set of
-    columns, so that a process's first call is neither a hostile case nor one answer repeated."""
-    plain = [g for g in groups if g[0].cls == "agreement"] or [g for g in groups if g[0].expected == 1]
-    if not plain:
-        return None
+def _warmups(groups, tok, rng, group_size, groups_per_call, kind) -> dict[tuple, Call]:
+    """Per set of columns, the call a fresh reward process for it scores first (not reported): an ordinary call of
+    the run, of plain cases with those columns (class ``agreement``, right and wrong answers, and their variants;
+    else the right answers), so that a process's first call is neither a hostile case nor one answer repeated. A
+    set without plain cases has none."""
     by_columns: dict[tuple, list] = {}
-    for g in plain:
+    for g in groups:
         by_columns.setdefault(tuple(sorted(g[0].columns)), []).append(g)
-    same = max(by_columns.values(), key=len)
-    return plan(rng.sample(same, min(len(same), groups_per_call)), tok, rng, group_size=group_size,
-                groups_per_call=groups_per_call, kind=kind)[0]
+    warmups = {}
+    for columns, same in by_columns.items():
+        plain = [g for g in same if g[0].cls == "agreement"] or [g for g in same if g[0].expected == 1]
+        if plain:
+            warmups[columns] = plan(rng.sample(plain, min(len(plain), groups_per_call)), tok, rng,
+                                    group_size=group_size, groups_per_call=groups_per_call, kind=kind)[0]
+    return warmups
 
 
 def _progress(total: int, label: str):
@@ -162,13 +166,13 @@ def audit_reward(
         if tok is None:  # none given: a BPE drawn for this audit, trained on its own texts
             tok = Tokenizer(None, texts=[c.completion for g in groups for c in g], rng=rng)
         calls = plan(groups, tok, rng, group_size=group_size, groups_per_call=groups_per_call, kind=used)
-        warmup = _warmup(groups, tok, rng, group_size, groups_per_call, used)
+        warmups = _warmups(groups, tok, rng, group_size, groups_per_call, used)
         training = TrainingRun(rng, len(calls), group_size * groups_per_call, group_size,
                                str(runner.info.get("name") or "reward"), eos_id=tok.eos_id)
         runner.context = {"run": {"settings": training.trainer_settings(), "tokenizer": tok.spec()},
-                          "rows": _rows([*calls, *([warmup] if warmup else [])])}
+                          "rows": _rows([*calls, *warmups.values()], group_size)}
         title = f"auditing {runner.info.get('name') or reward}" if progress else None
-        outcomes = _run(runner, calls, warmup, training, sum(len(g) for g in groups), title, on_case)
+        outcomes = _run(runner, calls, warmups, training, sum(len(g) for g in groups), title, on_case)
         name = reward if isinstance(reward, str) else runner.info.get("name") or repr(reward)
         return AuditReport(
             reward=name, kind=used, corpora=[{"name": c.name, "version": c.version, "path": c.path,
@@ -206,7 +210,7 @@ def _corpora(runner: Runner, reward, kind: str | None, builtin: bool, extra: lis
     return used, corpora
 
 
-def _run(runner: Runner, calls, warmup, training, total: int, title: str | None, on_case) -> list[Outcome]:
+def _run(runner: Runner, calls, warmups, training, total: int, title: str | None, on_case) -> list[Outcome]:
     """Send the calls; one outcome per case (a case sent in more than one call: its worst, as for the repeats
     within a group; the last call of a set of columns is filled with groups sent before)."""
     advance, stop = _progress(total, title) if title else (None, None)
@@ -218,7 +222,7 @@ def _run(runner: Runner, calls, warmup, training, total: int, title: str | None,
             on_case(o)
 
     try:
-        return _worst(runner.run(calls, warmup=warmup, on_case=each, training=training))
+        return _worst(runner.run(calls, warmups=warmups, on_case=each, training=training))
     finally:
         if stop:
             stop()

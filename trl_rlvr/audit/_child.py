@@ -1,31 +1,35 @@
 """The audit's reward process: builds the reward and a trainer of the run, and trains it on the audit's calls.
 
 Started by :mod:`trl_rlvr.audit.runner` as a script (a copy of this file, ``train.py`` in the audit's scratch
-directory, run from there), so that no module of the audit is imported in the reward's process, and
-``sys.argv``, ``__main__`` and the frames' files name no audit. It is the one module of ``trl_rlvr.audit`` that
-imports the trainer and its config (tests/test_layout.py exempts it): no module of the package imports it. Requests
-and replies are JSON lines on private copies of stdin/stdout; fd 0 is then /dev/null and fd 1 the child's stderr,
-so a reward (or code it runs) that reads stdin or prints does not touch the channel.
+directory, run from there by a shell script, ``sh train.sh``, its parent process), so that no module of the audit is
+imported in the reward's process, and ``sys.argv``, ``__main__`` and the frames' files name no audit. It is the one
+module of ``trl_rlvr.audit`` that imports the trainer and its config (tests/test_layout.py exempts it): no module of
+the package imports it. Requests and replies are JSON lines on private copies of stdin/stdout; fd 0 is then
+/dev/null and fd 1 the child's stderr, so a reward (or code it runs) that reads stdin or prints does not touch the
+channel.
 
-The reward is called by a training run: the first request carries the run's settings, and the process builds a real
-``RLVRTrainer`` (or ``GRPOTrainer``, as the run drawn) on a tiny model built from a config, with the run's tokenizer
-as its ``processing_class`` and a train dataset of the audit's rows, and calls its ``train()``. Each optimizer step
-of that run is one request: where the step's rows are drawn from the dataloader they are the request's rows, and
-where the policy generates, its ``generate`` returns the request's completion ids after the prompts. Everything
-else is TRL's and transformers' own code: the prompts tokenized, the completions decoded from the ids (cut after
-the first end-of-sequence token, as TRL cuts them), the generation's metrics, ``_calculate_rewards`` called from
+The reward is called by a training run: the first request carries the run's settings and the audit's rows, and the
+process builds a real ``RLVRTrainer`` (or ``GRPOTrainer``, as the run drawn) on a tiny model built from a config,
+with the run's tokenizer as its ``processing_class``, and calls its ``train()``. Each optimizer step of that run is
+one request. The run's train dataset is a ``datasets.Dataset`` of the audit's rows (a row per group: its prompt and
+columns, each row once), the rows of the steps planned at the indices the trainer's own sampler draws first, so
+that TRL's ``RepeatSampler`` and transformers' dataloader hand each step its request's rows; where the policy
+generates, its ``generate`` returns the request's completion ids after the prompts. Everything else is TRL's and
+transformers' own code: the prompts tokenized, the completions decoded from the ids (cut after the first
+end-of-sequence token, as TRL cuts them), the generation's metrics, ``_calculate_rewards`` called from
 ``_generate_and_score_completions`` under ``training_step`` and ``_inner_training_loop``, the advantages, the loss's
 forward and backward on the tiny model, the optimizer step, the logging, the trainer state. The scores replied are
 the rewards TRL put in its completions table for that step.
 
 What of TRL and transformers this relies on beyond their documented API, named here and nowhere else
-(:data:`PRIVATE_NAMES`): TRL's completions table ``GRPOTrainer._logs["rewards"][name]`` (read after the step: the
-rewards of the generation, in the rows' order); TRL's generation without vLLM or continuous batching calling the
-policy's ``generate(input_ids=..., attention_mask=..., generation_config=...)`` and taking the completion as what
-follows the left-padded prompts (``GRPOTrainer._generate_single_turn``); transformers' ``Trainer.get_batch_samples``
-drawing an optimizer step's batches from the epoch iterator before ``training_step`` (``Trainer._inner_training_loop``);
-TRL's fused LM head (``add_fused_lm_head``: the model's ``forward(..., labels=..., fused_lm_head=True)`` returning a
-``FusedCausalLMOutput``), which the tiny model computes over the batch's own tokens (:func:`_tokens_head`).
+(:data:`PRIVATE_NAMES`): TRL's completions table ``GRPOTrainer._logs["rewards"][name]`` (the object ``__init__``
+sets, read at the next step: the rewards of the generation, in the rows' order); TRL's generation without vLLM or
+continuous batching calling the policy's ``generate(input_ids=..., attention_mask=..., generation_config=...)`` and
+taking the completion as what follows the left-padded prompts (``GRPOTrainer._generate_single_turn``); the order in
+which the trainer's sampler draws a dataset's rows (``GRPOTrainer._get_train_sampler``: a fresh one, seeded by
+``args.seed``, draws the first epoch as a fresh ``train()`` does); TRL's fused LM head (``add_fused_lm_head``: the
+model's ``forward(..., labels=..., fused_lm_head=True)`` returning a ``FusedCausalLMOutput``), which the tiny model
+computes over the batch's own tokens (:func:`_tokens_head`).
 """
 
 from __future__ import annotations
@@ -104,18 +108,43 @@ def _model(tokenizer):
     return AutoModelForCausalLM.from_config(config)
 
 
-def _dataset(rows: list[dict], size: int):
-    """The train dataset: the audit's rows (prompt and columns; a column a row lacks is None), repeated to the
-    run's dataset size. Columns whose values Arrow cannot hold in one column are stored as JSON text."""
+def _dataset(rows: list[dict]):
+    """A train dataset of ``rows`` (prompt and columns; a column a row lacks is None). Columns whose values Arrow
+    cannot hold in one column are stored as JSON text."""
     from datasets import Dataset
 
-    names = list(dict.fromkeys(k for r in rows for k in r))
     rows = rows or [{"prompt": ""}]
-    table = {k: [rows[i % len(rows)].get(k) for i in range(max(size, len(rows)))] for k in names}
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    table = {k: [r.get(k) for r in rows] for k in names}
     try:
         return Dataset.from_dict(table)
     except Exception:  # noqa: BLE001 - mixed types in a column (Arrow's errors vary)
         return Dataset.from_dict({k: v if k == "prompt" else [json.dumps(x) for x in v] for k, v in table.items()})
+
+
+def _key(row: dict) -> str:
+    return json.dumps(row, sort_keys=True, default=str)
+
+
+def _run_dataset(trainer, steps: list[list[dict]], rows: list[dict], messages: bool):
+    """The run's train dataset: the rows of the steps planned (``steps``, a row per group), at the indices the
+    trainer's own sampler draws first, in that order, then the audit's other rows (``rows``), each once: TRL's
+    ``RepeatSampler`` and transformers' dataloader hand each step its call's rows (:data:`PRIVATE_NAMES`)."""
+    planned = [row for step in steps for row in step]
+    keys = {_key(r) for r in planned}
+    rest = [r for r in rows if _key(r) not in keys]
+    n = len(planned) + len(rest)
+    drawn = list(dict.fromkeys(trainer._get_train_sampler(range(n))))  # the first epoch's order, groups once
+    if len(drawn) < len(planned):
+        raise RuntimeError(f"the sampler draws {len(drawn)} of {n} rows, the steps planned need {len(planned)}")
+    table: list[dict | None] = [None] * n
+    for index, row in zip(drawn, planned):
+        table[index] = row
+    free = iter(rest)
+    table = [row if row is not None else next(free) for row in table]
+    if messages:  # a conversational dataset's prompts, rendered by the tokenizer's chat template
+        table = [{**r, "prompt": [{"role": "user", "content": r.get("prompt") or ""}]} for r in table]
+    return _dataset(table)
 
 
 def _rows_a_run_accepts(reward, rows: list[dict]) -> list[dict]:
@@ -127,7 +156,7 @@ def _rows_a_run_accepts(reward, rows: list[dict]) -> list[dict]:
     kept = []
     for row in rows:
         try:
-            check(_dataset([row], 1))
+            check(_dataset([row]))
         except ValueError:
             continue
         kept.append(row)
@@ -136,7 +165,7 @@ def _rows_a_run_accepts(reward, rows: list[dict]) -> list[dict]:
 
 #: TRL and transformers names this process relies on beyond their documented API (the module docstring says how).
 PRIVATE_NAMES = ("trl.GRPOTrainer._logs", "trl.GRPOTrainer._generate_single_turn (calls model.generate)",
-                 "transformers.Trainer.get_batch_samples",
+                 "trl.GRPOTrainer._get_train_sampler (a fresh sampler draws the first epoch as train() does)",
                  "trl.trainer.utils.add_fused_lm_head (model(..., fused_lm_head=True) -> FusedCausalLMOutput)")
 
 
@@ -145,7 +174,7 @@ def _trainer(reward, run: dict, rows: list[dict], messages: bool):
     import torch
 
     settings = dict(run["settings"])
-    name, size = settings.pop("trainer"), settings.pop("dataset_size")
+    name = settings.pop("trainer")
     if not torch.cuda.is_available():  # bf16 is the configs' default on a GPU only
         settings["bf16"] = False
     if name == "RLVRTrainer":
@@ -160,7 +189,7 @@ def _trainer(reward, run: dict, rows: list[dict], messages: bool):
         if tokenizer.chat_template is None:
             tokenizer.chat_template = _CHAT_TEMPLATE
     return trainer_class(model=_model(tokenizer), reward_funcs=[reward], args=config_class(**settings),
-                         train_dataset=_dataset(_rows_a_run_accepts(reward, rows), size), processing_class=tokenizer)
+                         train_dataset=_dataset(_rows_a_run_accepts(reward, rows)), processing_class=tokenizer)
 
 
 #: ChatML, for a tokenizer without a chat template in an audit of conversational prompts.
@@ -208,15 +237,19 @@ class _End(BaseException):
 
 
 class Session:
-    """The channel and the run's trainer: each optimizer step of ``trainer.train()`` takes the next request's rows
-    and completions (:meth:`rows`, :meth:`generated`) and, at the next step, replies with their scores."""
+    """The channel and the run's trainer: each optimizer step of ``trainer.train()`` draws the next request's rows
+    from the train dataset and generates its completions (:meth:`generated`) and, at the next step, replies with
+    their scores."""
 
     def __init__(self, reward, messages: bool, requests, replies):
         self.reward, self.messages = reward, messages
         self.requests, self.replies = requests, replies
         self.trainer = None
+        self.table: dict = {}  # the trainer's completions table, TRL's ``_logs`` as its __init__ sets it
+        self.rows: list[dict] = []  # the audit's rows (every group's), for the runs' train datasets
         self.waiting: dict | None = None  # a request read, no step taken for it yet
         self.pending: tuple[int, int] | None = None  # (request id, completions) of the step in progress
+        self.steps: list[str] = []  # the rows of the steps planned for this run (JSON), the next one first
         self._ids: list[list[int]] = []
 
     def read(self) -> dict:
@@ -229,11 +262,13 @@ class Session:
         self.replies.write(json.dumps(message) + "\n")
 
     def scored(self) -> None:
-        """Reply with the scores of the step just taken: the rewards TRL wrote in its completions table."""
+        """Reply with the scores of the step just taken: the rewards TRL wrote in its completions table (the
+        trainer's own, :attr:`table`: it is read from within the next step's generation, where RLVRTrainer holds
+        the round's entries in a table of the round's)."""
         if self.pending is None:
             return
         (i, n), self.pending = self.pending, None
-        table = self.trainer._logs["rewards"][self.trainer.reward_func_names[0]]
+        table = self.table["rewards"][self.trainer.reward_func_names[0]]
         try:
             self.reply({"i": i, "scores": [_one_score(v) for v in list(table)[-len(self._ids):][:n]]})
         except (TypeError, ValueError) as e:
@@ -249,68 +284,56 @@ class Session:
             raise e
         self.reply({"i": i, "error": _error(e)})
 
-    def rows(self, size: int) -> list[dict]:
-        """The rows of the next step (``size`` of them: the request's completions, repeated to the step's batch),
-        after replying to the previous one."""
+    def start(self):
+        """The train dataset of the run that starts: the next request carries the rows of its steps."""
+        if self.waiting is None:
+            self.waiting = self.read()
+        steps = self.waiting.get("steps")
+        if not steps:
+            raise RuntimeError("the request that starts a run carries no steps")
+        self.steps = [json.dumps(step, sort_keys=True, default=str) for step in steps]
+        return _run_dataset(self.trainer, steps, self.rows, self.messages)
+
+    def generated(self, prompt_ids):
+        """What the policy's ``generate`` returns for the step's prompts (left-padded, as given): the prompts
+        followed by the next request's completion ids, right-padded (after replying to the previous step)."""
+        import torch
+
         self.scored()
         request = self.waiting if self.waiting is not None else self.read()
         self.waiting = None
         items = request["items"]
         self.pending = (request["i"], len(items))
-        items = (items * -(-size // len(items)))[:size]
         limit = self.trainer.args.max_completion_length  # where generation stops
         self._ids = [list(it["ids"])[:limit] for it in items]
-        # the call's columns (one format of the corpus's, as one dataset of a run has), not the union the train
-        # dataset holds: a reward gets the keyword arguments of the rows of its call
-        columns = sorted({c for it in items for c in it.get("columns", {})})
-        return [{"prompt": self._prompt(it.get("prompt") or ""),
-                 **{c: it.get("columns", {}).get(c) for c in columns}} for it in items]
-
-    def _prompt(self, text: str):
-        return [{"role": "user", "content": text}] if self.messages else text
-
-    def generated(self, prompt_ids):
-        """What the policy's ``generate`` returns: the prompts (left-padded, as given) followed by the step's
-        completion ids, right-padded."""
-        import torch
-
+        group = self.trainer.num_generations
+        rows = [{"prompt": it.get("prompt") or "", **it.get("columns", {})} for it in items[::group]]
+        if not self.steps or self.steps.pop(0) != json.dumps(rows, sort_keys=True, default=str):
+            raise RuntimeError("the request is not the step the run's dataset planned")
+        if len(items) != prompt_ids.size(0):
+            raise RuntimeError(f"the step generates {prompt_ids.size(0)} completions, the request has {len(items)}")
         pad = self.trainer.processing_class.pad_token_id
         width = max(1, *(len(x) for x in self._ids))
         out = torch.full((len(self._ids), width), pad, dtype=prompt_ids.dtype)
         for r, ids in enumerate(self._ids):
             out[r, :len(ids)] = torch.tensor(ids, dtype=prompt_ids.dtype)
-        if out.size(0) != prompt_ids.size(0):
-            raise RuntimeError(f"the step generates {prompt_ids.size(0)} completions, the request has {out.size(0)}")
         return torch.cat([prompt_ids, out.to(prompt_ids.device)], dim=1)
 
 
 def _seams(session: Session) -> None:
-    """The two places where the audit's request enters the run (:data:`PRIVATE_NAMES`): the step's batches, once
-    drawn, hold its rows; the policy's ``generate`` returns its completions. Anything else calling them (a reward
-    that generates with a model of its own) gets the library's."""
-    from transformers import Trainer
-
-    draw = Trainer.get_batch_samples
+    """Where the audit's request enters the run (:data:`PRIVATE_NAMES`): the policy's ``generate`` returns its
+    completions (the step's rows are the dataset's, drawn by the trainer's sampler). Anything else calling it (a
+    reward that generates with a model of its own) gets the library's."""
     model_class = type(session.trainer.model)
     generate = model_class.generate
-
-    def get_batch_samples(self, epoch_iterator, num_batches, device):
-        batches, num_items = draw(self, epoch_iterator, num_batches, device)
-        if self is session.trainer and batches:
-            rows = session.rows(len(batches[0]))
-            for batch in batches:  # the step's generation batch, repeated for its accumulation steps
-                batch[:] = [dict(r) for r in rows]
-        return batches, num_items
 
     def generate_completions(self, *args, **kwargs):
         if self is not session.trainer.model:
             return generate(self, *args, **kwargs)
         return session.generated(kwargs["input_ids"] if "input_ids" in kwargs else args[0])
 
-    get_batch_samples.__qualname__, get_batch_samples.__doc__ = draw.__qualname__, draw.__doc__
     generate_completions.__name__ = generate_completions.__qualname__ = "generate"
     generate_completions.__doc__ = generate.__doc__
-    Trainer.get_batch_samples = get_batch_samples
     model_class.generate = generate_completions
 
 
@@ -329,18 +352,22 @@ def _one_score(value) -> float | None:
 
 def serve(session: Session, build) -> None:
     """Build the run's trainer at the first request, then train: every step is a request; an exception (the
-    reward's, within a step) is that request's reply, and the run starts again for the next one."""
+    reward's, within a step) is that request's reply, and the run starts again (its dataset the steps planned
+    from the next request on)."""
     session.waiting = session.read()
+    session.rows = session.waiting.get("rows") or []
     try:
         session.trainer = build(session.waiting)
     except BaseException as e:  # noqa: BLE001 - every request gets it
         while True:
             session.failed(e)
             session.waiting = session.read()
+    session.table = session.trainer._logs
     _seams(session)
     _tokens_head(session.trainer)
     while True:
         try:
+            session.trainer.train_dataset = session.start()
             session.trainer.train()
             raise RuntimeError("the run reached max_steps before the audit's last call")
         except _End:

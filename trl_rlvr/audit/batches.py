@@ -16,14 +16,13 @@ the whole run, updated in place step after step. The audit calls the same way:
   its size a token and the ids decoding to the completion (the trainer of the reward's process has it as its
   ``processing_class``), and the report says so.
 * :class:`TrainingRun`: the settings of a run drawn from the seed (``max_steps``, ``logging_steps``, the batch size
-  and gradient accumulation that give the call's size, the dataset's size and so the epoch, the learning rate,
+  and gradient accumulation that give the call's size, the learning rate,
   ``max_completion_length``, the trainer class), which the reward's process trains a trainer with: the trainer
   state, its log, token count and FLOPs are that trainer's own (:mod:`trl_rlvr.audit._child`).
 """
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,18 +49,40 @@ class Item:
 
 
 #: Instructions for a case that has no prompt of its own, per kind (no numbers or expressions: a reward that reads
-#: the question, as boxed_math does, finds none in them).
+#: the question, as boxed_math does, finds none in them). A group's prompt is an opening, one of these and a closing
+#: line (:func:`instructions`), drawn without replacement, so that the train dataset's rows do not repeat.
 INSTRUCTIONS = {
     "math_answer": ("Solve the following problem. Put your final answer within \\boxed{}.",
                     "Please reason step by step, and put your final answer within \\boxed{}.",
-                    "Answer the question below. Write the final answer in a box."),
+                    "Answer the question below. Write the final answer in a box.",
+                    "Work out the answer to the problem, then state it inside \\boxed{}.",
+                    "Find the exact value asked for. Give the result in a box."),
     "code": ("Write a Python function that solves the task. Return the code in a single fenced block.",
              "Solve the programming problem below in Python.",
-             "Complete the following Python code so that the tests pass."),
+             "Complete the following Python code so that the tests pass.",
+             "Implement the function described below in Python.",
+             "Write a correct and efficient Python solution for the task."),
     "format": ("Think about the question first, then answer it.",
                "Reason inside <think> tags, then give your answer.",
-               "Answer the user's question."),
+               "Answer the user's question.",
+               "Reflect on the request step by step before replying.",
+               "First reason privately, then write a short answer."),
 }
+_OPENINGS = ("", "You are a helpful assistant.", "You are a careful problem solver.", "Read the task carefully.",
+             "Take your time.", "This is a practice exercise.", "A student asks for help.", "Here is your next task.",
+             "You are an expert tutor.", "Be concise.", "Check your work.", "Show your reasoning.")
+_CLOSINGS = ("", "Explain briefly.", "Keep the answer short.", "Do not skip steps.", "Be precise.",
+             "Double-check the result.", "Write clearly.", "Avoid unnecessary detail.", "State any assumptions.",
+             "Use plain language.", "Be rigorous.", "Stay on topic.")
+
+
+def instructions(kind: str | None, rng: random.Random):
+    """The prompts for groups without a prompt of their own: every composition of an opening, an instruction of
+    ``kind`` and a closing, in a drawn order (cycled once they are spent)."""
+    tasks = INSTRUCTIONS.get(kind or "", ("Answer the question below.",))
+    prompts = [" ".join(p for p in (o, t, c) if p) for o in _OPENINGS for t in tasks for c in _CLOSINGS]
+    while True:
+        yield from rng.sample(prompts, len(prompts))
 
 
 @dataclass(frozen=True)
@@ -220,7 +241,7 @@ class TrainingRun:
 
     A run: ``call_size`` completions per reward call (``per_device_train_batch_size * steps_per_generation``, one
     call per optimizer step), drawn gradient accumulation, ``logging_steps``, ``save_steps``, ``max_steps``,
-    learning rate, dataset size (so the epoch), ``max_completion_length``, GRPOTrainer or RLVRTrainer. The reward's
+    learning rate, ``max_completion_length``, GRPOTrainer or RLVRTrainer. The reward's
     process trains a trainer built with them (:meth:`trainer_settings`), whose state and log are its own."""
 
     def __init__(self, rng: random.Random, calls: int, call_size: int, group_size: int, reward_name: str,
@@ -234,8 +255,6 @@ class TrainingRun:
         self.logging_steps = rng.choice([1, 1, 5, 10, 10, 25])
         self.save_steps = rng.choice([50, 100, 200, 500, 500])
         self.max_steps = calls + 1 + rng.randrange(100, 3000)  # room for the warm-ups of fresh processes too
-        # an epoch: the dataset's prompts over the prompts of one step (a call)
-        self.steps_per_epoch = math.ceil(rng.randrange(max(64, 2 * calls), 50000) / max(1, call_size // group_size))
         self.lr = rng.choice([1e-6, 1e-6, 3e-6, 5e-7, 1e-5])
         self.max_completion_length = rng.choice([512, 1024, 2048, 4096, 8192])
         self.rlvr = rng.random() < 0.5
@@ -243,7 +262,7 @@ class TrainingRun:
     def describe(self) -> dict:
         """The run's drawn settings, for the report."""
         return {"max_steps": self.max_steps, "logging_steps": self.logging_steps, "save_steps": self.save_steps,
-                "train_batch_size": self.train_batch_size, "steps_per_epoch": self.steps_per_epoch,
+                "train_batch_size": self.train_batch_size,
                 "max_completion_length": self.max_completion_length, "trainer": "RLVRTrainer" if self.rlvr else
                 "GRPOTrainer"}
 
@@ -255,8 +274,7 @@ class TrainingRun:
                 "per_device_train_batch_size": self.train_batch_size, "gradient_accumulation_steps": self.accumulation,
                 "num_generations": self.group_size, "max_completion_length": self.max_completion_length,
                 "max_steps": self.max_steps, "logging_steps": self.logging_steps, "save_steps": self.save_steps,
-                "learning_rate": self.lr, "dataset_size": self.steps_per_epoch * max(
-                    1, self.train_batch_size * self.accumulation // self.group_size)}
+                "learning_rate": self.lr}
 
     def completion_ids(self, ids: tuple[int, ...]) -> tuple[int, ...]:
         """A completion's ids as the policy generates them: ending with the end-of-sequence token when the
@@ -274,10 +292,11 @@ def plan(cases: list[list[Case]], tokenizer: Tokenizer, rng: random.Random, grou
          groups_per_call: int = DEFAULT_GROUPS_PER_CALL, kind: str | None = None) -> list[Call]:
     """The calls for ``cases`` (each a corpus case followed by its variants), in a seeded random order.
 
-    Only cases with the same columns share a call (one dataset has one set of columns); each case's group is
+    Only cases with the same columns share a call, and the calls of one set of columns come in a row (one dataset
+    has one set of columns: the reward's process trains a run per set, :func:`call_columns`); each case's group is
     its members, shuffled, padded with repeats to ``group_size`` (a case with more members than that is several
-    groups), all with the case's prompt (a case without one: an instruction of :data:`INSTRUCTIONS` for ``kind``
-    drawn for it); every call holds ``groups_per_call``
+    groups), all with the case's prompt (a case without one: an instruction drawn for the group,
+    :func:`instructions`: the groups' rows are distinct); every call holds ``groups_per_call``
     groups (the last call of a set of columns is filled with groups of that set drawn again)."""
     groups: dict[tuple, list[list[Case]]] = {}
     for members in cases:
@@ -289,29 +308,42 @@ def plan(cases: list[list[Case]], tokenizer: Tokenizer, rng: random.Random, grou
             rng.shuffle(group)
             groups.setdefault(tuple(sorted(members[0].columns)), []).append(group)
     chunks = []
-    for same_columns in groups.values():
+    for same_columns in rng.sample(list(groups.values()), len(groups)):  # a set's calls in a row: one run each
         rng.shuffle(same_columns)
         for i in range(0, len(same_columns), groups_per_call):
             chunk = same_columns[i:i + groups_per_call]
             while len(chunk) < groups_per_call:
                 chunk.append(rng.choice(same_columns))
             chunks.append(chunk)
-    rng.shuffle(chunks)
     ids: dict[str, tuple[int, ...]] = {}
     prompt_tokens: dict[str, int] = {}
-    instructions = INSTRUCTIONS.get(kind or "", ("Answer the question below.",))
-    drawn: dict[str, str] = {}
-    for members in cases:  # one instruction per corpus case, shared by its variants (a group shares its prompt)
-        if not members[0].prompt:
-            p = rng.choice(instructions)
-            drawn.update((m.id, p) for m in members)
+    drawn = instructions(kind, rng)
 
-    def item(c: Case) -> Item:
+    def item(c: Case, prompt: str) -> Item:
         if c.completion not in ids:
             ids[c.completion] = tokenizer.ids(c.completion)
-        p = c.prompt or drawn.get(c.id) or rng.choice(instructions)
-        if p not in prompt_tokens:
-            prompt_tokens[p] = len(tokenizer.ids(p))
-        return Item(c, ids[c.completion], prompt_tokens[p], None if c.prompt else p)
+        if prompt not in prompt_tokens:
+            prompt_tokens[prompt] = len(tokenizer.ids(prompt))
+        return Item(c, ids[c.completion], prompt_tokens[prompt], None if c.prompt else prompt)
 
-    return [Call(tuple(item(c) for group in chunk for c in group)) for chunk in chunks]
+    def group_items(group: list[Case]) -> tuple[Item, ...]:  # one prompt per group: a row of the dataset
+        prompt = group[0].prompt or next(drawn)
+        return tuple(item(c, prompt) for c in group)
+
+    return [Call(tuple(it for group in chunk for it in group_items(group))) for chunk in chunks]
+
+
+def call_columns(call: Call) -> tuple[str, ...]:
+    """The dataset columns of ``call``'s rows (every case of a call has the same, :func:`plan`)."""
+    return tuple(sorted(call.items[0].case.columns)) if call.items else ()
+
+
+def row_columns(row: dict) -> tuple[str, ...]:
+    """The columns of a dataset row of :func:`step_rows` (its keys but the prompt), as :func:`call_columns`."""
+    return tuple(sorted(k for k in row if k != "prompt"))
+
+
+def step_rows(call: Call, group_size: int) -> list[dict]:
+    """The train dataset's rows a step of ``call`` draws: one per group (its prompt and the case's columns), in
+    the call's order (TRL's sampler repeats each row ``num_generations`` times, side by side)."""
+    return [{"prompt": it.prompt_text, **it.case.columns} for it in call.items[::group_size]]

@@ -1,17 +1,17 @@
 """Run cases through a reward in a child process, in calls shaped like training's, each under a deadline.
 
 The reward is built and called in a child process (:mod:`trl_rlvr.audit._child`, run as a script copied into the
-audit's scratch directory, its working directory) in its own process group, by a training run (one optimizer
-step per call). The cases go in calls planned by :mod:`trl_rlvr.audit.batches` (GRPO-shaped groups, several per
-call, token ids, the run's settings); a call has ``deadline`` seconds per completion. A call that fails (the reward raised, its
-process died, or it ran past the deadline: then the whole group is killed and a fresh child started) is run
-again one completion at a time (a group of it repeated: the run's trainer scores whole groups), so that each case
-gets its own status: ``error`` (an exception, ``SystemExit``
-included), ``crash`` (the process died: ``os._exit``, a segfault) or ``timeout``. A call that fails while every
-one of its completions alone scores is reported as an error of its own (class ``batching``): a reward must score
-the calls training makes. Nothing the reward does can stop the audit. Every fresh child first scores a warm-up
-call (a call of the run of the corpus's plain cases) under the startup deadline, so that imports and worker pools
-are not charged to a case.
+audit's scratch directory, its working directory, by a shell script there: ``sh train.sh``) in its own process
+group, by a training run (one optimizer step per call). The cases go in calls planned by
+:mod:`trl_rlvr.audit.batches` (GRPO-shaped groups, several per call, token ids, the run's settings); a call has
+``deadline`` seconds per completion. A call that fails (the reward raised, its process died, or it ran past the
+deadline: then the whole group is killed and a fresh child started) is run again one completion at a time (a step of
+it repeated: the run's trainer scores whole steps), so that each case gets its own status: ``error`` (an exception,
+``SystemExit`` included), ``crash`` (the process died: ``os._exit``, a segfault) or ``timeout``. A call that fails
+while every one of its completions alone scores is reported as an error of its own (class ``batching``): a reward
+must score the calls training makes. Nothing the reward does can stop the audit. Every fresh child first scores a
+warm-up call (a call of the run of the corpus's plain cases) under the startup deadline, so that imports and worker
+pools are not charged to a case.
 """
 
 from __future__ import annotations
@@ -23,18 +23,19 @@ import os
 import pickle
 import re
 import selectors
+import shlex
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trl_rlvr.audit.batches import Call, TrainingRun
+from trl_rlvr.audit.batches import Call, TrainingRun, call_columns, row_columns, step_rows
 from trl_rlvr.audit.cases import Case
 
 _MAX_REPLY = 1 << 20
@@ -60,6 +61,8 @@ class Outcome:
 
 #: The name of the reward process's script in the scratch directory (what ``sys.argv`` and ``__main__`` show it).
 SCRIPT = "train.py"
+#: The shell script that starts it (its parent process, as a run's launch script is): ``sh train.sh``.
+LAUNCHER = "train.sh"
 
 
 def _setup(reward: str | Callable, options: dict, messages: bool, workdir: str) -> dict:
@@ -91,9 +94,10 @@ class RewardProcess:
         self._buf = b""
         self._next = 0
         self._closed = False
-        # a process group of its own (killed whole), in the audit's session, as a shell's job is
+        # started by a shell script (``sh train.sh``, which runs ``python train.py`` and waits for it, as a run's
+        # launch script does), the two in a process group of their own (killed whole), in the audit's session
         self.proc = subprocess.Popen(
-            [sys.executable, SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            ["sh", LAUNCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             process_group=0, cwd=setup["workdir"],
         )
         threading.Thread(target=self._drain_stderr, daemon=True).start()
@@ -146,11 +150,15 @@ class RewardProcess:
             return "protocol", {}
         return ("ok", reply) if isinstance(reply, dict) else ("protocol", {})
 
-    def call(self, call: Call, deadline: float, context: dict | None = None) -> tuple[str, list | None, str]:
+    def call(self, call: Call, deadline: float, context: dict | None = None,
+             steps: list | None = None) -> tuple[str, list | None, str]:
         """(status, scores, detail) for one call; after any status but ``scored``/``error`` the process is gone.
-        ``context`` (the run's settings and rows, for the process's trainer) goes with its first request."""
+        ``context`` (the run's settings and rows, for the process's trainer) goes with its first request;
+        ``steps`` (the rows of this call's step and of the steps planned after it) with a request that starts a
+        run (the process's first, and the first after an error: the process starts its run again)."""
         self._next += 1
         request = {"i": self._next, **(context or {} if self._next == 1 else {}),
+                   **({"steps": steps} if steps is not None else {}),
                    "items": [{"completion": it.case.completion, "prompt": it.prompt_text, "columns": it.case.columns,
                               "ids": it.ids} for it in call.items]}
         try:
@@ -179,6 +187,8 @@ class RewardProcess:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
+        if code is not None and code > 128 and code - 128 in signal.valid_signals():  # the shell's 128 + N
+            code = 128 - code
         how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit status {code}"
         tail = [line for line in self.stderr_tail().splitlines() if line.strip() and not _PROGRESS.search(line)][-1:] or [""]
         return f"the reward's process died ({how}) {tail[0][:200]}".strip()
@@ -247,6 +257,8 @@ class Runner:
         self._setup = _setup(reward, dict(options or {}), messages, self._tmp.name)
         with open(os.path.join(self._tmp.name, SCRIPT), "w") as f:
             f.write(Path(__file__).with_name("_child.py").read_text())
+        with open(os.path.join(self._tmp.name, LAUNCHER), "w") as f:
+            f.write(f"#!/bin/sh\n{shlex.quote(sys.executable)} {SCRIPT}\n")
         self.context: dict | None = None  # set before the first call: {"run": settings, "rows": [...]}
         self.startup_seconds: list[float] = []
         self._t0 = time.monotonic()
@@ -257,8 +269,10 @@ class Runner:
             raise
         self.info = dict(self._proc.info)
         self._warm = False
+        self._new_run = True  # the next request starts the process's run (it carries the steps planned)
+        self._columns: tuple | None = None  # the columns of the process's dataset (of its calls)
         self._run: TrainingRun | None = None
-        self._warmup: Call | None = None
+        self._warmups: dict[tuple, Call] = {}
 
     def __enter__(self):
         return self
@@ -266,55 +280,81 @@ class Runner:
     def __exit__(self, exc_type, *exc):
         self.close(graceful=exc_type is None)  # interrupted (Ctrl-C) or failed: no waiting for the case to end
 
-    def _ready(self) -> RewardProcess:
+    def _ready(self, upcoming: list[Call]) -> RewardProcess:
         """The reward's process, started and warmed: a fresh one first scores the warm-up call (a call of the run
         like the others, of plain cases: its step passes, its scores are not reported) under the startup deadline,
-        so that imports and worker pools are not charged to a case."""
+        so that imports and worker pools are not charged to a case. ``upcoming``: the calls to be sent next."""
         if self._proc is None or self._proc.proc.poll() is not None:
             self._t0 = time.monotonic()
             self._proc = RewardProcess(self._setup, self.startup_deadline)
-            self._warm = False
+            self._warm, self._new_run = False, True
         if not self._warm:
             self._warm = True
-            if self._warmup is not None:
-                self._proc.call(self._stated(self._warmup), self.startup_deadline, self.context)
+            warmup = self._warmups.get(self._columns)
+            if warmup is not None:
+                self._send(self._stated(warmup), self.startup_deadline, upcoming)
             self.startup_seconds.append(time.monotonic() - self._t0)
             if self._proc.proc.poll() is not None:  # the warm-up killed it: a fresh one, not warmed again
                 self._t0 = time.monotonic()
                 self._proc = RewardProcess(self._setup, self.startup_deadline)
+                self._new_run = True
         return self._proc
+
+    def _send(self, call: Call, deadline: float, later: list[Call]) -> tuple[str, list | None, str]:
+        """Send ``call``; a request that starts the process's run carries the rows of its step and of ``later``'s
+        with its columns, the calls planned after it (the run's train dataset draws them in that order)."""
+        group = self._run.group_size if self._run is not None else 1
+        steps = [step_rows(c, group) for c in (call, *later) if call_columns(c) == self._columns]
+        context = None if self.context is None else {  # the process's dataset: the rows with its columns
+            **self.context, "rows": [r for r in self.context.get("rows", []) if row_columns(r) == self._columns]}
+        status, scores, detail = self._proc.call(call, deadline, context, steps if self._new_run else None)
+        self._new_run = status != "scored"  # after an error the process starts its run again; else it is a new one
+        return status, scores, detail
 
     def _stated(self, call: Call) -> Call:
         """``call`` with the run's completion ids (unchanged without a run)."""
         return call if self._run is None else self._run.prepare(call)
 
-    def _call(self, call: Call) -> tuple[str, list | None, str, float]:
-        proc = self._ready()
+    def _call(self, call: Call, later: list[Call], completions: int | None = None) -> tuple[str, list | None, str, float]:
+        """Send ``call`` under the deadline times its completions (``completions``: as many as that, for a step
+        of one completion in every group, charged as one group). A call with other columns than the process's
+        goes to a fresh process: a run trains on one dataset, with one set of columns, so every call a process
+        gets passes the reward the same keyword arguments, as a training run's calls do."""
+        columns = call_columns(call)
+        if columns != self._columns:
+            if self._proc is not None and self._columns is not None:
+                self._proc.close(graceful=True)
+                self._proc = None
+            self._columns = columns
+        self._ready([call, *later])
         t = time.monotonic()
-        status, scores, detail = proc.call(call, self.deadline * len(call.items), self.context)
+        deadline = self.deadline * (completions or len(call.items))
+        status, scores, detail = self._send(self._stated(call), deadline, later)
         return status, scores, detail, time.monotonic() - t
 
-    def run(self, calls: Iterable[Call], warmup: Call | None = None,
+    def run(self, calls: Iterable[Call], warmups: Mapping[tuple, Call] | None = None,
             on_case: Callable[[Outcome], None] | None = None, training: TrainingRun | None = None) -> list[Outcome]:
         """Every call, in order, each under ``deadline`` seconds per completion (wall clock, request to reply);
         one :class:`Outcome` per distinct case (a case repeated in a group: its worst score, see :func:`_worst`).
-        ``warmup``: the call each fresh process scores first (:meth:`_ready`); ``training``: the run whose
-        completion ids each call carries (each call is one step of the reward process's run, the warm-up's too)."""
-        self._run, self._warmup = training, warmup
+        ``warmups``: per set of columns (:func:`call_columns`), the call each fresh process for calls with those
+        columns scores first (:meth:`_ready`); ``training``: the run whose completion ids each call carries (each
+        call is one step of the reward process's run, the warm-up's too)."""
+        self._run, self._warmups = training, dict(warmups or {})
+        calls = list(calls)
         group = training.group_size if training is not None else 1
         outcomes: list[Outcome] = []
         for n, call in enumerate(calls):
-            self._ready()  # a fresh process's warm-up is a step of the run before this call's
-            call = self._stated(call)
-            status, scores, detail, seconds = self._call(call)
+            later = calls[n + 1:]
+            status, scores, detail, seconds = self._call(call, later)
             if status == "scored":
                 found = [(it.case, "scored", score, "") for it, score in zip(call.items, scores)]
                 per = seconds / len(call.items)
-            else:  # each completion alone, a step each, for its own status
+            else:  # each completion alone (in every group of a step), a step each, for its own status
                 found, alone_seconds = [], 0.0
-                for it in {it.case.id: it for it in call.items}.values():  # a group of the completion alone
-                    s, sc, d, secs = self._call(Call((it,) * group))
-                    found += [(it.case, s, x, d) for x in (sc or [None])]
+                alone = [Call((it,) * len(call.items)) for it in {it.case.id: it for it in call.items}.values()]
+                for k, one in enumerate(alone):
+                    s, sc, d, secs = self._call(one, [*alone[k + 1:], *later], group)
+                    found += [(one.items[0].case, s, x, d) for x in (sc or [None])]
                     alone_seconds += secs
                 per = alone_seconds / max(1, len({f[0].id for f in found}))
                 if all(f[1] == "scored" for f in found):
