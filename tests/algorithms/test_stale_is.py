@@ -330,16 +330,8 @@ def test_clip_higher_decides_which_positive_tokens_move(mode):
     assert grads[0][1] == 0 and grads[1][1] != 0
 
 
-def test_the_alarm_fires_when_the_weights_blow_up():
-    from trl_rlvr.algorithms.stale_is import stale_is_alarm
-
-    assert stale_is_alarm({"stale_is/ess_frac": 0.9, "stale_is/clipped_frac": 0.01}) is None
-    assert stale_is_alarm({"stale_is/ess_frac": math.nan, "stale_is/clipped_frac": math.nan}) is None
-    assert "effective sample size is 30%" in stale_is_alarm({"stale_is/ess_frac": 0.3, "stale_is/clipped_frac": 0.0})
-    assert "25% of the tokens" in stale_is_alarm({"stale_is/ess_frac": 1.0, "stale_is/clipped_frac": 0.25})
-    assert stale_is_alarm({"stale_is/ess_frac": 0.3}, min_ess_frac=None) is None
-    # a window where one token of 20 carries the weight: ESS 1/20 of the tokens
+def test_one_token_carrying_the_weight_is_a_small_effective_sample():
+    """A window where one token of 20 carries the weight: ESS 1/20 of the tokens."""
     log_r = torch.tensor([8.0] + [0.0] * 19)
     w = importance_weights(log_r, torch.arange(20), "token_truncate", None, 1e6)
-    m = stale_is_metrics(stale_is_sums(log_r, w))
-    assert m["stale_is/ess_frac"] < 0.1 and stale_is_alarm(m) is not None
+    assert stale_is_metrics(stale_is_sums(log_r, w))["stale_is/ess_frac"] < 0.1

@@ -116,15 +116,15 @@ def record_losses(trainer, record: dict) -> None:
         dataloader = get_train_dataloader()
         dataset = trainer._rollout_dataset  # TRL's RolloutQueueDataset (rank 0), its queue our admitting one
         dataset.queue = VersionRecordingQueue(dataset.queue, dataset.model_version_fn, groups)
-        collator = dataloader.collate_fn
-        torch_call = collator.torch_call
+        base = getattr(dataloader, "base_dataloader", dataloader)  # accelerate's dispatcher iterates it
+        collate = base.collate_fn
 
-        def recording_torch_call(examples):
+        def recording_collate(examples):
             rows = [(e["group_id"], e["metrics"]["reward"]) for row in examples[0] for e in row.samples]
             packed.append(rows)
-            return torch_call(examples)
+            return collate(examples)
 
-        collator.torch_call = recording_torch_call
+        base.collate_fn = recording_collate
         return dataloader
 
     def recording_compute_loss(model, inputs, *args, **kwargs):

@@ -184,30 +184,3 @@ def stale_is_metrics(sums: torch.Tensor) -> dict[str, float]:
             "stale_is/log_ratio_std": math.sqrt(max(log_sq / finite - mean_log * mean_log, 0.0)),
         })
     return out
-
-
-#: Alarm bounds (not yet calibrated on a run: no asynchronous run of this project exists yet). Below half the tokens'
-#: worth of effective sample size, or above a tenth of the weights changed by the correction, the rollouts are too
-#: stale (or the sampler too far from the trainer) for the correction to be a small one.
-STALE_IS_ALARM_MIN_ESS_FRAC = 0.5
-STALE_IS_ALARM_MAX_CLIPPED_FRAC = 0.1
-
-
-def stale_is_alarm(metrics: dict[str, float], min_ess_frac: float | None = STALE_IS_ALARM_MIN_ESS_FRAC,
-                   max_clipped_frac: float | None = STALE_IS_ALARM_MAX_CLIPPED_FRAC) -> str | None:
-    """A sentence when the importance weights blew up over a logging window (``stale_is/ess_frac`` below
-    ``min_ess_frac``, or ``stale_is/clipped_frac`` above ``max_clipped_frac``), else None. A bound of None is not
-    checked; NaN metrics never fire."""
-    parts = []
-    ess = metrics.get("stale_is/ess_frac", math.nan)
-    if min_ess_frac is not None and not math.isnan(ess) and ess < min_ess_frac:
-        parts.append(f"the importance weights' effective sample size is {ess:.0%} of the tokens (bound "
-                     f"{min_ess_frac:.0%})")
-    clipped = metrics.get("stale_is/clipped_frac", math.nan)
-    if max_clipped_frac is not None and not math.isnan(clipped) and clipped > max_clipped_frac:
-        parts.append(f"{clipped:.0%} of the tokens' ratios are outside the correction's bounds (bound "
-                     f"{max_clipped_frac:.0%})")
-    if not parts:
-        return None
-    return (f"stale rollouts: {' and '.join(parts)}; the policy trains on rollouts far from it: lower max_staleness, "
-            "sync weights more often (weight_sync_steps), or lower the learning rate")
