@@ -24,3 +24,14 @@ def test_config_checks_its_switches():
         with pytest.raises(ValueError, match=field):
             RLVRAsyncConfig(**base, **bad)
     assert RLVRAsyncConfig(**base, loss_normalization="constant").loss_constant == 2048  # max_completion_length
+
+
+def test_a_max_staleness_that_can_never_train_is_refused():
+    """A row read from the queue waits one weight sync (fixed-count batching) or two (token-budget batching) before
+    its loss; a row over max_staleness at its loss is never trained, so a smaller max_staleness trains nothing."""
+    base = {"output_dir": "/tmp/x", "bf16": False, "use_cpu": True}
+    for max_staleness, token_budget in ((0, 0), (0, None), (1, None), (1, 256)):
+        with pytest.raises(ValueError, match=f"max_staleness={max_staleness} can never train"):
+            RLVRAsyncConfig(**base, max_staleness=max_staleness, token_budget=token_budget)
+    assert RLVRAsyncConfig(**base, max_staleness=1, token_budget=0).max_staleness == 1
+    assert RLVRAsyncConfig(**base, max_staleness=2, token_budget=None).max_staleness == 2

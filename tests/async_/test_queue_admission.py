@@ -1,6 +1,7 @@
-"""RLVRAsyncTrainer reads TRL's rollout queue through the group filter: a group straddling a weight sync is trained
-whole, a group too old at its first row is dropped whole and counted, where TRL's per-row check would split the
-first; and the dynamic-sampling switch reaches the reward process's scoring."""
+"""RLVRAsyncTrainer reads TRL's rollout queue through the group filter: a group is admitted at its first row only if
+it will be within max_staleness at its loss (one weight sync after its read, fixed-count batching), a group too old
+then is dropped whole and counted, a follower a sync takes over the bound is dropped, counted; every admitted row's
+version rides to the collator; and the dynamic-sampling switch reaches the reward process's scoring."""
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ pytest.importorskip("trl.experimental.async_grpo")
 from trl.experimental.async_grpo.async_rollout_worker import RolloutSample  # noqa: E402
 
 from tests.async_.test_async_trainer import make_trainer  # noqa: E402
+from trl_rlvr._compat.async_adapter import ROW_VERSION_KEY  # noqa: E402
 
 
 def row(group_id: int, version: int) -> RolloutSample:
@@ -18,27 +20,29 @@ def row(group_id: int, version: int) -> RolloutSample:
                          model_version=version, group_id=group_id, metrics={})
 
 
-def test_groups_are_admitted_whole_at_their_first_row(tiny_model_dir, tmp_path):
-    trainer = make_trainer(tiny_model_dir, tmp_path, max_staleness=1, dynamic_sampling=True,
+def test_groups_are_admitted_within_the_bound_at_their_loss(tiny_model_dir, tmp_path):
+    trainer = make_trainer(tiny_model_dir, tmp_path, max_staleness=2, dynamic_sampling=True,
                            reward_options={"boxed_math": {"prestart": False}})
-    assert trainer.group_scoring.dynamic_sampling
+    assert trainer.group_scoring.dynamic_sampling and trainer.group_filter.syncs_before_loss == 1  # token_budget=0
     trainer.get_train_dataloader()
     # group 3 trails, so that a filter dropping more than it should returns a wrong row instead of waiting forever
-    for sample in (row(0, 0), row(0, 0), row(1, 0), row(2, 2), row(3, 2), row(3, 2)):
+    for sample in (row(0, 0), row(0, 0), row(0, 0), row(1, 0), row(2, 2), row(3, 2), row(3, 2)):
         trainer.rollout_queue.put(sample)
     rows = iter(trainer._rollout_dataset)
     trainer.model_version = 1
-    first = next(rows)  # group 0, 1 version old: admitted
+    first = next(rows)  # group 0, 1 version old: 2 at its loss, admitted
+    second = next(rows)  # its follower, read before the sync: admitted
     trainer.model_version = 2  # a weight sync between two rows of group 0
-    second = next(rows)  # group 0's follower, 2 old: trained with its group (TRL's per-row check drops it)
-    third = next(rows)  # group 1, 2 old at its first row: dropped; group 2 comes next
+    third = next(rows)  # group 0's last row, 2 old: 3 at its loss, dropped; group 1 (2 old at its first row) too
     assert [first["group_id"], second["group_id"], third["group_id"]] == [0, 0, 2]
+    assert [r["metrics"][ROW_VERSION_KEY] for r in (first, second, third)] == [0, 0, 2]
     counts = trainer.group_filter.counts
-    assert (counts.stale, counts.refills_requested, counts.rows_admitted, counts.rows_dropped_stale) == (1, 1, 3, 1)
+    assert (counts.stale, counts.refills_requested, counts.rows_admitted, counts.rows_dropped_stale) == (1, 1, 3, 2)
     logged = {}
     trainer.model.train()  # TRL logs the train metrics in training mode
     trainer.log(logged)
     assert logged["rlvr/queue_stale_total"] == 1.0 and logged["rlvr/queue_refills_requested_total"] == 1.0
+    assert logged["rlvr/queue_rows_dropped_stale_total"] == 2.0
     assert trainer.group_filter.counts.stale == 0  # counted per logging window
 
 

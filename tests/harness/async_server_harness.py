@@ -9,8 +9,13 @@
 - ``steps``: each optimizer step's compute on this rank, ``(start, end)``: from ``on_step_begin`` (its micro-batches
   already fetched) to ``on_optimizer_step`` (the weight sync, in ``on_step_end``, is after it);
 - ``losses`` (rank 0): each micro-batch at the loss, the trainer's ``model_version`` then and every row's
-  ``(group_id, model_version of its group, prompt index, lag at its group's first dequeue, reward)``: the rows are those the collator packed, in
-  order (a micro-batch the dispatcher fetched ahead but never trained is left unmatched, at the end);
+  ``(group_id, model_version of its group, prompt index, lag at its group's first dequeue, reward, the row's own
+  model_version, the trainer's model_version when the row was read from the queue)``: the rows are those the
+  collator packed, in order (a micro-batch the dispatcher fetched ahead but never trained is left unmatched, at the
+  end);
+- ``loss_lags`` (every rank): each micro-batch at this rank's loss, after the staleness bound weighed out the rows
+  over it: the version of the weights trained (``trained_version``), the lag of every token that kept its weight
+  (``token_lags``) and the rows weighed out (``masked_rows``);
 - ``pushes`` (rank 0): the file pushes to the server; ``served_norm_equal``: the served ``model.norm.weight`` equals
   the trainer's after training; ``norm_moved``: how far training moved it.
 
@@ -29,7 +34,7 @@ import time
 import torch
 from transformers import TrainerCallback
 
-from trl_rlvr._compat.async_adapter import RLVRRolloutLoop
+from trl_rlvr._compat.async_adapter import ROW_VERSION_KEY, RLVRRolloutLoop, row_model_versions, trained_model_version
 
 NORM = "model.norm.weight"
 PROMPTS = 12
@@ -71,15 +76,21 @@ class StepTimes(TrainerCallback):
         self.steps.append((self._start, time.time()))
 
 
+#: A row's ``model_version`` when it was read, in its metrics between the queue and the collator (taken out there).
+READ_KEY = "harness/read_version"
+
+
 class VersionRecordingQueue:
     """The trainer's (admitting) queue, remembering each admitted row's group: its version, prompt index, and its
-    lag when its first row was dequeued (the trainer's ``model_version`` then minus the group's)."""
+    lag when its first row was dequeued (the trainer's ``model_version`` then minus the group's); and each row's
+    read version (``READ_KEY`` in its metrics)."""
 
     def __init__(self, inner, model_version_fn, groups: dict):
         self.inner, self.model_version_fn, self.groups = inner, model_version_fn, groups
 
     def get(self, timeout=None):
         sample = self.inner.get(timeout=timeout)
+        sample.metrics = {**sample.metrics, READ_KEY: self.model_version_fn()}
         if sample.group_id not in self.groups:
             self.groups[sample.group_id] = (sample.model_version, int(sample.prompt[-1]["content"][1:]),
                                             self.model_version_fn() - sample.model_version)
@@ -120,7 +131,13 @@ def record_losses(trainer, record: dict) -> None:
         collate = base.collate_fn
 
         def recording_collate(examples):
-            rows = [(e["group_id"], e["metrics"]["reward"]) for row in examples[0] for e in row.samples]
+            rows = []
+            for row in examples[0]:
+                for e in row.samples:
+                    metrics = dict(e["metrics"])
+                    read = metrics.pop(READ_KEY)
+                    rows.append((e["group_id"], metrics["reward"], metrics[ROW_VERSION_KEY], read))
+                    e["metrics"] = metrics
             packed.append(rows)
             return collate(examples)
 
@@ -130,10 +147,26 @@ def record_losses(trainer, record: dict) -> None:
     def recording_compute_loss(model, inputs, *args, **kwargs):
         rows = packed.popleft()
         record["losses"].append({"trainer_version": trainer.model_version, "time": time.time(),
-                                 "rows": [(group, *groups[group], reward) for group, reward in rows]})
+                                 "rows": [(group, *groups[group], reward, version, read)
+                                          for group, reward, version, read in rows]})
         return compute_loss(model, inputs, *args, **kwargs)
 
     trainer.get_train_dataloader, trainer.compute_loss = recording_dataloader, recording_compute_loss
+
+
+def record_loss_lags(trainer, record: dict) -> None:
+    """On every rank: what the loss kept of each micro-batch (``record["loss_lags"]``)."""
+    weigh_out = trainer._weigh_out_stale_rows
+
+    def recording_weigh_out(fwd, inputs):
+        kept, masked_rows = weigh_out(fwd, inputs)
+        version = trained_model_version(trainer)  # a collective, as in the loss: every rank calls it
+        lags = version - row_model_versions(inputs)[kept.segment_id]
+        record["loss_lags"].append({"trained_version": version, "token_lags": lags.tolist(),
+                                    "masked_rows": masked_rows})
+        return kept, masked_rows
+
+    trainer._weigh_out_stale_rows = recording_weigh_out
 
 
 def norm_weight(model) -> torch.Tensor:
@@ -148,6 +181,7 @@ def run(model_dir: str, out: str, base_url: str, **overrides) -> dict:
     trainer = build(model_dir, out, base_url, **overrides)
     rank, main = trainer.accelerator.process_index, trainer.accelerator.is_main_process
     record = {"rank": rank, "num_processes": trainer.accelerator.num_processes, "losses": [], "generations": [],
+              "loss_lags": [], "token_budget": trainer.args.token_budget,
               "max_staleness": trainer.args.max_staleness, "num_generations": trainer.args.num_generations}
     generations_path = f"{out}.generations.rank{rank}.jsonl"
     if main:
@@ -155,6 +189,7 @@ def run(model_dir: str, out: str, base_url: str, **overrides) -> dict:
                                 record_path=generations_path)
         record_losses(trainer, record)
         record["weight_transfer"] = type(trainer.weight_transfer).__name__
+    record_loss_lags(trainer, record)
     steps = StepTimes()
     trainer.add_callback(steps)
     initial = norm_weight(trainer.model)

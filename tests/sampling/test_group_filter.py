@@ -1,6 +1,6 @@
-"""Dynamic sampling inside the staleness bound, decided per group: the same inputs give the same decisions, no group
-older than the bound is admitted, a group is admitted whole, every dropped group asks for one refill, memory stays
-bounded."""
+"""Dynamic sampling inside the staleness bound, decided per group: the same inputs give the same decisions, no row is
+admitted that will be over the bound at its loss (its lag at read plus the syncs it may still wait), a group is
+admitted or refused at its first row, every dropped group asks for one refill, memory stays bounded."""
 
 import math
 
@@ -61,23 +61,31 @@ def queues(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(queues(), st.integers(0, 3))
-def test_rows_follow_their_groups_first_row_within_one_sync(events, bound):
-    f, g = GroupFilter(bound), GroupFilter(bound)
+@given(queues(), st.integers(0, 3), st.integers(0, 2))
+def test_rows_follow_their_groups_first_row_and_every_row_is_within_the_bound_at_its_loss(events, bound, syncs):
+    """``syncs``: the weight syncs a row read now may still wait before its loss. A row is admitted iff its group was
+    admitted at its first row and the row itself will be within the bound at its loss."""
+    f, g = GroupFilter(bound, syncs_before_loss=syncs), GroupFilter(bound, syncs_before_loss=syncs)
     first_age = {}
     for group_id, version, current in events:
         ok = f.admit_row(group_id, version, current)
         assert ok == g.admit_row(group_id, version, current)  # the same rows, the same decisions
         first_age.setdefault(group_id, current - version)
-        assert ok == (first_age[group_id] <= bound and current - version <= bound + 1)
+        assert ok == (first_age[group_id] + syncs <= bound and current - version + syncs <= bound)
+        if ok:
+            assert current - version + syncs <= bound  # within the bound at the loss, followers included
     assert f.counts.rows_admitted + f.counts.rows_dropped_stale == len(events)
-    assert f.counts.refills_requested == f.counts.stale == sum(1 for a in first_age.values() if a > bound)
+    assert f.counts.refills_requested == f.counts.stale == sum(1 for a in first_age.values() if a + syncs > bound)
 
 
-def test_a_group_straddling_a_sync_is_trained_whole():
-    f = GroupFilter(max_staleness=1)
-    assert [f.admit_row(0, 5, 6), f.admit_row(0, 5, 7), f.admit_row(1, 5, 7)] == [True, True, False]
-    assert f.admit_row(0, 5, 8) is False  # two syncs late: refused even though its group was admitted
+def test_a_group_straddling_a_sync_keeps_the_rows_within_the_bound_at_their_loss():
+    f = GroupFilter(max_staleness=2, syncs_before_loss=1)
+    # group 0 read 1 old: 2 old at its loss; its follower read after a sync would be 3 old at its loss: refused
+    assert [f.admit_row(0, 5, 6), f.admit_row(0, 5, 7), f.admit_row(1, 5, 7)] == [True, False, False]
+    assert [f.admit_row(2, 6, 7), f.admit_row(2, 6, 7)] == [True, True]  # a group read within one sync: whole
+    assert (f.counts.stale, f.counts.rows_dropped_stale) == (1, 2)
+    with pytest.raises(ValueError, match="syncs_before_loss"):
+        GroupFilter(max_staleness=1, syncs_before_loss=-1)
 
 
 def test_memory_is_bounded():

@@ -18,6 +18,12 @@
   same arguments (its ``weight_update_info`` manifest: names, dtype names, shapes);
 - the trainer's ``_rollout_dataset`` (TRL's ``RolloutQueueDataset``: its ``queue`` and per-row ``max_staleness``
   check): :func:`admit_groups_whole` puts a group filter between it and the queue (:class:`AdmittingQueue`);
+- each row's generating ``model_version`` to the loss: :class:`AdmittingQueue` adds it to the row's ``metrics`` (the
+  one per-sample field ``RolloutQueueDataset`` passes on to the collator), and :func:`carry_row_versions` wraps
+  the dataloader's ``collate_fn`` (``DataCollatorForRollout``) to take it out again and add it to the packed batch (``row_model_version``: per rank, each
+  packed sample's version, in ``TreeRow.samples`` order, which ``segment_id`` indexes); :func:`row_model_versions`
+  reads it at the loss; ``model_version`` counts weight syncs on the main process only:
+  :func:`trained_model_version` broadcasts it;
 - ``packing.TREE_ATTENTION``, the attention TRL's model runs with, is FlashAttention-3 from the Hub (GPU only):
   :func:`use_cpu_tree_attention` registers :func:`cpu_tree_attention`, the same computation in plain PyTorch, under
   that name on a machine without CUDA.
@@ -302,6 +308,8 @@ class AdmittingQueue:
                 self._settle_dropped(sample.group_id)
                 continue
             if self.group_filter.admit_row(sample.group_id, sample.model_version, self.model_version_fn()):
+                # the row's version rides in its metrics to the collator (carry_row_versions takes it out)
+                sample.metrics = {**sample.metrics, ROW_VERSION_KEY: sample.model_version}
                 return sample
             if self.group_filter.admitted(sample.group_id) is False:
                 self._settle_dropped(sample.group_id)
@@ -315,15 +323,64 @@ class AdmittingQueue:
 
 
 def admit_groups_whole(trainer, group_filter, ledger=None) -> bool:
-    """Between the trainer's ``RolloutQueueDataset`` (rank 0) and its queue, ``group_filter``'s group admission; the
-    dataset's own per-row check is widened to the filter's bound for a follower (``max_staleness + 1``), which the
-    filter already enforces. True if installed (False off rank 0, before the dataloader exists)."""
+    """Between the trainer's ``RolloutQueueDataset`` (rank 0) and its queue, ``group_filter``'s group admission (at
+    least as strict as the dataset's own per-row check, which stays); ``ledger``: the prompt stream's record of
+    settled groups. True if installed (False off rank 0, before the dataloader exists)."""
     dataset = getattr(trainer, "_rollout_dataset", None)
     if dataset is None:
         return False
     dataset.queue = AdmittingQueue(dataset.queue, group_filter, dataset.model_version_fn, ledger)
-    dataset.max_staleness = group_filter.max_staleness + 1
     return True
+
+
+#: The key of a row's ``model_version`` in its ``metrics``, between :class:`AdmittingQueue` and the collator.
+ROW_VERSION_KEY = "rlvr/_row_model_version"
+#: The packed batch's key of each packed sample's ``model_version``: (num_processes, samples of the longest row).
+ROW_VERSIONS = "row_model_version"
+
+
+def carry_row_versions(dataloader) -> None:
+    """Have the dataloader's collate function (TRL's ``DataCollatorForRollout``, or a wrapper of it) add
+    :data:`ROW_VERSIONS` to each packed batch, taking each row's version out of its ``metrics`` first (so TRL's
+    collator metrics do not see it). Padded with -1. (accelerate's dispatcher iterates the ``base_dataloader`` it
+    wraps.)"""
+    dataloader = getattr(dataloader, "base_dataloader", dataloader)
+    inner = dataloader.collate_fn
+
+    def collate_with_versions(examples):
+        (rows,) = examples
+        versions = []
+        for row in rows:
+            versions.append([])
+            for sample in row.samples:
+                metrics = dict(sample["metrics"])
+                versions[-1].append(int(metrics.pop(ROW_VERSION_KEY)))  # a row that skipped the admission: KeyError
+                sample["metrics"] = metrics
+        batch = inner(examples)
+        width = max(len(v) for v in versions)
+        batch[ROW_VERSIONS] = torch.tensor([v + [-1] * (width - len(v)) for v in versions], dtype=torch.long)
+        return batch
+
+    dataloader.collate_fn = collate_with_versions
+
+
+def row_model_versions(inputs: dict) -> torch.Tensor:
+    """(S,) this process's packed samples' generating ``model_version``, which ``segment_id`` indexes."""
+    if ROW_VERSIONS not in inputs:
+        raise KeyError(f"the packed batch has no {ROW_VERSIONS!r}: its rows' versions did not reach the loss "
+                       "(carry_row_versions not installed on the collator)")
+    return inputs[ROW_VERSIONS][0]
+
+
+def trained_model_version(trainer) -> int:
+    """The weights being trained, as a ``model_version``: TRL counts weight syncs on the main process only (the other
+    processes keep 0), so the main process's count, broadcast (a collective: every process calls it)."""
+    if trainer.accelerator.num_processes == 1:
+        return int(trainer.model_version)
+    from accelerate.utils import broadcast
+
+    version = torch.tensor([int(trainer.model_version)], device=trainer.accelerator.device)
+    return int(broadcast(version, from_process=0).item())
 
 
 # -- the prompt stream's position ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from trl_rlvr.algorithms.group_scores import GROUP_SCALES
 from trl_rlvr.algorithms.packed_loss import NORMALIZATIONS
 from trl_rlvr.algorithms.shaping import validate_overlong
 from trl_rlvr.algorithms.stale_is import MODES, check_stale_is
+from trl_rlvr.algorithms.stale_rows import syncs_read_to_loss
 from trl_rlvr.checks.alarms import parse_thresholds
 from trl_rlvr.config import RLVRConfig
 
@@ -35,6 +36,20 @@ def _as_in_rlvr_config(name: str, default=dataclasses.MISSING, **extra):
 def _choice(name: str, value, choices) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def _check_max_staleness(max_staleness: int, token_budget: int | None) -> None:
+    """Refuse a ``max_staleness`` under which no row can ever be trained: a row read from the queue waits
+    ``syncs_read_to_loss(token_budget)`` weight syncs at most before its loss, and the trainer admits a row only if
+    it will be within ``max_staleness`` then (docs/async.md)."""
+    gap = syncs_read_to_loss(token_budget)
+    if max_staleness < gap:
+        batching = "fixed-count batching (token_budget=0)" if gap == 1 else "token-budget batching (token_budget != 0)"
+        raise ValueError(
+            f"max_staleness={max_staleness} can never train: with {batching} a row read from the rollout queue may "
+            f"wait {gap} weight sync(s) before its loss (accelerate fetches the next micro-batch before the step's "
+            f"sync{'' if gap == 1 else '; the row that closes a token-budget micro-batch waits for the next one'}), "
+            f"and a row over max_staleness at its loss is never trained; use max_staleness >= {gap}")
 
 
 @dataclass
@@ -131,6 +146,7 @@ class RLVRAsyncConfig(AsyncGRPOConfig):
         if self.loss_constant is not None and not self.loss_constant > 0:
             raise ValueError(f"loss_constant must be positive, got {self.loss_constant!r}")
         check_stale_is(self.stale_is_mode, self.stale_is_clip_min, self.stale_is_clip_max)
+        _check_max_staleness(self.max_staleness, self.token_budget)
         _choice("scale_rewards", self.scale_rewards, GROUP_SCALES)
         _choice("advantage_baseline", self.advantage_baseline, BASELINES)
         _choice("advantage_std", self.advantage_std, STD_KINDS)

@@ -2,7 +2,10 @@
 
 What is TRL's and what is ours:
 
-- generation, tools, the rollout queue, the staleness bound, packing and weight sync are TRL's, as they are;
+- generation, tools, the rollout queue, packing and weight sync are TRL's, as they are;
+- the staleness bound holds at the loss: a group is admitted from the queue only if it will be within
+  ``max_staleness`` at its loss (:class:`trl_rlvr.sampling.group_filter.GroupFilter`), and a row over it at the loss
+  is weighed out (:mod:`trl_rlvr.algorithms.stale_rows`, ``rlvr/stale_rows_masked_total``);
 - the group advantages are computed in TRL's rollout process, then set the RLVR way on the rows it queues
   (:func:`trl_rlvr.async_grpo.rescore.rescore_rows`: reward weights, the unscorable rule, baseline, std,
   ``scale_rewards``; dynamic sampling drops zero-signal groups there);
@@ -32,12 +35,15 @@ from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from trl_rlvr._compat.async_adapter import (
     admit_groups_whole,
+    carry_row_versions,
     cpu_constructible,
     packed_forward,
     record_collated_groups,
     record_step_accounting,
     restore_epoch_count,
+    row_model_versions,
     set_stream_start,
+    trained_model_version,
     use_cpu_tree_attention,
     use_rlvr_scoring,
 )
@@ -50,6 +56,7 @@ from trl_rlvr.algorithms.stale_is import (
     stale_is_metrics,
     stale_is_sums,
 )
+from trl_rlvr.algorithms.stale_rows import fresh_tokens, stale_row_count, syncs_read_to_loss
 from trl_rlvr.async_grpo.async_config import RLVRAsyncConfig
 from trl_rlvr.async_grpo.rescore import GroupScoring
 from trl_rlvr.checks.alarms import RLVRAlarmsCallback
@@ -87,7 +94,9 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
         self.reward_func_names = [getattr(f, "__name__", type(f).__name__) for f in reward_funcs]
         use_cpu_tree_attention()  # without CUDA: TRL's tree attention in plain PyTorch (TRL's needs FlashAttention-3)
         self.uses_rlvr_scoring = use_rlvr_scoring(self.rollout_worker, self.group_scoring)
-        self.group_filter = GroupFilter(max_staleness=args.max_staleness, dynamic_sampling=False)
+        self.group_filter = GroupFilter(max_staleness=args.max_staleness, dynamic_sampling=False,
+                                        syncs_before_loss=syncs_read_to_loss(args.token_budget))
+        self._stale_rows_masked = 0  # rows weighed out at the loss, over every process, this logging window
         # the prompt stream's position (trl_rlvr.sampling.stream_ledger)
         self.stream_ledger = StreamLedger() if keeps_stream_position(self.rollout_worker, rollout_worker) else None
         self._collated_groups: deque[set[int]] = deque()  # rank 0: micro-batches collated, not yet trained
@@ -99,10 +108,12 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
 
     def get_train_dataloader(self):
         # TRL's dataloader, its queue read through the group filter: a group is admitted (trained whole) or dropped
-        # at its first row, never older than max_staleness then (trl_rlvr.sampling.group_filter); with the stream
+        # at its first row, admitted only if within max_staleness at its loss (trl_rlvr.sampling.group_filter); each
+        # row's version carried into the packed batch, for the bound at the loss (compute_loss); with the stream
         # ledger, what each micro-batch holds is recorded when it is collated (before it is trained: prefetch)
         dataloader = super().get_train_dataloader()
         admit_groups_whole(self, self.group_filter, self.stream_ledger)
+        carry_row_versions(dataloader)
         if self.stream_ledger is not None and self.accelerator.is_main_process:
             record_collated_groups(dataloader, self._collated_groups)
         return dataloader
@@ -145,6 +156,8 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
             for name in ("stale", "rows_dropped_stale", "refills_requested"):
                 self._metrics["train"][f"rlvr/queue_{name}_total"].append(float(getattr(counts, name)))
             self.group_filter.counts = type(counts)()
+            self._metrics["train"]["rlvr/stale_rows_masked_total"].append(float(self._stale_rows_masked))
+        self._stale_rows_masked = 0
         for name in self._alarms_to_log:
             self._metrics["train"][f"rlvr/alarm/{name}"].append(1.0)
         self._alarms_to_log = []
@@ -152,23 +165,38 @@ class RLVRAsyncTrainer(AsyncGRPOTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         args = self.args
-        fwd = packed_forward(self, model, inputs)
+        fwd, stale_rows = self._weigh_out_stale_rows(packed_forward(self, model, inputs), inputs)
         per_token, weights = corrected_token_loss(
             fwd.log_probs, fwd.old_log_probs, fwd.advantages, fwd.segment_id, epsilon_low=self.epsilon_low,
             epsilon_high=self.epsilon_high, mode=args.stale_is_mode, clip_min=args.stale_is_clip_min,
             clip_max=args.stale_is_clip_max)
-        answers = self.accelerator.reduce(
-            torch.tensor(float(local_answer_count(fwd.segment_id)), device=per_token.device), reduction="sum")
-        loss = packed_loss(per_token, fwd.segment_id, args.loss_normalization,
-                           global_tokens=float(inputs["global_n_tokens"][0]), global_answers=float(answers),
-                           num_processes=self.accelerator.num_processes, loss_constant=args.loss_constant)
+        # the kept tokens and completions over every process: the normalization counts only those
+        tokens, answers, stale_rows = self.accelerator.reduce(torch.tensor(
+            [float(fwd.log_probs.numel()), float(local_answer_count(fwd.segment_id)), float(stale_rows)],
+            device=per_token.device), reduction="sum").tolist()
+        self._stale_rows_masked += int(stale_rows)
+        loss = packed_loss(per_token, fwd.segment_id, args.loss_normalization, global_tokens=tokens,
+                           global_answers=answers, num_processes=self.accelerator.num_processes,
+                           loss_constant=args.loss_constant)
         loss = loss / self.current_gradient_accumulation_steps
         if self.aux_loss_enabled:
             loss = loss + self.router_aux_loss_coef * fwd.outputs.aux_loss / self.current_gradient_accumulation_steps
-        self._log_loss_metrics(fwd, weights)
-        self._log_ratio_metrics(fwd)
+        if tokens:  # a micro-batch weighed out whole trains nothing: no stale_is/entropy value (NaN) for its window
+            self._log_loss_metrics(fwd, weights)
+            self._log_ratio_metrics(fwd)
         record_step_accounting(self, inputs)
         return loss
+
+    def _weigh_out_stale_rows(self, fwd, inputs: dict):
+        """``fwd`` restricted to the tokens of rows within ``max_staleness`` of the weights being trained
+        (:func:`trl_rlvr.algorithms.stale_rows.fresh_tokens`), and how many rows of this process it weighed out."""
+        versions = row_model_versions(inputs).to(fwd.segment_id.device)
+        keep = fresh_tokens(fwd.segment_id, versions, trained_model_version(self), self.args.max_staleness)
+        stale = stale_row_count(fwd.segment_id, keep)
+        if stale:
+            fwd = fwd._replace(**{name: getattr(fwd, name)[keep] for name in
+                                  ("log_probs", "entropy", "old_log_probs", "advantages", "segment_id")})
+        return fwd, stale
 
     def _log_loss_metrics(self, fwd, weights: torch.Tensor) -> None:
         """``stale_is/*`` (the ratio's spread and what the correction changed, :func:`stale_is_metrics`) and TRL's
