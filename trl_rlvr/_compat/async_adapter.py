@@ -26,7 +26,8 @@
   :func:`trained_model_version` broadcasts it;
 - ``packing.TREE_ATTENTION``, the attention TRL's model runs with, is FlashAttention-3 from the Hub (GPU only):
   :func:`use_cpu_tree_attention` registers :func:`cpu_tree_attention`, the same computation in plain PyTorch, under
-  that name on a machine without CUDA.
+  that name on a machine without CUDA; it needs TRL's packed rows, so a plain forward or ``generate()`` of the
+  trainer's model (a held-out evaluation) runs under :func:`plain_attention`.
 
 The prompt stream's position (:mod:`trl_rlvr.sampling.stream_ledger`, docs/dynamic_sampling.md):
 
@@ -289,6 +290,21 @@ def use_cpu_tree_attention() -> bool:
 
     AttentionInterface.register(TREE_ATTENTION, cpu_tree_attention)
     return True
+
+
+@contextlib.contextmanager
+def plain_attention(model, implementation: str = "sdpa"):
+    """``model`` (the trainer's, built with TRL's tree attention) with ``implementation`` while the block runs, for
+    a plain forward or ``generate()`` (the tree attention reads TRL's packed rows); TRL's attention again after."""
+    before = model.config._attn_implementation
+    if before != TREE_ATTENTION:
+        yield model
+        return
+    model.set_attn_implementation(implementation)
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(before)
 
 
 class AdmittingQueue:
