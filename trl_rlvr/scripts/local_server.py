@@ -14,6 +14,7 @@ build in its own venv on a CPU). The server's output goes to ``server.log_path``
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import re
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,6 +112,34 @@ def served(model_dir: str, *, max_model_len: int = 512, extra_args: tuple[str, .
         yield server
     finally:
         stop(process)
+
+
+@contextlib.contextmanager
+def aborted_if_it_exits(server: Server, poll_s: float = 1.0):
+    """Run the block; if the server's process exits before the block ends, interrupt it (the main thread) and raise
+    a ``RuntimeError`` with the server's last output, instead of clients retrying a dead server until their
+    timeouts."""
+    done, exited = threading.Event(), threading.Event()
+
+    def watch():
+        while not done.wait(poll_s):
+            if server.process.poll() is not None:
+                exited.set()
+                _thread.interrupt_main()
+                return
+
+    watcher = threading.Thread(target=watch, name="vllm-server-watch", daemon=True)
+    watcher.start()
+    try:
+        yield server
+    except KeyboardInterrupt:
+        if not exited.is_set():
+            raise
+        raise RuntimeError(f"the vLLM server exited ({server.process.returncode}) while it was in use; its last "
+                           f"output ({server.log_path}):\n{server.log_tail()}") from None
+    finally:
+        done.set()
+        watcher.join()
 
 
 def stop(process: subprocess.Popen, grace: float = 20.0) -> None:

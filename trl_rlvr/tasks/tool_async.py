@@ -107,12 +107,14 @@ def pinned(cpus):
 def rl_server(trainer, script_args, log_dir: str):
     """The vLLM server of ``trainer`` (an ``RLVRAsyncTrainer``) serving the RL start on its URL's port and the last
     ``script_args.server_cpus`` cores, this process on the others, while the block runs; yields the
-    :class:`~trl_rlvr.scripts.local_server.Server` (its ``startup_s``). The server's output: ``log_dir/server.log``."""
-    from trl_rlvr.scripts.local_server import served
+    :class:`~trl_rlvr.scripts.local_server.Server` (its ``startup_s``). The server's output: ``log_dir/server.log``;
+    a server that exits meanwhile stops the block with it (:func:`~trl_rlvr.scripts.local_server.aborted_if_it_exits`).
+    """
+    from trl_rlvr.scripts.local_server import aborted_if_it_exits, served
 
     server_cpus, trainer_cpus = split_cores(script_args.server_cpus)
     os.makedirs(log_dir, exist_ok=True)
     with served(trainer.model.name_or_path, port=urlparse(trainer.args.vllm_server_base_url).port,
                 max_model_len=SERVER_MAX_MODEL_LEN, cpus=server_cpus, log_dir=log_dir) as server, \
-            pinned(trainer_cpus):
+            aborted_if_it_exits(server), pinned(trainer_cpus):
         yield server
