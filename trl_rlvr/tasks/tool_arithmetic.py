@@ -299,10 +299,6 @@ def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_ro
     from trl_rlvr.rewards.registry import load_reward
     from trl_rlvr.trainer import RLVRTrainer
 
-    if tool and getattr(script_args, "async_rl", False):
-        from trl_rlvr.tasks.tool_async import build_async_rl_trainer
-
-        return build_async_rl_trainer(model_path, tokenizer, script_args, training_args, train_rows)
     if tool:
         rewards = [load_reward("boxed_math"), tool_format]
         environment_factory = tool_environment(script_args)
@@ -312,7 +308,14 @@ def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_ro
     if getattr(script_args, "reward_control", "none") == "shuffled":  # the lab's random-reward control
         from trl_rlvr.rewards.controls import shuffled_rewards
 
+        if getattr(script_args, "async_rl", False):
+            raise ValueError("reward_control runs synchronously only: leave async_rl off for the control")
         rewards = shuffled_rewards(rewards, seed=training_args.seed)
+    if tool and getattr(script_args, "async_rl", False):
+        from trl_rlvr.tasks.tool_async import build_async_rl_trainer
+
+        return build_async_rl_trainer(model_path, tokenizer, script_args, training_args, rewards,
+                                      dataset(train_rows), environment_factory)
     return RLVRTrainer(model=str(model_path), reward_funcs=rewards, args=training_args,
                        train_dataset=dataset(train_rows), processing_class=tokenizer,
                        environment_factory=environment_factory)

@@ -71,20 +71,16 @@ def async_training_args(training_args, script_args, base_url: str):
                            token_budget=0)
 
 
-def build_async_rl_trainer(model_path, tokenizer, script_args, training_args, train_rows):
-    """``RLVRAsyncTrainer`` for the tool arm: ``boxed_math`` + ``tool_format``, ``PythonEnvironment`` (both pickle
-    into TRL's rollout process), its server's URL on a free local port (the server starts with :func:`rl_server`)."""
+def build_async_rl_trainer(model_path, tokenizer, script_args, training_args, reward_funcs, train_dataset,
+                           environment_factory):
+    """``RLVRAsyncTrainer`` for the tool arm (its rewards and environment factory must pickle into TRL's rollout
+    process: the job's do), its server's URL on a free local port (the server starts with :func:`rl_server`)."""
     from trl_rlvr.async_grpo import RLVRAsyncTrainer
-    from trl_rlvr.rewards.registry import load_reward
     from trl_rlvr.scripts.local_server import free_port
-    from trl_rlvr.tasks.tool_arithmetic import dataset, tool_environment, tool_format
 
-    if getattr(script_args, "reward_control", "none") != "none":
-        raise ValueError("reward_control runs synchronously only: leave async_rl off for the control")
     args = async_training_args(training_args, script_args, f"http://127.0.0.1:{free_port()}")
-    return RLVRAsyncTrainer(model=str(model_path), reward_funcs=[load_reward("boxed_math"), tool_format], args=args,
-                            train_dataset=dataset(train_rows), processing_class=tokenizer,
-                            environment_factory=tool_environment(script_args))
+    return RLVRAsyncTrainer(model=str(model_path), reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                            processing_class=tokenizer, environment_factory=environment_factory)
 
 
 @contextlib.contextmanager
