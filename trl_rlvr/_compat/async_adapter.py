@@ -1,6 +1,10 @@
 """Every private piece of TRL 1.16's asynchronous GRPO trainer (``trl.experimental.async_grpo``) that
 :class:`trl_rlvr.async_grpo.RLVRAsyncTrainer` touches, in one module (the synchronous adapter is separate).
 
+The contract is :data:`trl_rlvr._compat.trl_contract.ASYNC_ADAPTER`: for each piece below (and each override of
+``RLVRAsyncTrainer``), the private TRL names it relies on and the TRL methods that must still use them, checked
+against the installed TRL by ``async_contract_violations`` (``pytest -m trl_contract``). In short:
+
 - ``_AsyncRolloutLoop._score_group`` (the spawned rollout process scores a group): :class:`RLVRRolloutLoop` calls it,
   then sets the RLVR advantages on the rows it returns (:func:`trl_rlvr.async_grpo.rescore.rescore_rows`); reads the
   loop's ``reward_func_names`` and ``_push_metrics``;
