@@ -228,6 +228,5 @@ class ToolJob:
 def server_record(server) -> dict:
     """What the RL stage's vLLM server did, from the server itself: its start time, the cores its process may use
     and this process's, its own counts (requests, prompt and generation tokens: Prometheus ``/metrics``)."""
-
     return {"startup_s": round(server.startup_s, 1), "server_cores": sorted(os.sched_getaffinity(server.process.pid)),
             "trainer_cores": sorted(os.sched_getaffinity(0)), "counters": server.counters()}
