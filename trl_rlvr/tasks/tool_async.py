@@ -43,6 +43,10 @@ CARRIED = (
 #: The server's context: the job's prompts (system turn, tool schema, question) and completion budget fit with room
 #: (the tiny smoke model's tokenizer spells them out in characters).
 SERVER_MAX_MODEL_LEN = 2048
+#: Every prompt prefilled in one piece: TRL's rollout process seeds each request, and vLLM 0.31 on a CPU fails on a
+#: seeded request whose prefill is split over scheduler steps (its CPU generator has no offset to rewind: "CPU
+#: Generator does not use offset", the engine dies); 32+ prompts of ~250 tokens in flight split without this.
+SERVER_ARGS = ("--no-enable-chunked-prefill", "--max-num-batched-tokens", str(SERVER_MAX_MODEL_LEN))
 
 
 def split_cores(server_cpus: int, cores=None) -> tuple[list[int], list[int]]:
@@ -111,6 +115,6 @@ def rl_server(trainer, script_args, log_dir: str):
     server_cpus, trainer_cpus = split_cores(script_args.server_cpus)
     os.makedirs(log_dir, exist_ok=True)
     with served(trainer.model.name_or_path, port=urlparse(trainer.args.vllm_server_base_url).port,
-                max_model_len=SERVER_MAX_MODEL_LEN, cpus=server_cpus, log_dir=log_dir) as server, \
+                max_model_len=SERVER_MAX_MODEL_LEN, extra_args=SERVER_ARGS, cpus=server_cpus, log_dir=log_dir) as server, \
             aborted_if_it_exits(server), pinned(trainer_cpus):
         yield server
