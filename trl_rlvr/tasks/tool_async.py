@@ -54,8 +54,8 @@ def split_cores(server_cpus: int, cores=None) -> tuple[list[int], list[int]]:
     affinity) for the server, the others for the trainer; both must be non-empty."""
     cores = sorted(os.sched_getaffinity(0) if cores is None else cores)
     if not 1 <= server_cpus < len(cores):
-        raise ValueError(f"server_cpus={server_cpus} leaves the trainer no core: this process may use {len(cores)} "
-                         f"({cores}); the server and the trainer each need at least one")
+        raise ValueError(f"server_cpus={server_cpus}: the server and the trainer each need at least one of the "
+                         f"{len(cores)} cores this process may use ({cores})")
     return cores[-server_cpus:], cores[:-server_cpus]
 
 
