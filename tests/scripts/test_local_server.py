@@ -4,6 +4,7 @@ leaves nothing running."""
 
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -35,10 +36,32 @@ def test_a_block_that_ends_first_is_left_alone(tmp_path):
     try:
         with aborted_if_it_exits(server, poll_s=0.1) as same:
             assert same is server
-        with pytest.raises(KeyboardInterrupt):  # an interrupt of the user's own goes through unchanged
+        with pytest.raises(KeyboardInterrupt):  # the user's own interrupt goes through unchanged
             with aborted_if_it_exits(server, poll_s=0.1):
                 raise KeyboardInterrupt
     finally:
         server.process.kill()
         server.process.wait()
     time.sleep(0.3)  # the server is gone, the watchers stopped with their blocks: nothing interrupts this thread
+
+
+def test_it_stops_the_block_in_any_thread(tmp_path):
+    """The block may run outside the main thread (a test runner's worker thread, a trainer started from a thread)."""
+    outcome = {}
+
+    def use():
+        server = stand_in_server(tmp_path, 0.3)
+        try:
+            with aborted_if_it_exits(server, poll_s=0.1):
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    time.sleep(0.05)
+        except RuntimeError as err:
+            outcome["error"] = str(err)
+        outcome["elapsed"] = True
+
+    thread = threading.Thread(target=use)
+    started = time.monotonic()
+    thread.start()
+    thread.join(30)
+    assert "engine core died" in outcome.get("error", "") and time.monotonic() - started < 10

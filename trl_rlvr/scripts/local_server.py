@@ -14,7 +14,6 @@ build in its own venv on a CPU). The server's output goes to ``server.log_path``
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import os
 import re
@@ -114,32 +113,52 @@ def served(model_dir: str, *, max_model_len: int = 512, extra_args: tuple[str, .
         stop(process)
 
 
+class ServerExited(Exception):
+    """Raised in the thread using a server whose process exited (:func:`aborted_if_it_exits`)."""
+
+
+def _raise_in_thread(ident: int, exc_type: type[BaseException] | None) -> None:
+    """Have thread ``ident`` raise ``exc_type`` at its next Python instruction (None: cancel a pending one);
+    CPython's ``PyThreadState_SetAsyncExc``, the only way to stop a thread that waits in a loop."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc_type) if exc_type else None)
+
+
 @contextlib.contextmanager
 def aborted_if_it_exits(server: Server, poll_s: float = 1.0):
-    """Run the block; if the server's process exits before the block ends, interrupt it (the main thread) and raise
-    a ``RuntimeError`` with the server's last output, instead of clients retrying a dead server until their
-    timeouts."""
+    """Run the block; if the server's process exits before the block ends, stop the block (an exception raised in
+    the thread that runs it, at its next Python instruction) and raise a ``RuntimeError`` with the server's last
+    output, instead of clients retrying a dead server until their timeouts. A lock makes the watcher's decision and
+    the block's end exclusive: an exit seen after the block ended raises nothing."""
+    user, lock = threading.get_ident(), threading.Lock()
     done, exited = threading.Event(), threading.Event()
 
     def watch():
         while not done.wait(poll_s):
-            if server.process.poll() is not None:
-                exited.set()
-                _thread.interrupt_main()
-                return
+            with lock:
+                if not done.is_set() and server.process.poll() is not None:
+                    exited.set()
+                    _raise_in_thread(user, ServerExited)
+                    return
 
     watcher = threading.Thread(target=watch, name="vllm-server-watch", daemon=True)
     watcher.start()
+    failure = None
     try:
         yield server
-    except KeyboardInterrupt:
-        if not exited.is_set():
-            raise
-        raise RuntimeError(f"the vLLM server exited ({server.process.returncode}) while it was in use; its last "
-                           f"output ({server.log_path}):\n{server.log_tail()}") from None
+    except ServerExited:
+        failure = "exited"
     finally:
-        done.set()
+        with lock:
+            done.set()
+            if exited.is_set() and failure is None:  # fired as the block ended: cancel it if still pending
+                _raise_in_thread(user, None)
+                failure = "exited"
         watcher.join()
+    if failure:
+        raise RuntimeError(f"the vLLM server exited ({server.process.returncode}) while it was in use; its last "
+                           f"output ({server.log_path}):\n{server.log_tail()}")
 
 
 def stop(process: subprocess.Popen, grace: float = 20.0) -> None:
