@@ -18,12 +18,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def launch_job(script: str, job_args: list[str], busy: int = 0) -> dict:
+def launch_job(script: str, job_args: list[str], busy: int = 0, python: str = sys.executable) -> dict:
     """Run ``examples/{script}.py`` (or, for a dotted name, the module ``script``: ``benchmarks.tool_arms``) once
-    under ``accelerate launch`` with ``busy`` spinners alongside. -> the command, wall seconds, peak RSS (KiB),
-    loads, cores and the exit status."""
+    under ``accelerate launch`` of ``python`` with ``busy`` spinners alongside. -> the command, wall seconds, peak RSS
+    (KiB), loads, cores and the exit status."""
     target = ["-m", script] if "." in script else [str(ROOT / "examples" / f"{script}.py")]
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
+    command = [python, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", *target, *job_args]
     print("$ " + " ".join(command), flush=True)
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
@@ -46,13 +46,14 @@ def launch_job(script: str, job_args: list[str], busy: int = 0) -> dict:
     return result
 
 
-def tool_job_smoke_args(out: Path) -> list[str]:
+def tool_job_smoke_args(out: Path, hidden_size: int = 64) -> list[str]:
     """Arguments that make the tool job (``examples/tool_r1.py``, ``benchmarks.tool_arms``) a smoke run: its ``--smoke`` mode on a tiny random model with
-    ChatML tokens (``trl_rlvr.testing.build_tiny_chatml_model``, built under ``out`` once), seconds to minutes."""
-    model = out / "tiny_model"
+    ChatML tokens (``trl_rlvr.testing.build_tiny_chatml_model``, built under ``out`` once), seconds to minutes.
+    ``hidden_size=256``: heads of 64, a size vLLM's CPU attention takes."""
+    model = out / f"tiny_model_{hidden_size}"
     if not model.is_dir():
         from trl_rlvr.testing import build_tiny_chatml_model
 
-        model = build_tiny_chatml_model(model)
+        model = build_tiny_chatml_model(model, hidden_size=hidden_size)
     return ["--smoke", "--model_name_or_path", str(model), "--max_completion_length", "24",
             "--overlong_buffer_length", "8", "--save_model", "false", "--plot", "false"]

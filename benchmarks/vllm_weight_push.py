@@ -82,7 +82,7 @@ def run(model_dir: str, pushes: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_rlvr._compat.vllm_server import FileWeightSyncClient, served_parameter_matches
-    from trl_rlvr.testing.served_vllm import served
+    from trl_rlvr.scripts.local_server import served
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     ids = AutoTokenizer.from_pretrained(model_dir)(PROBE_TEXT)["input_ids"]

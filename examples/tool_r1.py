@@ -24,6 +24,7 @@ benchmarks.tool_arms`` (docs/benchmarks.md).
     accelerate launch examples/tool_r1.py --passk_samples 64    # also pass@k up to 64, cold start vs + RL
     accelerate launch examples/tool_r1.py --smoke               # one short step of each stage (seconds to minutes)
     python examples/tool_r1.py --use_vllm --vllm_mode colocate  # rollouts and evaluation on vLLM's CPU engine
+    python examples/tool_r1.py --async                          # RL on TRL's async trainer, its vLLM server on a core
 """
 
 from __future__ import annotations
@@ -47,13 +48,14 @@ def main(script_args, training_args, model_args):
     # 1. Cold start: SFT on traces that call the tool (SFTTrainer; saved to output_dir/cold_start)
     start_path = job.cold_start() if script_args.sft_traces else job.base_path
 
-    # 2. RLVRTrainer with the Python tool (environment_factory), rewards boxed_math + tool_format
+    # 2. RLVRTrainer with the Python tool (environment_factory), rewards boxed_math + tool_format;
+    #    with --async, RLVRAsyncTrainer (trl_rlvr.tasks.tool_async)
     job.trainer = build_rl_trainer(start_path, job.tokenizer, script_args, training_args, train_rows, tool=True)
     label = "cold start (tool)" if script_args.sft_traces else "base (tool)"
     if script_args.eval_start:  # the held-out evaluation of the RL start (with --passk_samples, also large-k)
         job.evaluate_tool(label, "cold start", eval_rows)
 
-    # 3. Train, one line per step
+    # 3. Train, one line per step (with --async, the job's vLLM server generates on its own core meanwhile)
     job.train()
 
     # 4. Evaluate the trained policy, save it

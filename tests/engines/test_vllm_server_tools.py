@@ -32,8 +32,8 @@ def tool_run(tmp_path_factory):
     from reward_plugins.code_sandbox import PythonEnvironment
     from tests.harness.tool_eval_harness import boxed_product, questions
     from trl_rlvr import RLVRConfig, RLVRTrainer
+    from trl_rlvr.scripts.local_server import served
     from trl_rlvr.testing import load_tool_tokenizer
-    from trl_rlvr.testing.served_vllm import served
     from trl_rlvr.testing.trained_tool_model import build_trained_tool_model
 
     model_dir = str(build_trained_tool_model(tmp_path_factory.mktemp("trained_tool_model")))

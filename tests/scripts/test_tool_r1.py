@@ -302,7 +302,8 @@ def test_the_recipe_gives_the_labs_metrics(one_step_run, tiny_chatml_model, tmp_
 
 #: The job's options added after the committed runs whose default runs the job exactly as before (an experiment's
 #: switch, off by default): a committed run needs no regenerating for them.
-OPTIONS_THAT_KEEP_THE_COMMITTED_RUN = {"eval_start": True, "eval_split": "dev", "test_per_kind": 128}
+OPTIONS_THAT_KEEP_THE_COMMITTED_RUN = {"eval_start": True, "eval_split": "dev", "test_per_kind": 128,
+                                      "async_rl": False, "max_staleness": 2, "server_cpus": 1}
 #: What an evaluation reports since the committed runs, computed from the same samples (the committed numbers stay):
 #: pass@1 per number format and the bootstrap intervals over questions.
 EVALUATION_FIELDS_ADDED = {"pass@1_by_number_format", "pass@1_intervals"}

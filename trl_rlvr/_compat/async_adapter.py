@@ -1,6 +1,10 @@
 """Every private piece of TRL 1.16's asynchronous GRPO trainer (``trl.experimental.async_grpo``) that
 :class:`trl_rlvr.async_grpo.RLVRAsyncTrainer` touches, in one module (the synchronous adapter is separate).
 
+The contract is :data:`trl_rlvr._compat.trl_contract.ASYNC_ADAPTER`: for each piece below (and each override of
+``RLVRAsyncTrainer``), the private TRL names it relies on and the TRL methods that must still use them, checked
+against the installed TRL by ``async_contract_violations`` (``pytest -m trl_contract``). In short:
+
 - ``_AsyncRolloutLoop._score_group`` (the spawned rollout process scores a group): :class:`RLVRRolloutLoop` calls it,
   then sets the RLVR advantages on the rows it returns (:func:`trl_rlvr.async_grpo.rescore.rescore_rows`); reads the
   loop's ``reward_func_names`` and ``_push_metrics``;
@@ -26,7 +30,8 @@
   :func:`trained_model_version` broadcasts it;
 - ``packing.TREE_ATTENTION``, the attention TRL's model runs with, is FlashAttention-3 from the Hub (GPU only):
   :func:`use_cpu_tree_attention` registers :func:`cpu_tree_attention`, the same computation in plain PyTorch, under
-  that name on a machine without CUDA.
+  that name on a machine without CUDA; it needs TRL's packed rows, so a plain forward or ``generate()`` of the
+  trainer's model (a held-out evaluation) runs under :func:`plain_attention`.
 
 The prompt stream's position (:mod:`trl_rlvr.sampling.stream_ledger`, docs/dynamic_sampling.md):
 
@@ -289,6 +294,21 @@ def use_cpu_tree_attention() -> bool:
 
     AttentionInterface.register(TREE_ATTENTION, cpu_tree_attention)
     return True
+
+
+@contextlib.contextmanager
+def plain_attention(model, implementation: str = "sdpa"):
+    """``model`` (the trainer's, built with TRL's tree attention) with ``implementation`` while the block runs, for
+    a plain forward or ``generate()`` (the tree attention reads TRL's packed rows); TRL's attention again after."""
+    before = model.config._attn_implementation
+    if before != TREE_ATTENTION:
+        yield model
+        return
+    model.set_attn_implementation(implementation)
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(before)
 
 
 class AdmittingQueue:

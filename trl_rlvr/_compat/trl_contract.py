@@ -21,7 +21,8 @@ constant and helpers used (:data:`MODULE_CONSTANTS`, :data:`MODULE_FUNCTIONS`), 
 (:data:`VLLM_SERVER_CLIENT`), the order of transformers' optimizer step that an empty update relies on
 (:data:`OPTIMIZER_STEP_ORDER`), the environment protocol's private methods (:data:`ENVIRONMENT_PROTOCOL`), the
 run-time swaps left, each with the hook that retires it (:data:`SWAPS`), what the audit's child run calls
-(:data:`AUDIT`). The metric names TRL
+(:data:`AUDIT`). The asynchronous trainer's (``trl.experimental.async_grpo``) pieces are a table of their own,
+:data:`ASYNC_ADAPTER`, checked by :func:`async_contract_violations`. The metric names TRL
 logs, by what they describe, are :mod:`trl_rlvr.sampling.trained_metrics`'s, checked against TRL's source here.
 :func:`warn_on_contract_violations` runs the check when ``RLVRTrainer`` is built (the class part once per process, a
 few milliseconds) and warns once, naming each piece that moved.
@@ -32,7 +33,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: The TRL versions the test suite proves (keep equal to the pin in pyproject.toml). The ``vllm`` extra follows the
 #: range that TRL declares (:func:`trl_vllm_requirement`).
@@ -495,4 +496,271 @@ def vllm_contract_violations() -> list[str]:
         problems.append(f"vLLM {vllm.__version__}: no worker_extension_cls (trl_rlvr.scripts.vllm_serve's extension)")
     if importlib.util.find_spec("vllm.entrypoints.serve.dev.rpc.api_router") is None:
         problems.append(f"vLLM {vllm.__version__}: no dev-mode /collective_rpc router (the file weight push)")
+    return problems
+
+
+# -- the asynchronous trainer (trl.experimental.async_grpo) ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class AsyncTouch:
+    """What one piece of :mod:`trl_rlvr._compat.async_adapter` (or of ``RLVRAsyncTrainer``) relies on of TRL's
+    asynchronous trainer. ``owner``: the TRL class or module it reaches into, under ``trl.experimental.async_grpo``
+    (``"async_rollout_worker._AsyncRolloutLoop"``, ``"async_grpo_trainer"``; ``"transformers"`` for transformers'
+    own). ``signatures``: the owner's methods (or classes, functions) it overrides, calls or builds -> the parameters
+    they must take. ``uses``: the names it reads, sets or swaps -> the owner's methods whose source must still use
+    each (none: the name must exist). A ``"Class.name"`` is a class of the owner's module; a key that is no name
+    (``'"advantages"'``, a key of the packed batch) is text that the methods' source must hold. ``stands_in_for``: the
+    owner's function or class the piece replaces; it must take each of its parameters."""
+
+    owner: str
+    why: str
+    signatures: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    uses: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    stands_in_for: str = ""
+
+
+def _read_in(methods: tuple[str, ...], *names: str) -> dict[str, tuple[str, ...]]:
+    return dict.fromkeys(names, methods)
+
+
+def _keys(*keys: str) -> tuple[str, ...]:
+    return tuple(f'"{key}"' for key in keys)
+
+
+_LOOP, _WORKER = "async_rollout_worker._AsyncRolloutLoop", "async_rollout_worker.AsyncRolloutWorker"
+_TRAINER = "async_grpo_trainer.AsyncGRPOTrainer"
+#: The keys of the packed batch (and the forward's arguments) that ``AsyncGRPOTrainer.compute_loss`` reads.
+PACKED_BATCH_KEYS = _keys("attention_mask", "token_index", "input_ids", "position_ids", "shift_labels",
+                          "old_log_probs", "advantages", "segment_id", "tree_kv_index", "tree_cu_seqlens_q",
+                          "tree_cu_seqlens_k", "tree_max_seqlens")
+#: The per-step counts ``compute_loss`` accumulates and ``_log_step_metrics`` flushes.
+STEP_ACCOUNTING = ("_step_forward_tokens", "_step_trained_tokens", "_step_seq_len_weighted", "_step_samples",
+                   "_step_forward_s")
+
+#: The pieces of trl_rlvr/_compat/async_adapter.py and trl_rlvr/async_grpo/async_trainer.py -> what each relies on of
+#: TRL 1.16's asynchronous trainer (checked by :func:`async_contract_violations`; not counted in the synchronous
+#: contract's size).
+ASYNC_ADAPTER = {
+    "async_adapter.RLVRRolloutLoop._repeat_iterator": AsyncTouch(
+        _LOOP, "the prompts the rollout process generates, (group_id, row) per generation: with rlvr_stream, the stream "
+        "from a StreamStart (the group id its position) in TRL's order, the dataset pass after pass",
+        signatures={"_repeat_iterator": ()},
+        uses={"_repeat_iterator": ("_generate_loop",),
+              **_read_in(("__init__", "_repeat_iterator"), "dataset", "num_generations")}),
+    "async_adapter.RLVRRolloutLoop._score_group": AsyncTouch(
+        _LOOP, "the rollout process scores a group there: TRL's rewards, then the RLVR advantages on the rows it "
+        "returns (rescore_rows, the reward columns in reward_func_names' order); the plugins' log_metric through the "
+        "group's reward_kwargs, their counters and the RLVR metrics pushed to the trainer (_push_metrics)",
+        signatures={"_score_group": ("group",), "_push_metrics": ("values",)},
+        uses={"_score_group": ("_score_loop",), "reward_func_names": ("__init__", "_score_group"),
+              **_read_in(("_score_group",), "RolloutGroup.reward_kwargs", "RolloutGroup.completions_sequences"),
+              "RolloutGroup.group_id": (), "RolloutGroup.model_version": ()}),
+    "async_adapter.answer_facts": AsyncTouch(
+        _LOOP, "each answer's completion tokens, truncation (no stop token at its end) and tool calls",
+        uses={**_read_in(("__init__",), "eos_token_ids", "tools"), "RolloutGroup.completions_ids": (),
+              "RolloutGroup.tool_call_counts": ()}),
+    "async_adapter.dropped_group_marker": AsyncTouch(
+        "async_rollout_worker", "the notice of a group that leaves no row, queued as a RolloutSample (AdmittingQueue "
+        "settles it, never trains it)",
+        signatures={"RolloutSample": ("prompt", "completion", "input_ids", "completion_mask", "old_log_probs",
+                                      "advantage", "model_version", "group_id", "metrics")}),
+    "async_adapter.use_rlvr_scoring": AsyncTouch(
+        _WORKER, "what TRL's worker spawns, read when it starts: the loop class (RLVRRolloutLoop) and its keyword "
+        "arguments (rlvr_scoring); a worker already started (_process) is left as it is",
+        uses={"_loop_cls": ("start",), **_read_in(("__init__", "start"), "_loop_kwargs", "_process")}),
+    "async_adapter.set_stream_start": AsyncTouch(
+        _WORKER, "the prompt stream's start, a keyword argument of the loop the worker spawns",
+        uses={"_loop_cls": (), **_read_in(("start",), "_loop_kwargs", "_process")}),
+    "async_adapter.cpu_constructible": AsyncTouch(
+        "async_grpo_trainer", "without CUDA, while the trainer is built: the module globals its constructor calls, "
+        "the peak-FLOPs lookup (a CUDA device name) answering NaN and FileWeightTransfer built in place of the NCCL "
+        "weight sync, with the same arguments (the manifest's names, dtype names, shapes)",
+        uses=_read_in(("AsyncGRPOTrainer.__init__",), "get_peak_flops_per_device", "WeightTransferClient",
+                      *_keys("names", "dtype_names", "shapes"))),
+    "async_adapter.FileWeightTransfer": AsyncTouch(
+        "async_grpo_trainer", "TRL's weight sync for a trainer without CUDA, built as TRL builds WeightTransferClient",
+        stands_in_for="WeightTransferClient"),
+    "async_adapter.use_cpu_tree_attention": AsyncTouch(
+        "async_grpo_trainer", "the attention TRL builds its model with (FlashAttention-3 from the Hub, registered when "
+        "the trainer is built) registered again under its name, in plain PyTorch, without CUDA",
+        uses=_read_in(("AsyncGRPOTrainer.__init__",), "TREE_ATTENTION", "register_tree_attention")),
+    "async_adapter.cpu_tree_attention": AsyncTouch(
+        "packing", "TRL's tree attention without FlashAttention, called as TRL's is",
+        uses={"TREE_ATTENTION": ("register_tree_attention",)}, stands_in_for="tree_attention"),
+    "async_adapter.plain_attention": AsyncTouch(
+        "transformers", "the attention the trainer's model was built with (TRL's tree attention reads its packed "
+        "rows) set aside for a plain forward or generate(), and put back",
+        signatures={"PreTrainedModel.set_attn_implementation": ("attn_implementation",)},
+        uses={"PretrainedConfig._attn_implementation": ()}),
+    "async_adapter.packed_forward": AsyncTouch(
+        _TRAINER, "compute_loss's forward of a packed micro-batch, the same steps (the loss after it is ours): the "
+        "packed batch's keys, the fused LM head, the forward's time",
+        uses=_read_in(("compute_loss",), *PACKED_BATCH_KEYS, "fused_lm_head", "aux_loss_enabled",
+                      "_last_forward_time_s")),
+    "async_adapter.record_step_accounting": AsyncTouch(
+        _TRAINER, "the per-step counts compute_loss accumulates for TRL's step metrics, the same arithmetic",
+        uses={**_read_in(("compute_loss",), *_keys("global_n_forward_tokens", "mean_seq_len", "global_n_tokens"),
+                         "_last_forward_time_s"),
+              **_read_in(("compute_loss", "_log_step_metrics"), *STEP_ACCOUNTING)}),
+    "async_adapter.admit_groups_whole": AsyncTouch(
+        _TRAINER, "the trainer's RolloutQueueDataset (rank 0) reads its queue through AdmittingQueue (get(timeout=), "
+        "qsize()); its own per-row staleness check stays",
+        uses={"_rollout_dataset": ("__init__", "get_train_dataloader"),
+              **_read_in(("RolloutQueueDataset.__init__", "RolloutQueueDataset.__iter__"), "RolloutQueueDataset.queue",
+                         "RolloutQueueDataset.model_version_fn"),
+              **_read_in(("RolloutQueueDataset.__iter__",), "self.queue.get(timeout=", "self.queue.qsize()")}),
+    "async_adapter.carry_row_versions": AsyncTouch(
+        "async_grpo_trainer", "the dataloader's collate function (DataCollatorForRollout) wrapped: each row's "
+        "model_version taken out of its sample's metrics (the one field RolloutQueueDataset passes on to the collator, "
+        "which only logs it) into the packed batch",
+        uses={"DataCollatorForRollout": ("AsyncGRPOTrainer.get_train_dataloader",),
+              "TreeRow.samples": ("DataCollatorForRollout.torch_call",),
+              '"metrics"': ("RolloutQueueDataset.__iter__", "DataCollatorForRollout._log_metrics")}),
+    "async_adapter.record_collated_groups": AsyncTouch(
+        "async_grpo_trainer", "the collate function wrapped: each micro-batch's group ids recorded as it is collated",
+        uses={"DataCollatorForRollout": ("AsyncGRPOTrainer.get_train_dataloader",),
+              "TreeRow.samples": ("DataCollatorForRollout.torch_call",),
+              '"group_id"': ("RolloutQueueDataset.__iter__", "DataCollatorForRollout.torch_call")}),
+    "async_adapter.restore_epoch_count": AsyncTouch(
+        _TRAINER, "TRL's epoch stop counts the groups trained before a resume (set from TRL's own record in "
+        "_inner_training_loop, before on_train_begin)",
+        uses={"_groups_before_resume": ("__init__", "_inner_training_loop", "_EpochStopCallback.on_step_end")}),
+    "async_trainer.RLVRAsyncTrainer.__init__": AsyncTouch(
+        _TRAINER, "TRL's constructor, its arguments passed by name",
+        signatures={"__init__": ("model", "reward_funcs", "args", "train_dataset", "processing_class", "callbacks",
+                                 "optimizers", "peft_config", "tools", "environment_factory", "rollout_worker",
+                                 "weight_transfer")}),
+    "async_trainer.RLVRAsyncTrainer._tag_names": AsyncTouch(
+        _TRAINER, "the model card's tags, TRL's and trl-rlvr's", uses={"_tag_names": ()}),
+    "async_trainer.RLVRAsyncTrainer.compute_loss": AsyncTouch(
+        _TRAINER, "the RLVR token loss after TRL's packed forward; its metrics go where TRL's loss logs its own",
+        signatures={"compute_loss": ("model", "inputs", "return_outputs", "num_items_in_batch")},
+        uses=_read_in(("compute_loss",), "_metrics", "epsilon_low", "epsilon_high", "router_aux_loss_coef",
+                      "current_gradient_accumulation_steps")),
+    "async_trainer.RLVRAsyncTrainer.log": AsyncTouch(
+        _TRAINER, "the RLVR counters appended to TRL's metrics before TRL reduces them into the logs",
+        signatures={"log": ("logs", "start_time")}, uses={"_metrics": ("log",)}),
+    "async_trainer.RLVRAsyncTrainer.get_train_dataloader": AsyncTouch(
+        _TRAINER, "TRL's dataloader, then the admission and the collate wrappers", signatures={"get_train_dataloader": ()}),
+    "async_trainer.RLVRAsyncTrainer.training_step": AsyncTouch(
+        _TRAINER, "TRL's step, then the micro-batch's groups marked trained",
+        signatures={"training_step": ("model", "inputs", "num_items_in_batch")}),
+    "async_trainer.RLVRAsyncTrainer.train": AsyncTouch(
+        _TRAINER, "the checkpoint to resume chosen, and the prompt stream's start set, before TRL's train",
+        signatures={"train": ("resume_from_checkpoint", "trial", "ignore_keys_for_eval")}),
+    "async_trainer.RLVRAsyncTrainer._save_checkpoint": AsyncTouch(
+        _TRAINER, "the prompt stream's position written into the checkpoint's folder before TRL's checkpoint",
+        signatures={"_save_checkpoint": ("model", "trial"), "_get_output_dir": ("trial",)}),
+}
+
+
+def _async_object(path: str, replaced: dict):
+    """The object at ``path`` ("module" or "module.Class" under trl.experimental.async_grpo, or under transformers);
+    ``replaced``: path -> a stand-in (tests). None when it is gone."""
+    import importlib
+
+    if path in replaced:
+        return replaced[path]
+    module_name, _, rest = path.partition(".")
+    if module_name in replaced:
+        obj = replaced[module_name]
+    else:
+        obj = importlib.import_module(module_name if module_name == "transformers"
+                                      else f"trl.experimental.async_grpo.{module_name}")
+    for part in filter(None, rest.split(".")):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _holder(owner: str, name: str) -> tuple[str, str]:
+    """(the path of the object that has ``name``, its last part): a ``"Class.name"`` is a class of the owner's module."""
+    if "." in name:
+        cls, attr = name.rsplit(".", 1)
+        return f"{owner.split('.')[0]}.{cls}", attr
+    return owner, name
+
+
+def _params(obj) -> list[str]:
+    """The parameters ``obj`` (a function, method or class) takes by name, ``self`` left out."""
+    return [p for p in inspect.signature(obj).parameters if p not in ("self", "cls")]
+
+
+def _async_touch_problems(touch: AsyncTouch, piece_obj, where: str, replaced: dict) -> list[str]:
+    """What of one :class:`AsyncTouch` TRL breaks, without the "change" prefix."""
+    owner = _async_object(touch.owner, replaced)
+    if owner is None:
+        return [f"{touch.owner} is gone in {where}"]
+    problems = []
+    for name, params in touch.signatures.items():
+        path, attr = _holder(touch.owner, name)
+        method = getattr(_async_object(path, replaced) or object, attr, None)
+        if method is None:
+            problems.append(f"{path}.{attr} is gone in {where}")
+        elif missing := [p for p in params if p not in _params(method)]:
+            problems.append(f"{path}.{attr}{tuple(_params(method))} lacks parameter(s) {missing} in {where}")
+    for name, methods in touch.uses.items():
+        problems += _use_problems(touch.owner, name, methods, where, replaced)
+    if touch.stands_in_for:
+        theirs = getattr(owner, touch.stands_in_for, None)
+        if theirs is None:
+            problems.append(f"{touch.owner}.{touch.stands_in_for} is gone in {where}")
+        elif missing := _not_taken(theirs, piece_obj):
+            problems.append(f"{touch.owner}.{touch.stands_in_for} now takes {missing}, which the stand-in does not, "
+                            f"in {where}")
+    return problems
+
+
+def _not_taken(theirs, ours) -> list[str]:
+    """TRL's parameters that the stand-in ``ours`` does not take (a keyword-only one is taken by its ``**kwargs``)."""
+    ours_params = inspect.signature(ours).parameters
+    var_keyword = any(p.kind is p.VAR_KEYWORD for p in ours_params.values())
+    return [name for name, p in inspect.signature(theirs).parameters.items()
+            if name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            and name not in ours_params and not (var_keyword and p.kind is p.KEYWORD_ONLY)]
+
+
+def _use_problems(owner: str, name: str, methods: tuple[str, ...], where: str, replaced: dict) -> list[str]:
+    """A name of TRL's gone, or no longer used by a method that must use it."""
+    if not methods:
+        path, attr = _holder(owner, name)
+        holder = _async_object(path, replaced)
+        return [] if getattr(holder, attr, None) is not None else [f"{path}.{attr} is gone in {where}"]
+    is_name = re.fullmatch(r"[A-Za-z_][\w.]*", name) is not None
+    word = name.rsplit(".", 1)[-1]
+    problems = []
+    for method in methods:
+        path, attr = _holder(owner, method)
+        source = _source(_async_object(path, replaced) or object, attr)
+        if not source:
+            problems.append(f"{path}.{attr} is gone in {where}")
+        elif not (re.search(rf"\b{re.escape(word)}\b", source) if is_name else name in source):
+            problems.append(f"{path}.{attr} no longer uses {name} in {where}")
+    return problems
+
+
+def _async_piece(piece: str):
+    """The object a key of :data:`ASYNC_ADAPTER` names in trl_rlvr (None when it is not there)."""
+    import importlib
+
+    module_name, *parts = piece.split(".")
+    home = {"async_adapter": "trl_rlvr._compat.async_adapter", "async_trainer": "trl_rlvr.async_grpo.async_trainer"}
+    obj = importlib.import_module(home[module_name])
+    for part in parts:
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def async_contract_violations(replaced: dict | None = None) -> list[str]:
+    """What of :data:`ASYNC_ADAPTER` the installed ``trl.experimental.async_grpo`` (and transformers) breaks, each line
+    naming the piece of async_adapter.py or async_trainer.py to change (empty when it holds). ``replaced``: an owner's
+    path -> a stand-in class or module, in place of TRL's (the tests' changed TRL)."""
+    import trl
+
+    where = f"trl {trl.__version__} (trl-rlvr is tested with trl{TESTED_TRL})"
+    problems = []
+    for piece, touch in ASYNC_ADAPTER.items():
+        problems += [f"change {piece}: {p}"
+                     for p in _async_touch_problems(touch, _async_piece(piece), where, replaced or {})]
     return problems

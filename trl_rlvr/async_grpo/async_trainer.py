@@ -19,7 +19,8 @@ What is TRL's and what is ours:
   ``train(resume_from_checkpoint=...)`` starts the rollout process there: each prompt's group trained at most once,
   none skipped (docs/dynamic_sampling.md).
 
-Every private piece of TRL it touches is in :mod:`trl_rlvr._compat.async_adapter`.
+Every private piece of TRL it touches is in :mod:`trl_rlvr._compat.async_adapter`, declared with its overrides here
+in :data:`trl_rlvr._compat.trl_contract.ASYNC_ADAPTER`.
 """
 
 from __future__ import annotations

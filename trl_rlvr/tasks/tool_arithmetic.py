@@ -80,6 +80,15 @@ class ToolR1Arguments:
     passk_questions: int = field(default=16, metadata={"help": "Held-out questions of the large-k evaluation."})
     cpu_threads: int | None = field(default=None, metadata={"help": "Torch threads on a CPU (default: "
                                     "trl_rlvr.scripts.train.use_cpu_threads)."})
+    async_rl: bool = field(default=False, metadata={"aliases": ["--async"], "help": "The RL stage on TRL's "
+                           "asynchronous trainer (RLVRAsyncTrainer, trl_rlvr.tasks.tool_async): a vLLM server on "
+                           "server_cpus cores serves the RL start and generates the next rollouts while the trainer "
+                           "trains on the other cores (needs vLLM; docs/async.md)."})
+    max_staleness: int = field(default=2, metadata={"help": "With --async: weight updates a rollout may lag the "
+                               "trained weights at its loss (AsyncGRPOConfig.max_staleness; 2: rollouts generated "
+                               "during a step train in the next one)."})
+    server_cpus: int = field(default=1, metadata={"help": "With --async: cores of the vLLM server, the last ones "
+                             "this process may use; the trainer keeps the others."})
     smoke: bool = field(default=False, metadata={"help": "A few questions, traces and one RL step (tests, CI)."})
     save_model: bool = field(default=True, metadata={"help": "Save the trained model to output_dir."})
     plot: bool = field(default=True, metadata={"help": "Write the PNGs (needs matplotlib)."})
@@ -101,6 +110,10 @@ class ToolR1Arguments:
         if self.sft_micro_batch_size < 1 or self.sft_batch_size % self.sft_micro_batch_size:
             raise ValueError(f"sft_batch_size={self.sft_batch_size} must be a multiple of sft_micro_batch_size="
                              f"{self.sft_micro_batch_size} (>= 1)")
+        if self.async_rl and not self.uses_tool():
+            raise ValueError("async_rl=True is for the tool arm (the RL stage with PythonEnvironment)")
+        if self.async_rl and self.server_cpus < 1:
+            raise ValueError(f"server_cpus must be >= 1, got {self.server_cpus}")
         if self.uses_tool() and not Path(self.chat_template).is_file():
             raise ValueError(f"chat_template={self.chat_template!r} is not a file")
 
@@ -280,7 +293,8 @@ def tool_environment(script_args):
 
 def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_rows, tool: bool):
     """``RLVRTrainer`` for one arm: with the tool (``environment_factory=PythonEnvironment``, ``boxed_math`` +
-    ``tool_format``) or without (``think_format`` + ``boxed_math``, pre-filled prompts)."""
+    ``tool_format``) or without (``think_format`` + ``boxed_math``, pre-filled prompts); with ``async_rl``, the tool
+    arm's ``RLVRAsyncTrainer`` (:func:`trl_rlvr.tasks.tool_async.build_async_rl_trainer`)."""
 
     from trl_rlvr.rewards.registry import load_reward
     from trl_rlvr.trainer import RLVRTrainer
@@ -294,7 +308,14 @@ def build_rl_trainer(model_path, tokenizer, script_args, training_args, train_ro
     if getattr(script_args, "reward_control", "none") == "shuffled":  # the lab's random-reward control
         from trl_rlvr.rewards.controls import shuffled_rewards
 
+        if getattr(script_args, "async_rl", False):
+            raise ValueError("reward_control runs synchronously only: leave async_rl off for the control")
         rewards = shuffled_rewards(rewards, seed=training_args.seed)
+    if tool and getattr(script_args, "async_rl", False):
+        from trl_rlvr.tasks.tool_async import build_async_rl_trainer
+
+        return build_async_rl_trainer(model_path, tokenizer, script_args, training_args, rewards,
+                                      dataset(train_rows), environment_factory)
     return RLVRTrainer(model=str(model_path), reward_funcs=rewards, args=training_args,
                        train_dataset=dataset(train_rows), processing_class=tokenizer,
                        environment_factory=environment_factory)
@@ -315,7 +336,7 @@ def evaluate_arm(trainer, tokenizer, rows, success_fn, format_fn, script_args, *
         trainer.model_wrapped, tokenizer, dataset(rows), success_fn, format_fn, n=n, accelerator=trainer.accelerator,
         temperature=training_args.temperature, max_new_tokens=training_args.max_completion_length,
         batch_size=script_args.eval_batch_size, seed=training_args.seed, keep_samples=2,
-        llm=trainer_vllm_engine(trainer) if training_args.use_vllm else None, **extra,
+        llm=trainer_vllm_engine(trainer) if getattr(training_args, "use_vllm", False) else None, **extra,
     )
     result["pass@1_by_operation"] = pass1_by(rows, result["per_question"], "op")
     if any("wordings" in r for r in rows):

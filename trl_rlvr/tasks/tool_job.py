@@ -12,9 +12,10 @@ composes the stages (the recipe: cold start, tool RL, evaluations; the lab: its 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -48,7 +49,7 @@ class ToolJob:
         self.timings: dict[str, float] = {}
         self.evals: dict[str, dict] = {}
         self.sft_history: list[dict] = []
-        self.trainer = self.tokenizer = self.progress = self.train_result = None
+        self.trainer = self.tokenizer = self.progress = self.train_result = self.server_record = None
         self.state = distributed_state(training_args.use_cpu)
         use_cpu_threads(script_args.cpu_threads, self.state.num_processes)
         self.is_main = self.state.is_main_process
@@ -107,11 +108,20 @@ class ToolJob:
         kept as ``evals[label]``."""
         from trl_rlvr.evaluation.heldout import format_metric
 
-        with self.stage(stage):
+        with self.stage(stage), self.evaluable_model():
             result = evaluate_arm(self.trainer, self.tokenizer, rows, success, fmt, self.script_args, tool=tool, n=n)
         self.evals[label] = result
         self.say(f"  {label}: pass@1 {format_metric(result['mean@n'], pct=True)}")
         return result
+
+    def evaluable_model(self):
+        """A context in which the trainer's model generates as a plain model: with ``async_rl``, TRL's tree attention
+        (packed rows only) set aside (:func:`trl_rlvr._compat.async_adapter.plain_attention`)."""
+        if not getattr(self.script_args, "async_rl", False):
+            return nullcontext()
+        from trl_rlvr._compat.async_adapter import plain_attention
+
+        return plain_attention(self.trainer.model)
 
     def evaluate_tool(self, label: str, when: str, rows) -> None:
         """The tool arm's evaluation (``boxed_math``, ``tool_format``), timed as ``eval <when>``; with
@@ -127,14 +137,26 @@ class ToolJob:
     def train(self):
         """RL (``trainer.train()``, one line per step), timed as ``RL``; then Adam's moments (twice the model's
         size) are dropped before the evaluation, whose KV caches would otherwise come on top of them (the job saves
-        the model, not a checkpoint)."""
+        the model, not a checkpoint). With ``async_rl``, the vLLM server runs meanwhile on its own cores
+        (:func:`trl_rlvr.tasks.tool_async.rl_server`; its start timed as ``vLLM server start``)."""
         from trl_rlvr.evaluation import release_memory
         from trl_rlvr.evaluation.heldout import StepProgressCallback
 
         self.progress = StepProgressCallback(TOOL_STEP_FIELDS, bar=False, say=self.say).install(self.trainer)
-        t = time.time()
-        self.train_result = self.trainer.train()
-        self.timings["RL"] = time.time() - t
+        server = nullcontext()
+        if getattr(self.script_args, "async_rl", False):
+            from trl_rlvr.tasks.tool_async import rl_server
+
+            server = rl_server(self.trainer, self.script_args, str(self.out / "vllm_server"))
+        with server as served:
+            if served is not None:
+                self.timings["vLLM server start"] = served.startup_s
+                self.say(f"vLLM server {served.base_url} up in {served.startup_s:.0f}s (log {served.log_path})")
+            t = time.time()
+            self.train_result = self.trainer.train()
+            self.timings["RL"] = time.time() - t
+            if served is not None:
+                self.server_record = server_record(served)
         self.trainer.optimizer.state.clear()
         release_memory()
         self.after_stage("RL")
@@ -168,11 +190,17 @@ class ToolJob:
             "train_metrics": self.train_result.metrics,
             "evaluations": {label: {k: v for k, v in r.items() if k != "per_question"}
                             for label, r in self.evals.items()},
-            "timings_s": {k: round(v, 1) for k, v in self.timings.items()}, **extra,
+            "timings_s": {k: round(v, 1) for k, v in self.timings.items()},
+            **({"vllm_server": self.server_record} if self.server_record else {}), **extra,
             "script_args": asdict(self.script_args),
-            "training_args": {k: v for k, v in self.training_args.to_dict().items()
+            "training_args": {k: v for k, v in self.rl_args().to_dict().items()
                               if isinstance(v, (int, float, str, bool, type(None), list, dict))},
         }
+
+    def rl_args(self):
+        """The RL trainer's arguments: the run's ``RLVRConfig``, or with ``async_rl`` the ``RLVRAsyncConfig`` made
+        from it."""
+        return self.trainer.args if getattr(self.script_args, "async_rl", False) else self.training_args
 
     def write(self, name: str, metrics: dict, curves: str) -> Path | None:
         """``output_dir/<name>`` (the metrics as JSON) and, with ``plot``, the curves PNG -> its path or None."""
@@ -195,3 +223,10 @@ class ToolJob:
         for k, v in self.timings.items():
             print(f"time: {k}: {v:.0f} s" + (notes or {}).get(k, ""))
         print(f"metrics: {self.out / name}" + (f"   curves: {plot}" if plot else ""))
+
+
+def server_record(server) -> dict:
+    """What the RL stage's vLLM server did, from the server itself: its start time, the cores its process may use
+    and this process's, its own counts (requests, prompt and generation tokens: Prometheus ``/metrics``)."""
+    return {"startup_s": round(server.startup_s, 1), "server_cores": sorted(os.sched_getaffinity(server.process.pid)),
+            "trainer_cores": sorted(os.sched_getaffinity(0)), "counters": server.counters()}

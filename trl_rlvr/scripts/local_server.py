@@ -1,11 +1,15 @@
-"""A vLLM server in a subprocess, started as a user starts it (``python -m trl_rlvr.scripts.vllm_serve``), for tests
-and benchmarks of ``RLVRTrainer``'s server mode; and what the server itself counts (its Prometheus ``/metrics``).
+"""A vLLM server in a subprocess on this machine, started as a user starts it (``python -m
+trl_rlvr.scripts.vllm_serve``): for the tool job's server-side RL stage (``examples/tool_r1.py --async``), tests and
+benchmarks of ``RLVRTrainer``'s server mode and ``RLVRAsyncTrainer``; and what the server itself counts (its
+Prometheus ``/metrics``).
 
     with served(model_dir, max_model_len=256) as server:
         RLVRConfig(use_vllm=True, vllm_mode="server", vllm_server_base_url=server.base_url, ...)
         server.counters()  # {"requests": ..., "generation_tokens": ..., "prompt_tokens": ...}
 
-Needs vLLM (its CPU build in its own venv on a CPU). The server's output goes to ``server.log_path``.
+``served(..., cpus=[1])`` keeps the server on those cores (its processes' affinity and vLLM's OpenMP threads,
+``VLLM_CPU_OMP_THREADS_BIND``), so that a trainer on the other cores does not compete with it. Needs vLLM (its CPU
+build in its own venv on a CPU). The server's output goes to ``server.log_path``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: Prometheus counters of vLLM's server -> our names. vLLM counts a prompt sampled ``n`` times as ``n`` requests.
@@ -77,17 +83,27 @@ def wait_until_up(server: Server, timeout: float) -> None:
 
 @contextlib.contextmanager
 def served(model_dir: str, *, max_model_len: int = 512, extra_args: tuple[str, ...] = (), timeout: float = 600.0,
-           kv_cache_gib: int = 1, log_dir: str | None = None):
-    """Start ``python -m trl_rlvr.scripts.vllm_serve --model MODEL_DIR`` on a free local port (its own process
-    group, stopped at the end), wait until it answers, yield its :class:`Server`."""
-    port = free_port()
+           kv_cache_gib: int = 1, log_dir: str | None = None, port: int | None = None,
+           cpus: Sequence[int] | None = None):
+    """Start ``python -m trl_rlvr.scripts.vllm_serve --model MODEL_DIR`` on ``port`` (default: a free local one; its
+    own process group, stopped at the end), wait until it answers, yield its :class:`Server`. ``cpus``: the cores the
+    server's processes and vLLM's OpenMP threads may use (default: vLLM's own binding)."""
+    port = port or free_port()
     command = [sys.executable, "-m", "trl_rlvr.scripts.vllm_serve", "--model", str(model_dir), "--host", "127.0.0.1",
                "--port", str(port), "--max_model_len", str(max_model_len), "--log_level", "warning", *extra_args]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "HF_HUB_OFFLINE": "1"}
+    pin = None
+    if cpus is not None:
+        cores = sorted(set(cpus))
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))  # vLLM's CPU worker binds its threads there
+
+        def pin():  # in the child, before exec: every process of the server inherits the affinity
+            os.sched_setaffinity(0, cores)
     log_path = os.path.join(log_dir or tempfile.mkdtemp(prefix="vllm_server_"), "server.log")
     started = time.perf_counter()
     with open(log_path, "w") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                   preexec_fn=pin)
     server = Server(f"http://127.0.0.1:{port}", process, log_path, command)
     try:
         wait_until_up(server, timeout)
@@ -95,6 +111,54 @@ def served(model_dir: str, *, max_model_len: int = 512, extra_args: tuple[str, .
         yield server
     finally:
         stop(process)
+
+
+class ServerExited(Exception):
+    """Raised in the thread using a server whose process exited (:func:`aborted_if_it_exits`)."""
+
+
+def _raise_in_thread(ident: int, exc_type: type[BaseException] | None) -> None:
+    """Have thread ``ident`` raise ``exc_type`` at its next Python instruction (None: cancel a pending one);
+    CPython's ``PyThreadState_SetAsyncExc``, the only way to stop a thread that waits in a loop."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc_type) if exc_type else None)
+
+
+@contextlib.contextmanager
+def aborted_if_it_exits(server: Server, poll_s: float = 1.0):
+    """Run the block; if the server's process exits before the block ends, stop the block (an exception raised in
+    the thread that runs it, at its next Python instruction) and raise a ``RuntimeError`` with the server's last
+    output, instead of clients retrying a dead server until their timeouts. A lock makes the watcher's decision and
+    the block's end exclusive: an exit seen after the block ended raises nothing."""
+    user, lock = threading.get_ident(), threading.Lock()
+    done, exited = threading.Event(), threading.Event()
+
+    def watch():
+        while not done.wait(poll_s):
+            with lock:
+                if not done.is_set() and server.process.poll() is not None:
+                    exited.set()
+                    _raise_in_thread(user, ServerExited)
+                    return
+
+    watcher = threading.Thread(target=watch, name="vllm-server-watch", daemon=True)
+    watcher.start()
+    failure = None
+    try:
+        yield server
+    except ServerExited:
+        failure = "exited"
+    finally:
+        with lock:
+            done.set()
+            if exited.is_set() and failure is None:  # fired as the block ended: cancel it if still pending
+                _raise_in_thread(user, None)
+                failure = "exited"
+        watcher.join()
+    if failure:
+        raise RuntimeError(f"the vLLM server exited ({server.process.returncode}) while it was in use; its last "
+                           f"output ({server.log_path}):\n{server.log_tail()}")
 
 
 def stop(process: subprocess.Popen, grace: float = 20.0) -> None:
