@@ -45,6 +45,7 @@ class ToolJob:
 
         self.t_start = time.time()
         self.script_args, self.training_args = script_args, training_args
+        self.async_rl = getattr(script_args, "async_rl", False)  # the RL stage on RLVRAsyncTrainer (tool_async)
         self.after_stage = after_stage or (lambda name: None)
         self.timings: dict[str, float] = {}
         self.evals: dict[str, dict] = {}
@@ -117,7 +118,7 @@ class ToolJob:
     def evaluable_model(self):
         """A context in which the trainer's model generates as a plain model: with ``async_rl``, TRL's tree attention
         (packed rows only) set aside (:func:`trl_rlvr._compat.async_adapter.plain_attention`)."""
-        if not getattr(self.script_args, "async_rl", False):
+        if not self.async_rl:
             return nullcontext()
         from trl_rlvr._compat.async_adapter import plain_attention
 
@@ -144,7 +145,7 @@ class ToolJob:
 
         self.progress = StepProgressCallback(TOOL_STEP_FIELDS, bar=False, say=self.say).install(self.trainer)
         server = nullcontext()
-        if getattr(self.script_args, "async_rl", False):
+        if self.async_rl:
             from trl_rlvr.tasks.tool_async import rl_server
 
             server = rl_server(self.trainer, self.script_args, str(self.out / "vllm_server"))
@@ -200,7 +201,7 @@ class ToolJob:
     def rl_args(self):
         """The RL trainer's arguments: the run's ``RLVRConfig``, or with ``async_rl`` the ``RLVRAsyncConfig`` made
         from it."""
-        return self.trainer.args if getattr(self.script_args, "async_rl", False) else self.training_args
+        return self.trainer.args if self.async_rl else self.training_args
 
     def write(self, name: str, metrics: dict, curves: str) -> Path | None:
         """``output_dir/<name>`` (the metrics as JSON) and, with ``plot``, the curves PNG -> its path or None."""
